@@ -1,0 +1,37 @@
+"""fx2onnx: export PyTorch models to ONNX through the FX graph, dtype-correct for the target runtime."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from fx2onnx.errors import (
+    CaptureError,
+    ExportError,
+    InvalidModelError,
+    LoweringError,
+    UnsupportedOperatorError,
+    VerificationError,
+)
+from fx2onnx.export import export, max_opset
+from fx2onnx.program import ONNXProgram, OutputVerification
+from fx2onnx.registry import Implementation, Registry, is_registered, overloads, register, unregister
+
+__all__ = [
+    "CaptureError",
+    "ExportError",
+    "Implementation",
+    "InvalidModelError",
+    "LoweringError",
+    "ONNXProgram",
+    "OutputVerification",
+    "Registry",
+    "UnsupportedOperatorError",
+    "VerificationError",
+    "__version__",
+    "export",
+    "is_registered",
+    "max_opset",
+    "overloads",
+    "register",
+    "unregister",
+]

@@ -1,0 +1,313 @@
+"""Capture: turn a model and example inputs into an ATen-level FX graph.
+
+Extractors are pluggable (:class:`Extractor`). ``torch.export`` (non-strict by default) is the
+first; ``torch.fx.symbolic_trace`` followed by ``make_fx`` is the second, for models torch.export
+rejects. Both produce a :class:`CapturedGraph`: the graph plus which placeholders are user inputs,
+which are weights, and how inputs/outputs flatten (pytrees).
+
+Decomposition uses torch's table minus every op the registry lowers directly, so that what ONNX can
+express natively (``layer_norm``, ``scaled_dot_product_attention``, ``gelu``...) stays whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from fx2onnx.errors import CaptureError
+from fx2onnx.registry import Registry, qualified_name
+
+
+@dataclasses.dataclass
+class CapturedGraph:
+    """An ATen-level FX graph and what its placeholders and outputs mean."""
+
+    graph_module: torch.fx.GraphModule
+    user_inputs: list[torch.fx.Node]  # tensor (and symbolic) user inputs, in flat order
+    constant_inputs: dict[torch.fx.Node, Any]  # user inputs specialised to constants (ints, None...)
+    weights: dict[torch.fx.Node, tuple[str, torch.Tensor]]  # placeholder -> (qualified name, tensor)
+    user_outputs: list[Any]  # FX output arguments that the user sees, in flat order
+    in_spec: pytree.TreeSpec | None
+    out_spec: pytree.TreeSpec | None
+    exported_program: ExportedProgram | None
+    strategy: str
+    seconds: float = 0.0
+    decomposed: list[str] = dataclasses.field(default_factory=list)  # overloads decomposed away
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
+
+
+class Extractor(Protocol):
+    """Produces a decomposed ATen graph from a model."""
+
+    name: str
+
+    def capture(
+        self,
+        model: torch.nn.Module | ExportedProgram,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dynamic_shapes: Any,
+        decompositions: Mapping[Any, Callable[..., Any]],
+    ) -> CapturedGraph: ...
+
+
+def decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
+    """torch's default decompositions, minus the overloads the registry can lower directly."""
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if registry.is_registered(qualified_name(op)):
+            table.pop(op)
+    return dict(table.items())
+
+
+def _registry_keeps(registry: Registry) -> Callable[[Any], bool]:
+    return lambda op: registry.is_registered(op)
+
+
+class TorchExportExtractor:
+    """``torch.export.export``; non-strict unless ``strict=True``."""
+
+    def __init__(self, strict: bool = False) -> None:
+        self.strict = strict
+        self.name = f"torch.export({'strict' if strict else 'non-strict'})"
+
+    def capture(
+        self,
+        model: torch.nn.Module | ExportedProgram,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dynamic_shapes: Any,
+        decompositions: Mapping[Any, Callable[..., Any]],
+    ) -> CapturedGraph:
+        start = time.perf_counter()
+        if isinstance(model, ExportedProgram):
+            program = model
+        else:
+            try:
+                program = torch.export.export(
+                    model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=self.strict
+                )
+            except Exception as error:  # noqa: BLE001 - re-raised with context
+                raise CaptureError(
+                    f"{self.name} could not capture {type(model).__name__}: {type(error).__name__}: "
+                    f"{_first_lines(str(error))}\n  remedy: try strict={not self.strict}, "
+                    "extractor='symbolic_trace', or fix the graph break named above."
+                ) from error
+        before = _overloads(program.graph_module)
+        program = program.run_decompositions(dict(decompositions))
+        after = _overloads(program.graph_module)
+        captured = from_exported_program(program, self.name)
+        captured.seconds = time.perf_counter() - start
+        captured.decomposed = sorted(before - after)
+        return captured
+
+
+class SymbolicTraceExtractor:
+    """``torch.fx.symbolic_trace`` then ``make_fx`` to ATen, for models torch.export rejects.
+
+    Shapes are static: the graph is specialised to the example inputs.
+    """
+
+    name = "symbolic_trace"
+
+    def capture(
+        self,
+        model: torch.nn.Module | ExportedProgram,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dynamic_shapes: Any,
+        decompositions: Mapping[Any, Callable[..., Any]],
+    ) -> CapturedGraph:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        if isinstance(model, ExportedProgram):
+            raise CaptureError("symbolic_trace takes an nn.Module, not an ExportedProgram")
+        if dynamic_shapes is not None:
+            raise CaptureError("symbolic_trace captures static shapes only; use the torch.export extractor")
+        start = time.perf_counter()
+        traced = torch.fx.symbolic_trace(model)
+        named_weights = dict(model.named_parameters()) | dict(model.named_buffers())
+        names = list(named_weights)
+        flat_inputs, in_spec = pytree.tree_flatten((args, kwargs))
+
+        def run(weights: list[torch.Tensor], *flat: Any) -> Any:
+            call_args, call_kwargs = pytree.tree_unflatten(list(flat), in_spec)
+            state = dict(zip(names, weights))
+            return torch.func.functional_call(traced, state, call_args, call_kwargs)
+
+        with torch.no_grad():
+            aten = make_fx(run, decomposition_table=dict(decompositions), tracing_mode="fake")(
+                list(named_weights.values()), *flat_inputs
+            )
+            eager_out = traced(*args, **kwargs)
+        _, out_spec = pytree.tree_flatten(eager_out)
+        placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
+        weight_nodes = placeholders[: len(names)]
+        input_nodes = placeholders[len(names) :]
+        weights = {
+            node: (name, tensor.detach()) for node, name, tensor in zip(weight_nodes, names, named_weights.values())
+        }
+        user_inputs, constants = [], {}
+        for node, value in zip(input_nodes, flat_inputs):
+            if isinstance(value, torch.Tensor):
+                user_inputs.append(node)
+            else:
+                constants[node] = value
+        output = next(n for n in aten.graph.nodes if n.op == "output")
+        user_outputs = list(pytree.tree_leaves(output.args[0]))
+        return CapturedGraph(
+            graph_module=aten,
+            user_inputs=user_inputs,
+            constant_inputs=constants,
+            weights=weights,
+            user_outputs=user_outputs,
+            in_spec=in_spec,
+            out_spec=out_spec,
+            exported_program=None,
+            strategy=self.name,
+            seconds=time.perf_counter() - start,
+        )
+
+
+EXTRACTORS: dict[str, Callable[[bool], Extractor]] = {
+    "torch.export": lambda strict: TorchExportExtractor(strict),
+    "symbolic_trace": lambda strict: SymbolicTraceExtractor(),
+}
+
+
+def from_exported_program(program: ExportedProgram, strategy: str) -> CapturedGraph:
+    graph_module = program.graph_module
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    signature = program.graph_signature
+    state = program.state_dict
+    constants = program.constants
+    user_inputs: list[torch.fx.Node] = []
+    constant_inputs: dict[torch.fx.Node, Any] = {}
+    weights: dict[torch.fx.Node, tuple[str, torch.Tensor]] = {}
+    for node, spec in zip(placeholders, signature.input_specs):
+        if spec.kind == InputKind.USER_INPUT:
+            val = node.meta.get("val")
+            if isinstance(val, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
+                user_inputs.append(node)
+            else:
+                constant_inputs[node] = getattr(spec.arg, "value", val)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            target = spec.target
+            tensor = state[target] if target in state else constants[target]
+            weights[node] = (target, tensor.detach())
+        else:
+            raise CaptureError(f"placeholder {node.name} of kind {spec.kind.name} is not supported")
+    output = next(n for n in graph_module.graph.nodes if n.op == "output")
+    user_outputs = [
+        arg
+        for arg, spec in zip(output.args[0], signature.output_specs)
+        if spec.kind == OutputKind.USER_OUTPUT
+    ]
+    return CapturedGraph(
+        graph_module=graph_module,
+        user_inputs=user_inputs,
+        constant_inputs=constant_inputs,
+        weights=weights,
+        user_outputs=user_outputs,
+        in_spec=program.call_spec.in_spec,
+        out_spec=program.call_spec.out_spec,
+        exported_program=program,
+        strategy=strategy,
+    )
+
+
+def flatten_inputs(in_spec: pytree.TreeSpec | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+    """Flatten call arguments in the order the captured graph expects them."""
+    kwargs = dict(kwargs or {})
+    if in_spec is not None and in_spec.num_children == 2:
+        kw_spec = in_spec.child(1)
+        if kw_spec.context is not None and set(kw_spec.context) == set(kwargs):
+            kwargs = {k: kwargs[k] for k in kw_spec.context}
+    return pytree.tree_leaves((tuple(args), kwargs))
+
+
+def output_paths(out_spec: pytree.TreeSpec | None, count: int) -> list[str]:
+    """Readable names for flat outputs from their pytree paths (``logits``, ``output_0_1``)."""
+    if out_spec is None or out_spec.num_leaves != count:
+        return [f"output_{i}" for i in range(count)]
+    structure = pytree.tree_unflatten(list(range(count)), out_spec)
+    paths, _ = pytree.tree_flatten_with_path(structure)
+    names = []
+    for path, _ in paths:
+        parts = [_key_name(k) for k in path]
+        name = "_".join(p for p in parts if p)
+        if not name or name[0].isdigit():
+            name = f"output_{name}" if name else "output"
+        names.append(name)
+    if len(set(names)) != len(names):
+        return [f"output_{i}" for i in range(count)]
+    return names
+
+
+def _key_name(key: Any) -> str:
+    for attribute in ("key", "name", "idx"):
+        if hasattr(key, attribute):
+            return str(getattr(key, attribute))
+    return str(key).strip("[].'\"")
+
+
+def dim_names(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> dict[tuple[int, int], str]:
+    """(id of input tensor, dim) -> the name of the ``torch.export.Dim`` the user gave it."""
+    if dynamic_shapes is None:
+        return {}
+    names: dict[tuple[int, int], str] = {}
+
+    def walk(value: Any, spec: Any) -> None:
+        if spec is None:
+            return
+        if isinstance(value, torch.Tensor):
+            items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)
+            for dim, dim_spec in items:
+                name = getattr(dim_spec, "__name__", None)
+                if name and not name.startswith("_"):
+                    names[(id(value), int(dim))] = name
+            return
+        if isinstance(value, Mapping) and isinstance(spec, Mapping):
+            for key in value:
+                if key in spec:
+                    walk(value[key], spec[key])
+        elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+            for item, item_spec in zip(value, spec):
+                walk(item, item_spec)
+
+    if isinstance(dynamic_shapes, Mapping):
+        forward = model.forward if isinstance(model, torch.nn.Module) else model
+        try:
+            bound = inspect.signature(forward).bind(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            bound = dict(kwargs)
+        for key, spec in dynamic_shapes.items():
+            if key in bound:
+                walk(bound[key], spec)
+    else:
+        walk(tuple(args) + tuple(kwargs.values()), tuple(dynamic_shapes))
+    return names
+
+
+def _overloads(graph_module: torch.fx.GraphModule) -> set[str]:
+    return {
+        qualified_name(n.target)
+        for n in graph_module.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    }
+
+
+def _first_lines(text: str, count: int = 6) -> str:
+    return "\n".join(text.strip().splitlines()[:count])

@@ -1,0 +1,152 @@
+"""Conversions between torch dtypes and ONNX data types, and the cost of casting between them."""
+
+from __future__ import annotations
+
+import math
+
+import onnx_ir as ir
+import torch
+
+_TORCH_TO_ONNX: dict[torch.dtype, ir.DataType] = {
+    torch.float32: ir.DataType.FLOAT,
+    torch.float16: ir.DataType.FLOAT16,
+    torch.bfloat16: ir.DataType.BFLOAT16,
+    torch.float64: ir.DataType.DOUBLE,
+    torch.int8: ir.DataType.INT8,
+    torch.int16: ir.DataType.INT16,
+    torch.int32: ir.DataType.INT32,
+    torch.int64: ir.DataType.INT64,
+    torch.uint8: ir.DataType.UINT8,
+    torch.uint16: ir.DataType.UINT16,
+    torch.uint32: ir.DataType.UINT32,
+    torch.uint64: ir.DataType.UINT64,
+    torch.bool: ir.DataType.BOOL,
+    torch.complex64: ir.DataType.COMPLEX64,
+    torch.complex128: ir.DataType.COMPLEX128,
+    torch.float8_e4m3fn: ir.DataType.FLOAT8E4M3FN,
+    torch.float8_e4m3fnuz: ir.DataType.FLOAT8E4M3FNUZ,
+    torch.float8_e5m2: ir.DataType.FLOAT8E5M2,
+    torch.float8_e5m2fnuz: ir.DataType.FLOAT8E5M2FNUZ,
+}
+_ONNX_TO_TORCH = {v: k for k, v in _TORCH_TO_ONNX.items()}
+
+
+def to_onnx(dtype: torch.dtype) -> ir.DataType:
+    try:
+        return _TORCH_TO_ONNX[dtype]
+    except KeyError:
+        raise TypeError(f"torch dtype {dtype} has no ONNX equivalent") from None
+
+
+def to_torch(dtype: ir.DataType) -> torch.dtype:
+    try:
+        return _ONNX_TO_TORCH[dtype]
+    except KeyError:
+        raise TypeError(f"ONNX data type {dtype.name} has no torch equivalent") from None
+
+
+def short_name(dtype: ir.DataType | torch.dtype | None) -> str:
+    """Compact names used in messages and reports: f32, bf16, i64, bool..."""
+    if dtype is None:
+        return "?"
+    if isinstance(dtype, torch.dtype):
+        dtype = to_onnx(dtype)
+    return _SHORT.get(dtype, dtype.name.lower())
+
+
+_SHORT = {
+    ir.DataType.FLOAT: "f32",
+    ir.DataType.FLOAT16: "f16",
+    ir.DataType.BFLOAT16: "bf16",
+    ir.DataType.DOUBLE: "f64",
+    ir.DataType.INT8: "i8",
+    ir.DataType.INT16: "i16",
+    ir.DataType.INT32: "i32",
+    ir.DataType.INT64: "i64",
+    ir.DataType.UINT8: "u8",
+    ir.DataType.UINT16: "u16",
+    ir.DataType.UINT32: "u32",
+    ir.DataType.UINT64: "u64",
+    ir.DataType.BOOL: "bool",
+    ir.DataType.COMPLEX64: "c64",
+    ir.DataType.COMPLEX128: "c128",
+}
+
+# (kind, significant bits, exponent range) summarises what a type can hold exactly.
+_FLOATS = {  # dtype -> (mantissa bits incl. implicit, max exponent)
+    ir.DataType.FLOAT16: (11, 15),
+    ir.DataType.BFLOAT16: (8, 127),
+    ir.DataType.FLOAT: (24, 127),
+    ir.DataType.DOUBLE: (53, 1023),
+}
+_INTS = {  # dtype -> (signed, bits)
+    ir.DataType.UINT8: (False, 8),
+    ir.DataType.INT8: (True, 8),
+    ir.DataType.INT16: (True, 16),
+    ir.DataType.UINT16: (False, 16),
+    ir.DataType.INT32: (True, 32),
+    ir.DataType.UINT32: (False, 32),
+    ir.DataType.INT64: (True, 64),
+    ir.DataType.UINT64: (False, 64),
+}
+
+LOSSY = 100.0
+IMPOSSIBLE = math.inf
+
+
+def is_complex(dtype: ir.DataType) -> bool:
+    return dtype in (ir.DataType.COMPLEX64, ir.DataType.COMPLEX128)
+
+
+def is_float(dtype: ir.DataType) -> bool:
+    return dtype in _FLOATS
+
+
+def is_int(dtype: ir.DataType) -> bool:
+    return dtype in _INTS
+
+
+def is_lossless(src: ir.DataType, dst: ir.DataType) -> bool:
+    """True when every value of `src` is represented exactly in `dst`."""
+    if src == dst:
+        return True
+    if src == ir.DataType.BOOL:
+        return dst in _INTS or dst in _FLOATS
+    if src in _FLOATS and dst in _FLOATS:
+        (m1, e1), (m2, e2) = _FLOATS[src], _FLOATS[dst]
+        return m1 <= m2 and e1 <= e2
+    if src in _INTS and dst in _INTS:
+        (s1, b1), (s2, b2) = _INTS[src], _INTS[dst]
+        if s1 == s2:
+            return b1 <= b2
+        return (not s1) and s2 and b1 < b2
+    if src in _INTS and dst in _FLOATS:
+        signed, bits = _INTS[src]
+        return bits - (1 if signed else 0) <= _FLOATS[dst][0]
+    return False
+
+
+def cast_cost(src: ir.DataType, dst: ir.DataType) -> float:
+    """Cost of casting a tensor from `src` to `dst` so an implementation can take it.
+
+    Lossless casts are cheap and ranked: float widening first, then bool to a number, then
+    integer widening, then integer to float. Any lossy cast costs more than any combination of
+    lossless ones, so the dispatcher never picks a lossy cast when a lossless one exists.
+    Casting to bool or across complex and real is never done implicitly.
+    """
+    if src == dst:
+        return 0.0
+    if dst == ir.DataType.BOOL or is_complex(src) != is_complex(dst):
+        return IMPOSSIBLE
+    size_step = max(dst.itemsize - src.itemsize, 0) / 8  # prefer the narrowest sufficient type
+    if is_lossless(src, dst):
+        if src in _FLOATS:
+            base = 1.0
+        elif src == ir.DataType.BOOL:
+            base = 2.0
+        elif dst in _INTS:
+            base = 3.0
+        else:
+            base = 4.0
+        return base + size_step
+    return LOSSY + size_step

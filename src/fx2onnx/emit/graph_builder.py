@@ -1,0 +1,308 @@
+"""Emit: walk the captured FX graph once and build an ``onnx_ir`` graph.
+
+One method per FX node kind, as in ``torch.fx.Interpreter``. Each ``call_function`` node is
+dispatched through the registry; the chosen implementation runs under the recorder, with Casts
+inserted where the dispatcher chose a cast match; its outputs are then given eager's dtype (a
+cast back where the implementation computed in another type) and eager's shape, taken from the
+node's ``meta["val"]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+import sympy
+import torch
+import torch.fx
+from onnx_ir.tensor_adapters import TorchTensor
+
+from fx2onnx import dtypes
+from fx2onnx.capture import CapturedGraph
+from fx2onnx.dispatch import Dispatcher, DispatchDecision, value_dtype
+from fx2onnx.emit.recorder import GraphRecorder
+from fx2onnx.errors import LoweringError, describe_value, source_line
+
+TORCHLIB_OPSET = 18
+METADATA_PREFIX = "pkg.fx2onnx"
+
+
+@dataclasses.dataclass
+class CastRecord:
+    """A Cast the exporter inserted: where, from what to what, and why."""
+
+    node: str
+    value: str
+    from_dtype: str
+    to_dtype: str
+    reason: str  # "dispatch": to fit the implementation; "eager-dtype": back to eager's dtype; "legalize"
+
+
+@dataclasses.dataclass
+class EmitResult:
+    model: ir.Model
+    decisions: list[DispatchDecision]
+    casts: list[CastRecord]
+
+
+class GraphEmitter:
+    """Builds the ONNX graph for a :class:`CapturedGraph`."""
+
+    def __init__(
+        self,
+        captured: CapturedGraph,
+        dispatcher: Dispatcher,
+        *,
+        input_names: Sequence[str] | None = None,
+        output_names: Sequence[str] | None = None,
+        dim_names: Mapping[Any, str] | None = None,
+    ) -> None:
+        self.captured = captured
+        self.dispatcher = dispatcher
+        self.input_names = list(input_names or [])
+        self.output_names = list(output_names or [])
+        self.symbol_names: dict[sympy.Symbol, str] = dict(dim_names or {})
+        self.graph = ir.Graph([], [], nodes=[], name="main_graph")
+        self.opset_imports: dict[str, int] = {"": TORCHLIB_OPSET}
+        self.recorder = GraphRecorder(self.graph, self.opset_imports)
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.casts: list[CastRecord] = []
+        self._named: set[int] = set()  # ids of values named after an FX node
+
+    # --- driver ---------------------------------------------------------------------------------
+    def run(self) -> EmitResult:
+        for node in self.captured.graph.nodes:
+            getattr(self, node.op)(node)
+        model = ir.Model(
+            self.graph,
+            ir_version=8,
+            producer_name="fx2onnx",
+            producer_version=_version(),
+            functions=list(self.recorder.functions.values()),
+        )
+        self.graph.opset_imports.update(self.opset_imports)
+        return EmitResult(model, self.dispatcher.decisions, self.casts)
+
+    # --- node kinds -----------------------------------------------------------------------------
+    def placeholder(self, node: torch.fx.Node) -> None:
+        if node in self.captured.weights:
+            name, tensor = self.captured.weights[node]
+            if not tensor.is_contiguous():
+                tensor = tensor.contiguous()
+            value = ir.Value(
+                name=name,
+                type=ir.TensorType(dtypes.to_onnx(tensor.dtype)),
+                shape=ir.Shape(tuple(tensor.shape)),
+                const_value=TorchTensor(tensor, name=name),
+            )
+            self.graph.register_initializer(value)
+        elif node in self.captured.constant_inputs:
+            value = self.captured.constant_inputs[node]
+        else:
+            index = len(self.graph.inputs)
+            name = self.input_names[index] if index < len(self.input_names) else node.name
+            value = ir.Value(name=name)
+            self._set_type(value, node.meta.get("val"))
+            self.graph.inputs.append(value)
+            self._named.add(id(value))
+        self.env[node] = value
+
+    def get_attr(self, node: torch.fx.Node) -> None:
+        attribute = self.captured.graph_module
+        for part in str(node.target).split("."):
+            attribute = getattr(attribute, part)
+        if isinstance(attribute, torch.Tensor):
+            tensor = attribute.detach().contiguous()
+            value = ir.Value(
+                name=str(node.target),
+                type=ir.TensorType(dtypes.to_onnx(tensor.dtype)),
+                shape=ir.Shape(tuple(tensor.shape)),
+                const_value=TorchTensor(tensor, name=str(node.target)),
+            )
+            self.graph.register_initializer(value)
+            self.env[node] = value
+        else:
+            self.env[node] = attribute  # a submodule (e.g. a higher-order op's body)
+
+    def call_function(self, node: torch.fx.Node) -> None:
+        if node.target is operator.getitem and isinstance(self.env.get(node.args[0]), (tuple, list)):
+            self.env[node] = self.env[node.args[0]][node.args[1]]
+            self._finish(node, self.env[node], reason_node=node)
+            return
+        decision = self.dispatcher.dispatch(node)
+        candidate = decision.chosen
+        assert candidate is not None
+        implementation = candidate.implementation
+        with self.recorder.recording(self._metadata(node)):
+            kwargs = {
+                name: self._argument(node, name, value, candidate.casts.get(name))
+                for name, value in candidate.arguments.items()
+            }
+            try:
+                result = _call(implementation.function, kwargs)
+            except Exception as error:  # noqa: BLE001 - re-raised with the node's context
+                arguments = ", ".join(f"{k}={describe_value(v)}" for k, v in candidate.arguments.items())
+                raise LoweringError(
+                    f"{implementation.name} failed to lower node `{node.name}` ({decision.target}) with "
+                    f"{arguments}: {type(error).__name__}: {error}\n  from: {source_line(node)}\n"
+                    f"  remedy: register a working implementation with fx2onnx.register('{decision.target}', fn)"
+                ) from error
+            self.env[node] = self._finish(node, result, reason_node=node)
+
+    def output(self, node: torch.fx.Node) -> None:
+        outputs = self.captured.user_outputs
+        from fx2onnx.capture import output_paths
+
+        names = self.output_names or output_paths(self.captured.out_spec, len(outputs))
+        used: set[int] = set()
+        with self.recorder.recording({f"{METADATA_PREFIX}.fx_node": "output"}):
+            for index, arg in enumerate(outputs):
+                value = self.env[arg] if isinstance(arg, torch.fx.Node) else self.recorder.constant(arg)
+                if not isinstance(value, ir.Value):
+                    value = self.recorder.constant(value)
+                if value.is_graph_input() or value.is_initializer() or id(value) in used or value.producer() is None:
+                    (copy,) = self.recorder.add_node("", "Identity", [value])
+                    copy.type, copy.shape = value.type, value.shape
+                    value = copy
+                used.add(id(value))
+                name = names[index] if index < len(names) else f"output_{index}"
+                value.name = name
+                self.graph.outputs.append(value)
+
+    # --- helpers ----------------------------------------------------------------------------------
+    def _argument(self, node: torch.fx.Node, name: str, value: Any, cast_to: ir.DataType | None) -> Any:
+        """FX argument -> what an onnxscript function takes (values, Python scalars, ONNX dtypes)."""
+        if isinstance(value, torch.fx.Node):
+            converted = self.env[value]
+            if cast_to is not None and isinstance(converted, ir.Value):
+                converted = self._cast(node, converted, cast_to, "dispatch")
+            return converted
+        if isinstance(value, (list, tuple)):
+            return [self._argument(node, name, v, cast_to) for v in value]
+        if isinstance(value, torch.dtype):
+            return int(dtypes.to_onnx(value))
+        if isinstance(value, (torch.device, torch.layout, torch.memory_format)):
+            return None
+        if isinstance(value, torch.Tensor):  # a constant tensor baked into the graph
+            return self.recorder.constant(value.detach().numpy())
+        return value
+
+    def _cast(self, node: torch.fx.Node, value: ir.Value, dtype: ir.DataType, reason: str) -> ir.Value:
+        if value.dtype == dtype:
+            return value
+        self.casts.append(
+            CastRecord(node.name, value.name or "", dtypes.short_name(value.dtype), dtypes.short_name(dtype), reason)
+        )
+        if value.const_value is not None and value.producer() is not None and value.producer().op_type == "Constant":
+            return self.recorder.constant(value.const_value.numpy(), dtype)  # fold the Cast into the constant
+        return self.recorder.cast(value, dtype)
+
+    def _finish(self, node: torch.fx.Node, result: Any, *, reason_node: torch.fx.Node) -> Any:
+        """Give the implementation's outputs eager's dtypes, shapes and the FX node's name."""
+        val = node.meta.get("val")
+        if isinstance(result, ir.Value):
+            return self._finish_value(node, result, val, node.name)
+        if isinstance(result, (tuple, list)):
+            vals = val if isinstance(val, (tuple, list)) else [None] * len(result)
+            finished = []
+            for index, (item, item_val) in enumerate(zip(result, vals)):
+                if isinstance(item, ir.Value):
+                    item = self._finish_value(node, item, item_val, f"{node.name}_{index}")
+                finished.append(item)
+            return tuple(finished)
+        return result
+
+    def _finish_value(self, node: torch.fx.Node, value: ir.Value, val: Any, name: str) -> ir.Value:
+        expected = _meta_dtype(val)
+        if expected is not None and value.dtype is not None and value.dtype != expected:
+            value = self._cast(node, value, expected, "eager-dtype")
+        self._set_type(value, val)
+        owned = value.is_graph_input() or value.is_initializer() or id(value) in self._named
+        if not owned and value.producer() is not None and value.producer().op_type != "Constant":
+            value.name = name
+            self._named.add(id(value))
+        return value
+
+    def _set_type(self, value: ir.Value, val: Any) -> None:
+        dtype = _meta_dtype(val)
+        if dtype is not None:
+            value.dtype = dtype
+        if isinstance(val, torch.Tensor):
+            value.shape = ir.Shape([self._dim(d) for d in val.shape])
+        elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
+            value.shape = ir.Shape([])
+
+    def _dim(self, dim: int | torch.SymInt) -> int | ir.SymbolicDim:
+        if isinstance(dim, int):
+            return dim
+        expr = dim.node.expr
+        if isinstance(expr, sympy.Integer):
+            return int(expr)
+        if isinstance(expr, sympy.Symbol):
+            return ir.SymbolicDim(self.symbol_names.get(expr, str(expr)))
+        renamed = expr.subs({s: sympy.Symbol(n) for s, n in self.symbol_names.items() if s in expr.free_symbols})
+        return ir.SymbolicDim(str(renamed))
+
+    def _metadata(self, node: torch.fx.Node) -> dict[str, str]:
+        metadata = {
+            f"{METADATA_PREFIX}.fx_node": node.name,
+            f"{METADATA_PREFIX}.target": str(node.target),
+        }
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            path, kind = list(stack.values())[-1]
+            metadata["namespace"] = f"{path}: {getattr(kind, '__name__', kind)}"
+        trace = node.meta.get("stack_trace")
+        if trace:
+            metadata[f"{METADATA_PREFIX}.stack_trace"] = trace
+        return metadata
+
+
+def _call(function: Any, kwargs: dict[str, Any]) -> Any:
+    """Call an onnxscript function; leading parameters go by position (`self` clashes with the method's)."""
+    positional = []
+    for param in function.op_signature.params:
+        if param.name not in kwargs:
+            break
+        positional.append(kwargs.pop(param.name))
+    return function(*positional, **kwargs)
+
+
+def _meta_dtype(val: Any) -> ir.DataType | None:
+    if isinstance(val, torch.Tensor):
+        return dtypes.to_onnx(val.dtype)
+    if isinstance(val, (torch.SymBool, bool)):
+        return ir.DataType.BOOL
+    if isinstance(val, (torch.SymInt, int)):
+        return ir.DataType.INT64
+    if isinstance(val, (torch.SymFloat, float)):
+        return ir.DataType.FLOAT
+    return None
+
+
+def symbol_names_for(captured: CapturedGraph, user_dims: Mapping[tuple[int, int], str], flat_inputs: Sequence[Any]) -> dict[sympy.Symbol, str]:
+    """Map torch's shape symbols (s0, s35...) to the names of the user's ``Dim`` objects."""
+    names: dict[sympy.Symbol, str] = {}
+    tensors = [x for x in flat_inputs if isinstance(x, torch.Tensor)]
+    for node, example in zip(captured.user_inputs, tensors):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for index, dim in enumerate(val.shape):
+            if isinstance(dim, torch.SymInt) and isinstance(dim.node.expr, sympy.Symbol):
+                name = user_dims.get((id(example), index))
+                if name and dim.node.expr not in names:
+                    names[dim.node.expr] = name
+    return names
+
+
+def _version() -> str:
+    from fx2onnx import __version__
+
+    return __version__
+
+
+__all__ = ["CastRecord", "EmitResult", "GraphEmitter", "symbol_names_for", "value_dtype"]

@@ -1,0 +1,201 @@
+"""``fx2onnx.export``: capture -> FX passes -> dispatch/emit -> finalize -> ONNXProgram.
+
+Each stage is a module of its own; this file only wires them together and times them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+import torch
+
+from fx2onnx import capture as capture_stage
+from fx2onnx import passes
+from fx2onnx.dispatch import Dispatcher
+from fx2onnx.emit.graph_builder import TORCHLIB_OPSET, GraphEmitter, symbol_names_for
+from fx2onnx.errors import ExportError, InvalidModelError
+from fx2onnx.program import ONNXProgram
+from fx2onnx.registry import Registry, apply_translation_table, global_registry
+from fx2onnx.report import ExportReport
+
+
+def export(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: tuple[Any, ...] | Any = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    opset_version: int = TORCHLIB_OPSET,
+    registry: Registry | None = None,
+    custom_translation_table: Mapping[Any, Any] | None = None,
+    strict: bool = False,
+    extractor: str | capture_stage.Extractor = "torch.export",
+    optimize: bool = True,
+    f: str | os.PathLike[str] | None = None,
+    external_data: bool | None = None,
+    verify: bool = False,
+) -> ONNXProgram:
+    """Export `model` to ONNX through its FX graph.
+
+    Arguments follow ``torch.onnx.export``. `f`, when given, is where the model is saved (only
+    once the whole export succeeded). `verify=True` runs the model in ONNX Runtime on `args`
+    and raises :class:`fx2onnx.errors.VerificationError` if any output differs from eager.
+    """
+    if not isinstance(args, tuple):
+        args = (args,)
+    kwargs = dict(kwargs or {})
+    check_opset(opset_version)
+    registry = apply_translation_table(registry or global_registry(), dict(custom_translation_table or {}))
+    if isinstance(extractor, str):
+        try:
+            extractor = capture_stage.EXTRACTORS[extractor](strict)
+        except KeyError:
+            raise ValueError(f"unknown extractor {extractor!r}; choose from {sorted(capture_stage.EXTRACTORS)}") from None
+
+    report = ExportReport(model_name=type(model).__name__, opset=opset_version, target="onnxruntime-cpu")
+    timer = _StageTimer(report.stage_seconds)
+
+    with timer("capture"):
+        captured = extractor.capture(model, args, kwargs, dynamic_shapes, capture_stage.decomposition_table(registry))
+    report.strategy = captured.strategy
+    report.decomposed = captured.decomposed
+    report.graph_nodes = len(captured.graph.nodes)
+
+    with timer("fx passes"):
+        report.fx_passes = passes.run_fx_passes(captured)
+
+    with timer("dispatch+emit"):
+        flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
+        user_dims = capture_stage.dim_names(model, args, kwargs, dynamic_shapes)
+        dispatcher = Dispatcher(registry, TORCHLIB_OPSET)
+        emitter = GraphEmitter(
+            captured,
+            dispatcher,
+            input_names=input_names,
+            output_names=output_names,
+            dim_names=symbol_names_for(captured, user_dims, flat_inputs),
+        )
+        result = emitter.run()
+    report.decisions = result.decisions
+    report.casts = result.casts
+    model_ir = result.model
+
+    with timer("finalize"):
+        finalize(model_ir, opset_version, optimize=optimize)
+
+    if isinstance(model, torch.export.ExportedProgram):
+        module = model.module()
+    else:
+        module = model
+    program = ONNXProgram(
+        model_ir,
+        exported_program=captured.exported_program,
+        module=module,
+        in_spec=captured.in_spec,
+        report=report,
+    )
+    if verify:
+        with timer("verify"):
+            report.verification = program.verify(*args, **kwargs)
+        failed = [str(v) for v in report.verification if not v.passed]
+        if failed:
+            from fx2onnx.errors import VerificationError
+
+            raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed))
+    if f is not None:
+        with timer("save"):
+            program.save(f, external_data=external_data)
+    return program
+
+
+def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
+    """Inline script functions, optimize, convert the opset, infer shapes and check the model."""
+    common_passes.InlinePass()(model)
+    common_passes.RemoveUnusedFunctionsPass()(model)
+    if optimize:
+        import onnxscript.optimizer
+
+        onnxscript.optimizer.optimize_ir(model)
+    if opset_version != TORCHLIB_OPSET:
+        import onnxscript.version_converter
+
+        onnxscript.version_converter.convert_version(model, opset_version)
+    common_passes.RemoveUnusedNodesPass()(model)
+    common_passes.RemoveUnusedOpsetsPass()(model)
+    model.graph.opset_imports[""] = opset_version
+    model.ir_version = _ir_version(opset_version)
+    common_passes.ShapeInferencePass()(model)
+    check_model(model)
+
+
+def check_model(model: ir.Model) -> None:
+    """``onnx.checker.check_model(full_check=True)``; on failure, name the offending node."""
+    try:
+        common_passes.CheckerPass(full_check=True)(model)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+        message = str(error)
+        culprit = next((n for n in model.graph if n.name and n.name in message), None)
+        where = ""
+        if culprit is not None:
+            fx_node = culprit.metadata_props.get("pkg.fx2onnx.fx_node", "?")
+            where = f" at ONNX node {culprit.name} ({culprit.op_type}) from FX node `{fx_node}`"
+        raise InvalidModelError(f"the exported model fails the ONNX checker{where}: {message.strip()}") from error
+
+
+def _ir_version(opset: int) -> int:
+    return onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", opset)], ignore_unknown=True)
+
+
+@functools.cache
+def max_opset() -> int:
+    """The newest opset both the installed onnx and ONNX Runtime accept."""
+    import onnxruntime
+
+    newest = onnx.defs.onnx_opset_version()
+    for opset in range(newest, TORCHLIB_OPSET - 1, -1):
+        graph = onnx.helper.make_graph(
+            [onnx.helper.make_node("Identity", ["x"], ["y"])],
+            "probe",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+        )
+        probe = onnx.helper.make_model(
+            graph, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=_ir_version(opset)
+        )
+        try:
+            onnxruntime.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+            return opset
+        except Exception:  # noqa: BLE001 - a refusal means this opset is too new
+            continue
+    return TORCHLIB_OPSET
+
+
+def check_opset(opset_version: int) -> None:
+    if not isinstance(opset_version, int) or not TORCHLIB_OPSET <= opset_version <= max_opset():
+        raise ExportError(
+            f"opset_version={opset_version!r} is not supported: choose from {TORCHLIB_OPSET} to {max_opset()} "
+            f"(the newest opset both onnx {onnx.__version__} and the installed onnxruntime accept)"
+        )
+
+
+class _StageTimer:
+    def __init__(self, sink: dict[str, float]) -> None:
+        self.sink = sink
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.sink[stage] = self.sink.get(stage, 0.0) + time.perf_counter() - start

@@ -1,0 +1,1 @@
+"""Target legalization: make every node's types legal for the target runtime."""

@@ -1,0 +1,37 @@
+"""fx2onnx's own implementations, for operators torchlib lacks or lowers wrongly.
+
+Each module registers its rules where they are defined, with :func:`lowering`, in the manner of
+JAX's ``register_lowering``; importing this package collects them all.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import onnxscript
+from onnxscript.values import TracedOnnxFunction
+
+DOMAIN = "pkg.fx2onnx"
+_OPSET = onnxscript.values.Opset(DOMAIN, 1)
+_RULES: list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]] = []
+_MODULES = ("core",)
+
+
+def lowering(*targets: str, opset: tuple[int, int | None] = (18, None)) -> Callable[[Callable[..., Any]], TracedOnnxFunction]:
+    """Register the decorated (traced) function as fx2onnx's implementation of `targets`."""
+
+    def decorate(function: Callable[..., Any]) -> TracedOnnxFunction:
+        traced = TracedOnnxFunction(_OPSET, function)
+        for target in targets:
+            _RULES.append((target, traced, opset))
+        return traced
+
+    return decorate
+
+
+def own_lowerings() -> list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]]:
+    for module in _MODULES:
+        importlib.import_module(f"{__name__}.{module}")
+    return list(_RULES)

@@ -1,0 +1,230 @@
+"""The exported program: the ONNX model, with save, run (ONNX Runtime) and verify (against eager)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import onnx
+import onnx_ir as ir
+import torch
+import torch.utils._pytree as pytree
+
+from fx2onnx import dtypes
+from fx2onnx.capture import flatten_inputs
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+    from fx2onnx.report import ExportReport
+
+# Above this many bytes of weights, a model goes to external data (protobuf's limit is 2 GB).
+EXTERNAL_DATA_THRESHOLD = int(1.5 * 1024**3)
+
+# Default (rtol, atol) per dtype when comparing with eager: ONNX Runtime's kernels differ from
+# torch's in accumulation order, so float32 gets more room than torch.testing's defaults.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-5, 1e-6),
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+}
+
+
+@dataclasses.dataclass
+class OutputVerification:
+    """How one ONNX output compares with eager."""
+
+    name: str
+    expected_dtype: str
+    actual_dtype: str
+    expected_shape: tuple[int, ...]
+    actual_shape: tuple[int, ...]
+    max_abs_error: float
+    max_rel_error: float
+    rtol: float
+    atol: float
+    passed: bool
+
+    def __str__(self) -> str:
+        status = "ok" if self.passed else "MISMATCH"
+        return (
+            f"{self.name}: {status} dtype {self.actual_dtype} (eager {self.expected_dtype}) shape "
+            f"{list(self.actual_shape)} max abs err {self.max_abs_error:.3g} max rel err {self.max_rel_error:.3g}"
+        )
+
+
+class ONNXProgram:
+    """An exported model. Run it with ``program(*args)``; compare with eager with ``verify``."""
+
+    def __init__(
+        self,
+        model: ir.Model,
+        *,
+        exported_program: torch.export.ExportedProgram | None,
+        module: Any,
+        in_spec: pytree.TreeSpec | None,
+        report: ExportReport | None = None,
+    ) -> None:
+        self.model = model
+        self.exported_program = exported_program
+        self.report = report
+        self._module = module
+        self._in_spec = in_spec
+        self._session: onnxruntime.InferenceSession | None = None
+
+    # --- the model ------------------------------------------------------------------------------
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        return ir.to_proto(self.model)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(v.const_value.nbytes for v in self.model.graph.initializers.values() if v.const_value is not None)
+
+    def save(self, path: str | os.PathLike[str], *, external_data: bool | str | None = None) -> None:
+        """Write the model; weights go to ``<name>.data`` when asked or above 1.5 GB.
+
+        The write is atomic: files are written in a temporary folder beside `path` and moved into
+        place only once complete, so a failure leaves no partial file.
+        """
+        path = os.path.abspath(os.fspath(path))
+        directory, filename = os.path.split(path)
+        os.makedirs(directory, exist_ok=True)
+        if external_data is None:
+            external_data = self.weight_bytes > EXTERNAL_DATA_THRESHOLD
+        data_name = external_data if isinstance(external_data, str) else (f"{filename}.data" if external_data else None)
+        staging = tempfile.mkdtemp(prefix=".fx2onnx-", dir=directory)
+        try:
+            staged_model = os.path.join(staging, filename)
+            ir.save(self.model, staged_model, external_data=data_name)
+            if data_name is not None:
+                os.replace(os.path.join(staging, data_name), os.path.join(directory, data_name))
+            os.replace(staged_model, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    # --- running --------------------------------------------------------------------------------
+    def session(self) -> onnxruntime.InferenceSession:
+        if self._session is None:
+            import onnxruntime
+
+            options = onnxruntime.SessionOptions()
+            options.log_severity_level = 3
+            if self.weight_bytes > EXTERNAL_DATA_THRESHOLD:
+                with tempfile.TemporaryDirectory() as folder:
+                    path = os.path.join(folder, "model.onnx")
+                    self.save(path, external_data=True)
+                    self._session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            else:
+                self._session = onnxruntime.InferenceSession(
+                    self.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+                )
+        return self._session
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        """Run in ONNX Runtime; returns the flat list of outputs as torch tensors."""
+        import onnxruntime
+
+        session = self.session()
+        flat = [x for x in flatten_inputs(self._in_spec, args, kwargs) if isinstance(x, (torch.Tensor, int, float, bool))]
+        names = [i.name for i in session.get_inputs()]
+        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+        if len(tensors) != len(names):
+            raise ValueError(f"the model takes {len(names)} tensor inputs ({names}), got {len(tensors)}")
+        feed = {name: _to_ortvalue(onnxruntime, tensor) for name, tensor in zip(names, tensors)}
+        outputs = session.run_with_ort_values([o.name for o in session.get_outputs()], feed)
+        return [_to_torch(value) for value in outputs]
+
+    def verify(
+        self, *args: Any, rtol: float | None = None, atol: float | None = None, **kwargs: Any
+    ) -> list[OutputVerification]:
+        """Run eager and ONNX Runtime on the same inputs and compare every output."""
+        with torch.no_grad():
+            expected = self._module(*args, **kwargs)
+        expected_flat = [x for x in pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
+        actual = self(*args, **kwargs)
+        names = [v.name or f"output_{i}" for i, v in enumerate(self.model.graph.outputs)]
+        if len(actual) != len(expected_flat):
+            raise AssertionError(f"ONNX gives {len(actual)} outputs, eager {len(expected_flat)}")
+        return [compare(name, e, a, rtol=rtol, atol=atol) for name, e, a in zip(names, expected_flat, actual)]
+
+
+def compare(
+    name: str, expected: torch.Tensor, actual: torch.Tensor, *, rtol: float | None = None, atol: float | None = None
+) -> OutputVerification:
+    default_rtol, default_atol = TOLERANCES.get(expected.dtype, (0.0, 0.0))
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+    same_shape = tuple(expected.shape) == tuple(actual.shape)
+    same_dtype = expected.dtype == actual.dtype
+    max_abs = max_rel = 0.0
+    close = False
+    if same_shape:
+        e = expected.detach().to(torch.float64) if not expected.dtype.is_complex else expected.detach()
+        a = actual.detach().to(e.dtype)
+        if e.numel():
+            both_nan = torch.isnan(e) & torch.isnan(a) if e.is_floating_point() else torch.zeros_like(e, dtype=torch.bool)
+            same_inf = torch.isinf(e) & (e == a) if e.is_floating_point() else torch.zeros_like(e, dtype=torch.bool)
+            diff = (e - a).abs()
+            diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
+            diff = torch.nan_to_num(diff, nan=float("inf"))
+            max_abs = float(diff.max())
+            rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+            rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
+            max_rel = float(rel.max())
+            close = bool((diff <= atol + rtol * e.abs()).all())
+        else:
+            close = True
+    return OutputVerification(
+        name=name,
+        expected_dtype=str(expected.dtype).removeprefix("torch."),
+        actual_dtype=str(actual.dtype).removeprefix("torch."),
+        expected_shape=tuple(expected.shape),
+        actual_shape=tuple(actual.shape),
+        max_abs_error=max_abs,
+        max_rel_error=max_rel,
+        rtol=rtol,
+        atol=atol,
+        passed=same_shape and same_dtype and close,
+    )
+
+
+def _to_ortvalue(onnxruntime: Any, tensor: torch.Tensor) -> Any:
+    tensor = tensor.detach().cpu().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            tensor.view(torch.uint16).numpy(), onnx_element_type=int(ir.DataType.BFLOAT16)
+        )
+    return onnxruntime.OrtValue.ortvalue_from_numpy(tensor.numpy())
+
+
+_ORT_TYPE_NAMES = {f"tensor({dtype.name.lower()})": dtype for dtype in ir.DataType}
+_ORT_TYPE_NAMES["tensor(float)"] = ir.DataType.FLOAT
+_ORT_TYPE_NAMES["tensor(double)"] = ir.DataType.DOUBLE
+
+
+def _to_torch(value: Any) -> torch.Tensor:
+    dtype = _ORT_TYPE_NAMES.get(value.data_type())
+    if dtype is not None and dtype.numpy() is not None and dtype != ir.DataType.BFLOAT16:
+        try:
+            return torch.from_numpy(value.numpy())
+        except (TypeError, RuntimeError):
+            pass
+    # No numpy type (bfloat16, float8): copy the raw bytes into a torch tensor of the same dtype.
+    torch_dtype = dtypes.to_torch(dtype) if dtype is not None else None
+    if torch_dtype is None:
+        raise TypeError(f"cannot convert ONNX Runtime output of type {value.data_type()}")
+    result = torch.empty(tuple(value.shape()), dtype=torch_dtype)
+    if result.numel():
+        ctypes.memmove(result.data_ptr(), value.data_ptr(), value.tensor_size_in_bytes())
+    return result
+
+
+def summarize(results: Sequence[OutputVerification]) -> str:
+    return "\n".join(str(r) for r in results)
