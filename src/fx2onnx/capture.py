@@ -72,15 +72,25 @@ def decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
     return dict(table.items())
 
 
-def _registry_keeps(registry: Registry) -> Callable[[Any], bool]:
-    return lambda op: registry.is_registered(op)
+def fallback_decompositions(graph_module: torch.fx.GraphModule, registry: Registry) -> dict[Any, Callable[..., Any]]:
+    """Decompositions, from torch's full table, for overloads still in the graph that the registry lacks."""
+    from torch._decomp import decomposition_table as full_table
+
+    needed = {}
+    for node in graph_module.graph.nodes:
+        target = node.target
+        is_overload = node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+        if is_overload and not registry.is_registered(target) and target in full_table:
+            needed[target] = full_table[target]
+    return needed
 
 
 class TorchExportExtractor:
     """``torch.export.export``; non-strict unless ``strict=True``."""
 
-    def __init__(self, strict: bool = False) -> None:
+    def __init__(self, strict: bool = False, registry: Registry | None = None) -> None:
         self.strict = strict
+        self.registry = registry
         self.name = f"torch.export({'strict' if strict else 'non-strict'})"
 
     def capture(
@@ -96,10 +106,8 @@ class TorchExportExtractor:
             program = model
         else:
             try:
-                program = torch.export.export(
-                    model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=self.strict
-                )
-            except Exception as error:  # noqa: BLE001 - re-raised with context
+                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=self.strict)
+            except Exception as error:
                 raise CaptureError(
                     f"{self.name} could not capture {type(model).__name__}: {type(error).__name__}: "
                     f"{_first_lines(str(error))}\n  remedy: try strict={not self.strict}, "
@@ -107,6 +115,11 @@ class TorchExportExtractor:
                 ) from error
         before = _overloads(program.graph_module)
         program = program.run_decompositions(dict(decompositions))
+        if self.registry is not None:
+            # What neither the registry nor torch's default table handles: decompose with torch's full table.
+            extra = fallback_decompositions(program.graph_module, self.registry)
+            if extra:
+                program = program.run_decompositions(extra)
         after = _overloads(program.graph_module)
         captured = from_exported_program(program, self.name)
         captured.seconds = time.perf_counter() - start
@@ -181,9 +194,9 @@ class SymbolicTraceExtractor:
         )
 
 
-EXTRACTORS: dict[str, Callable[[bool], Extractor]] = {
-    "torch.export": lambda strict: TorchExportExtractor(strict),
-    "symbolic_trace": lambda strict: SymbolicTraceExtractor(),
+EXTRACTORS: dict[str, Callable[[bool, Registry], Extractor]] = {
+    "torch.export": lambda strict, registry: TorchExportExtractor(strict, registry),
+    "symbolic_trace": lambda strict, registry: SymbolicTraceExtractor(),
 }
 
 
@@ -211,9 +224,7 @@ def from_exported_program(program: ExportedProgram, strategy: str) -> CapturedGr
             raise CaptureError(f"placeholder {node.name} of kind {spec.kind.name} is not supported")
     output = next(n for n in graph_module.graph.nodes if n.op == "output")
     user_outputs = [
-        arg
-        for arg, spec in zip(output.args[0], signature.output_specs)
-        if spec.kind == OutputKind.USER_OUTPUT
+        arg for arg, spec in zip(output.args[0], signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT
     ]
     return CapturedGraph(
         graph_module=graph_module,
@@ -263,7 +274,9 @@ def _key_name(key: Any) -> str:
     return str(key).strip("[].'\"")
 
 
-def dim_names(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> dict[tuple[int, int], str]:
+def dim_names(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> dict[tuple[int, int], str]:
     """(id of input tensor, dim) -> the name of the ``torch.export.Dim`` the user gave it."""
     if dynamic_shapes is None:
         return {}

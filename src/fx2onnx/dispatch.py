@@ -135,7 +135,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
     try:
         return bool(a == b) and type(a) is type(b)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 
@@ -187,11 +187,7 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
         if values[source] is not None:
             arguments[param.name] = values[source]
 
-    has_complex = any(
-        d is not None and dtypes.is_complex(d)
-        for _, v in named
-        for d in (_argument_dtypes(v) or [])
-    )
+    has_complex = any(d is not None and dtypes.is_complex(d) for _, v in named for d in (_argument_dtypes(v) or []))
     if has_complex != implementation.complex:
         kind = "complex" if implementation.complex else "real"
         return Candidate(implementation, "rejected", f"takes {kind} inputs only")
@@ -204,11 +200,9 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
             if isinstance(param, schemas.Parameter) and param.variadic:
                 continue
             return Candidate(implementation, "rejected", f"requires `{param.name}`, which the node does not give")
-        if isinstance(param, schemas.AttributeParameter) and param.name in arguments:
-            if _is_symbolic(arguments[param.name]):
-                return Candidate(
-                    implementation, "rejected", f"needs `{param.name}` as a constant but it is symbolic"
-                )
+        is_attribute = isinstance(param, schemas.AttributeParameter) and param.name in arguments
+        if is_attribute and _is_symbolic(arguments[param.name]):
+            return Candidate(implementation, "rejected", f"needs `{param.name}` as a constant but it is symbolic")
 
     # Group tensor inputs by type variable.
     groups: dict[str, list[tuple[str, ir.DataType]]] = {}
@@ -235,7 +229,9 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
         if math.isinf(best_cost):
             shown = ", ".join(f"{p}: {dtypes.short_name(d)}" for p, d in members)
             names = ",".join(sorted(dtypes.short_name(d) for d in legal)) or "none"
-            return Candidate(implementation, "rejected", f"{var} allows {{{names}}}; no lossless or lossy cast from {shown}")
+            return Candidate(
+                implementation, "rejected", f"{var} allows {{{names}}}; no lossless or lossy cast from {shown}"
+            )
         assert best is not None
         cost += best_cost
         for param_name, d in members:

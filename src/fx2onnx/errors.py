@@ -28,9 +28,7 @@ class UnsupportedOperatorError(ExportError):
         lines = [f"Unsupported operator {target} at node `{decision.node}`."]
         if where:
             lines.append(f"  from: {where}")
-        lines.append(
-            "  input dtypes: " + (", ".join(f"{k}={v}" for k, v in decision.input_dtypes.items()) or "(none)")
-        )
+        lines.append("  input dtypes: " + (", ".join(f"{k}={v}" for k, v in decision.input_dtypes.items()) or "(none)"))
         if decision.candidates:
             lines.append("  candidates:")
             for candidate in decision.candidates:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -18,7 +19,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from fx2onnx import capture as capture_stage
-from fx2onnx import passes
+from fx2onnx import legalize, passes
 from fx2onnx.dispatch import Dispatcher
 from fx2onnx.emit.graph_builder import TORCHLIB_OPSET, GraphEmitter, symbol_names_for
 from fx2onnx.errors import ExportError, InvalidModelError
@@ -44,35 +45,97 @@ def export(
     f: str | os.PathLike[str] | None = None,
     external_data: bool | None = None,
     verify: bool = False,
+    target: str = "onnxruntime-cpu",
+    fast_math: bool = False,
+    report: str | os.PathLike[str] | None = None,
+    progress: bool = False,
 ) -> ONNXProgram:
     """Export `model` to ONNX through its FX graph.
 
     Arguments follow ``torch.onnx.export``. `f`, when given, is where the model is saved (only
     once the whole export succeeded). `verify=True` runs the model in ONNX Runtime on `args`
     and raises :class:`fx2onnx.errors.VerificationError` if any output differs from eager.
+    `target` is the runtime the model must load and run in (``onnxruntime-cpu`` or ``onnx``);
+    `report` is a path to write the export report to (Markdown, or SARIF for ``.sarif``).
+    `progress=True` shows a progress bar over the stages and the graph's nodes.
     """
     if not isinstance(args, tuple):
         args = (args,)
     kwargs = dict(kwargs or {})
+    export_report = ExportReport(model_name=type(model).__name__, opset=opset_version, target=target)
+    try:
+        program = _export(
+            model,
+            args,
+            kwargs,
+            export_report,
+            dynamic_shapes=dynamic_shapes,
+            input_names=input_names,
+            output_names=output_names,
+            opset_version=opset_version,
+            registry=registry,
+            custom_translation_table=custom_translation_table,
+            strict=strict,
+            extractor=extractor,
+            optimize=optimize,
+            verify=verify,
+            target=target,
+            fast_math=fast_math,
+            progress=progress,
+        )
+    except Exception as error:
+        export_report.error = f"{type(error).__name__}: {error}"
+        if report is not None:
+            export_report.write(report)
+        raise
+    if f is not None:
+        with _StageTimer(export_report.stage_seconds, progress)("save"):
+            program.save(f, external_data=external_data)
+    if report is not None:
+        export_report.write(report)
+    return program
+
+
+def _export(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    export_report: ExportReport,
+    *,
+    dynamic_shapes: Any,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    opset_version: int,
+    registry: Registry | None,
+    custom_translation_table: Mapping[Any, Any] | None,
+    strict: bool,
+    extractor: str | capture_stage.Extractor,
+    optimize: bool,
+    verify: bool,
+    target: str,
+    fast_math: bool,
+    progress: bool,
+) -> ONNXProgram:
     check_opset(opset_version)
     registry = apply_translation_table(registry or global_registry(), dict(custom_translation_table or {}))
     if isinstance(extractor, str):
         try:
-            extractor = capture_stage.EXTRACTORS[extractor](strict)
+            extractor = capture_stage.EXTRACTORS[extractor](strict, registry)
         except KeyError:
-            raise ValueError(f"unknown extractor {extractor!r}; choose from {sorted(capture_stage.EXTRACTORS)}") from None
+            raise ValueError(
+                f"unknown extractor {extractor!r}; choose from {sorted(capture_stage.EXTRACTORS)}"
+            ) from None
 
-    report = ExportReport(model_name=type(model).__name__, opset=opset_version, target="onnxruntime-cpu")
-    timer = _StageTimer(report.stage_seconds)
+    timer = _StageTimer(export_report.stage_seconds, progress)
 
     with timer("capture"):
         captured = extractor.capture(model, args, kwargs, dynamic_shapes, capture_stage.decomposition_table(registry))
-    report.strategy = captured.strategy
-    report.decomposed = captured.decomposed
-    report.graph_nodes = len(captured.graph.nodes)
+    export_report.strategy = captured.strategy
+    export_report.decomposed = captured.decomposed
+    export_report.graph_nodes = len(captured.graph.nodes)
 
     with timer("fx passes"):
-        report.fx_passes = passes.run_fx_passes(captured)
+        export_report.fx_passes = passes.run_fx_passes(captured)
 
     with timer("dispatch+emit"):
         flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
@@ -84,14 +147,19 @@ def export(
             input_names=input_names,
             output_names=output_names,
             dim_names=symbol_names_for(captured, user_dims, flat_inputs),
+            progress=progress,
         )
         result = emitter.run()
-    report.decisions = result.decisions
-    report.casts = result.casts
+    export_report.decisions = result.decisions
+    export_report.casts = result.casts
     model_ir = result.model
 
     with timer("finalize"):
         finalize(model_ir, opset_version, optimize=optimize)
+
+    with timer("legalize"):
+        export_report.casts.extend(legalize.legalize_model(model_ir, target, fast_math=fast_math))
+        check_model(model_ir)
 
     if isinstance(model, torch.export.ExportedProgram):
         module = model.module()
@@ -102,19 +170,16 @@ def export(
         exported_program=captured.exported_program,
         module=module,
         in_spec=captured.in_spec,
-        report=report,
+        report=export_report,
     )
     if verify:
         with timer("verify"):
-            report.verification = program.verify(*args, **kwargs)
-        failed = [str(v) for v in report.verification if not v.passed]
+            export_report.verification = program.verify(*args, **kwargs)
+        failed = [str(v) for v in export_report.verification if not v.passed]
         if failed:
             from fx2onnx.errors import VerificationError
 
             raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed))
-    if f is not None:
-        with timer("save"):
-            program.save(f, external_data=external_data)
     return program
 
 
@@ -135,7 +200,6 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
     model.graph.opset_imports[""] = opset_version
     model.ir_version = _ir_version(opset_version)
     common_passes.ShapeInferencePass()(model)
-    check_model(model)
 
 
 def check_model(model: ir.Model) -> None:
@@ -175,7 +239,7 @@ def max_opset() -> int:
         try:
             onnxruntime.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
             return opset
-        except Exception:  # noqa: BLE001 - a refusal means this opset is too new
+        except Exception:
             continue
     return TORCHLIB_OPSET
 
@@ -189,11 +253,14 @@ def check_opset(opset_version: int) -> None:
 
 
 class _StageTimer:
-    def __init__(self, sink: dict[str, float]) -> None:
+    def __init__(self, sink: dict[str, float], progress: bool) -> None:
         self.sink = sink
+        self.progress = progress
 
     @contextlib.contextmanager
     def __call__(self, stage: str) -> Iterator[None]:
+        if self.progress:
+            print(f"fx2onnx: {stage}...", file=sys.stderr, flush=True)
         start = time.perf_counter()
         try:
             yield

@@ -132,7 +132,9 @@ class ONNXProgram:
         import onnxruntime
 
         session = self.session()
-        flat = [x for x in flatten_inputs(self._in_spec, args, kwargs) if isinstance(x, (torch.Tensor, int, float, bool))]
+        flat = [
+            x for x in flatten_inputs(self._in_spec, args, kwargs) if isinstance(x, (torch.Tensor, int, float, bool))
+        ]
         names = [i.name for i in session.get_inputs()]
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         if len(tensors) != len(names):
@@ -169,7 +171,9 @@ def compare(
         e = expected.detach().to(torch.float64) if not expected.dtype.is_complex else expected.detach()
         a = actual.detach().to(e.dtype)
         if e.numel():
-            both_nan = torch.isnan(e) & torch.isnan(a) if e.is_floating_point() else torch.zeros_like(e, dtype=torch.bool)
+            both_nan = (
+                torch.isnan(e) & torch.isnan(a) if e.is_floating_point() else torch.zeros_like(e, dtype=torch.bool)
+            )
             same_inf = torch.isinf(e) & (e == a) if e.is_floating_point() else torch.zeros_like(e, dtype=torch.bool)
             diff = (e - a).abs()
             diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)

@@ -20,8 +20,8 @@ import torch
 from onnxscript.values import OnnxFunction, TracedOnnxFunction
 
 Source = Literal["user", "fx2onnx", "torchlib"]
-OnnxCallable = Union[OnnxFunction, TracedOnnxFunction]
-Target = Union[str, torch._ops.OpOverload, torch._ops.HigherOrderOperator, Callable[..., Any]]
+OnnxCallable = Union[OnnxFunction, TracedOnnxFunction]  # noqa: UP007 - runtime alias on 3.10
+Target = Union[str, torch._ops.OpOverload, torch._ops.HigherOrderOperator, Callable[..., Any]]  # noqa: UP007
 
 # ONNX domain under which user Python functions are traced (never appears in the model: traced
 # functions emit their ONNX ops directly).
@@ -63,8 +63,7 @@ def qualified_name(target: Target) -> str:
         return target.name()
     if isinstance(target, torch._ops.OpOverloadPacket):
         raise TypeError(
-            f"{target} is an overload packet; register a specific overload such as "
-            f"{target}.default or {target}.Tensor"
+            f"{target} is an overload packet; register a specific overload such as {target}.default or {target}.Tensor"
         )
     if isinstance(target, torch._ops.HigherOrderOperator):
         return f"higher_order::{target.name()}"
@@ -161,12 +160,11 @@ class Registry:
     # --- construction -------------------------------------------------------------------------
     def _insert(self, key: str, implementation: Implementation) -> None:
         entries = self._table.setdefault(key, [])
-        rank = _SOURCE_RANK[implementation.source]
-        # Newest user registration first; defaults keep their registration order.
-        position = next(
-            (i for i, e in enumerate(entries) if _SOURCE_RANK[e.source] > rank or (rank == 0 and e.source == "user")),
-            len(entries),
-        )
+        if implementation.source == "user":  # the newest user registration is tried first
+            entries.insert(0, implementation)
+            return
+        rank = _SOURCE_RANK[implementation.source]  # defaults keep registration order within a source
+        position = next((i for i, e in enumerate(entries) if _SOURCE_RANK[e.source] > rank), len(entries))
         entries.insert(position, implementation)
 
     def _add_default(self, key: str, implementation: Implementation) -> None:
@@ -204,8 +202,8 @@ def apply_translation_table(registry: Registry, table: dict[Target, Any] | None)
 
 @functools.cache
 def _default_registry() -> Registry:
-    from onnxscript.function_libs.torch_lib import registration
     from onnxscript.function_libs.torch_lib import ops as _torchlib_ops  # noqa: F401  (populates registration)
+    from onnxscript.function_libs.torch_lib import registration
 
     from fx2onnx import lowerings
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 from typing import TYPE_CHECKING
 
 from fx2onnx.dispatch import DispatchDecision
@@ -36,6 +37,24 @@ class ExportReport:
             kind = decision.chosen.kind if decision.chosen else "none"
             rows[(decision.target, chosen, kind)] += 1
         return [(t, n, c, k) for (t, c, k), n in rows.most_common()]
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Write the report: Markdown (the default) or SARIF 2.1.0 for a ``.sarif`` path."""
+        path = os.fspath(path)
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(self.to_markdown())
+
+    def to_markdown(self) -> str:
+        lines = [f"# fx2onnx export report: {self.model_name}", "", self.summary(), ""]
+        if self.error:
+            lines += ["## Error", "", "```", self.error, "```", ""]
+        lines += ["## Dispatch", "", "| overload | count | implementation | match |", "|---|---|---|---|"]
+        lines += [f"| `{t}` | {n} | `{c}` | {k} |" for t, n, c, k in self.dispatch_table()]
+        lines += ["", "## Casts", "", "| node | value | from | to | reason |", "|---|---|---|---|---|"]
+        lines += [f"| {c.node} | {c.value} | {c.from_dtype} | {c.to_dtype} | {c.reason} |" for c in self.casts]
+        if self.verification is not None:
+            lines += ["", "## Verification", ""] + [f"- {v}" for v in self.verification]
+        return "\n".join(lines) + "\n"
 
     def summary(self) -> str:
         total = sum(self.stage_seconds.values())

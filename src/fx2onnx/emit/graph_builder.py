@@ -22,7 +22,7 @@ from onnx_ir.tensor_adapters import TorchTensor
 
 from fx2onnx import dtypes
 from fx2onnx.capture import CapturedGraph
-from fx2onnx.dispatch import Dispatcher, DispatchDecision, value_dtype
+from fx2onnx.dispatch import DispatchDecision, Dispatcher, value_dtype
 from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.errors import LoweringError, describe_value, source_line
 
@@ -59,7 +59,9 @@ class GraphEmitter:
         input_names: Sequence[str] | None = None,
         output_names: Sequence[str] | None = None,
         dim_names: Mapping[Any, str] | None = None,
+        progress: bool = False,
     ) -> None:
+        self.progress = progress
         self.captured = captured
         self.dispatcher = dispatcher
         self.input_names = list(input_names or [])
@@ -74,7 +76,12 @@ class GraphEmitter:
 
     # --- driver ---------------------------------------------------------------------------------
     def run(self) -> EmitResult:
-        for node in self.captured.graph.nodes:
+        nodes = list(self.captured.graph.nodes)
+        if self.progress:
+            from tqdm import tqdm
+
+            nodes = tqdm(nodes, desc="fx2onnx: emit", unit="node", leave=False)
+        for node in nodes:
             getattr(self, node.op)(node)
         model = ir.Model(
             self.graph,
@@ -143,7 +150,7 @@ class GraphEmitter:
             }
             try:
                 result = _call(implementation.function, kwargs)
-            except Exception as error:  # noqa: BLE001 - re-raised with the node's context
+            except Exception as error:
                 arguments = ", ".join(f"{k}={describe_value(v)}" for k, v in candidate.arguments.items())
                 raise LoweringError(
                     f"{implementation.name} failed to lower node `{node.name}` ({decision.target}) with "
@@ -283,7 +290,9 @@ def _meta_dtype(val: Any) -> ir.DataType | None:
     return None
 
 
-def symbol_names_for(captured: CapturedGraph, user_dims: Mapping[tuple[int, int], str], flat_inputs: Sequence[Any]) -> dict[sympy.Symbol, str]:
+def symbol_names_for(
+    captured: CapturedGraph, user_dims: Mapping[tuple[int, int], str], flat_inputs: Sequence[Any]
+) -> dict[sympy.Symbol, str]:
     """Map torch's shape symbols (s0, s35...) to the names of the user's ``Dim`` objects."""
     names: dict[sympy.Symbol, str] = {}
     tensors = [x for x in flat_inputs if isinstance(x, torch.Tensor)]

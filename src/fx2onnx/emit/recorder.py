@@ -47,11 +47,13 @@ class GraphRecorder(evaluator.Evaluator):
         """Within this context, onnxscript op calls record into the graph, tagged with `metadata`."""
         previous = self._metadata
         self._metadata = dict(metadata or {})
+        previous_handler = ir.set_value_magic_handler(_ArithmeticHandler())
         try:
             with evaluator.default_as(self):
                 yield
         finally:
             self._metadata = previous
+            ir.set_value_magic_handler(previous_handler)
 
     def fresh_name(self, hint: str = "v") -> str:
         self._names += 1
@@ -233,6 +235,25 @@ class GraphRecorder(evaluator.Evaluator):
         return self.functions[identifier]
 
 
+class _ArithmeticHandler:
+    """``x + y`` on ir.Values inside torchlib functions: record the ONNX op."""
+
+    def Add(self, lhs: Any, rhs: Any) -> Any:
+        return onnxscript.opset18.Add(lhs, rhs)
+
+    def Sub(self, lhs: Any, rhs: Any) -> Any:
+        return onnxscript.opset18.Sub(lhs, rhs)
+
+    def Mul(self, lhs: Any, rhs: Any) -> Any:
+        return onnxscript.opset18.Mul(lhs, rhs)
+
+    def Div(self, lhs: Any, rhs: Any) -> Any:
+        return onnxscript.opset18.Div(lhs, rhs)
+
+    def Neg(self, operand: Any) -> Any:
+        return onnxscript.opset18.Neg(operand)
+
+
 # --- helpers ------------------------------------------------------------------------------------
 def _python_dtype(value: Any) -> ir.DataType:
     if isinstance(value, (list, tuple)):
@@ -344,7 +365,7 @@ def infer_node_types(node: ir.Node, opset_imports: Mapping[str, int]) -> None:
             input_data,
             opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opset_imports.items()],
         )
-    except Exception:  # noqa: BLE001 - inference is best effort; the final pass checks the model
+    except Exception:
         return
     for output in node.outputs:
         type_proto = inferred.get(output.name)

@@ -19,7 +19,9 @@ _RULES: list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]] = []
 _MODULES = ("core",)
 
 
-def lowering(*targets: str, opset: tuple[int, int | None] = (18, None)) -> Callable[[Callable[..., Any]], TracedOnnxFunction]:
+def lowering(
+    *targets: str, opset: tuple[int, int | None] = (18, None)
+) -> Callable[[Callable[..., Any]], TracedOnnxFunction]:
     """Register the decorated (traced) function as fx2onnx's implementation of `targets`."""
 
     def decorate(function: Callable[..., Any]) -> TracedOnnxFunction:

@@ -1,0 +1,41 @@
+"""Shared test helpers: export, run in ONNX Runtime, compare every output with eager."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import onnx
+import pytest
+import torch
+
+import fx2onnx
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def assert_exports_and_matches(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    run_with: list[tuple[tuple[Any, ...], dict[str, Any]]] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    **export_options: Any,
+) -> fx2onnx.ONNXProgram:
+    """Export, check the model, run it in ONNX Runtime and compare dtype, shape and values with eager."""
+    model = model.eval() if isinstance(model, torch.nn.Module) else model
+    program = fx2onnx.export(model, args, kwargs, **export_options)
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    for call_args, call_kwargs in run_with or [(args, kwargs or {})]:
+        results = program.verify(*call_args, rtol=rtol, atol=atol, **call_kwargs)
+        assert results, "the model has no outputs to compare"
+        failures = [str(r) for r in results if not r.passed]
+        assert not failures, "\n".join(failures)
+    return program
+
+
+@pytest.fixture
+def check():
+    return assert_exports_and_matches
