@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
 from conftest import assert_exports_and_matches as check
 
 

@@ -138,12 +138,12 @@ def cast_cost(src: ir.DataType, dst: ir.DataType) -> float:
         return 0.0
     if dst == ir.DataType.BOOL or is_complex(src) != is_complex(dst):
         return IMPOSSIBLE
-    size_step = max(dst.itemsize - src.itemsize, 0) / 8  # prefer the narrowest sufficient type
+    size_step = max(dst.itemsize - src.itemsize, 0) / 64  # among equals, the narrowest sufficient type
     if is_lossless(src, dst):
         if src in _FLOATS:
             base = 1.0
         elif src == ir.DataType.BOOL:
-            base = 2.0
+            base = 2.0 if dst in _INTS else 2.5
         elif dst in _INTS:
             base = 3.0
         else:

@@ -222,11 +222,11 @@ def _ir_version(opset: int) -> int:
 
 @functools.cache
 def max_opset() -> int:
-    """The newest opset both the installed onnx and ONNX Runtime accept."""
+    """The newest opset that onnx, onnxscript's version converter and ONNX Runtime all accept."""
     import onnxruntime
+    import onnxscript.version_converter
 
-    newest = onnx.defs.onnx_opset_version()
-    for opset in range(newest, TORCHLIB_OPSET - 1, -1):
+    for opset in range(onnx.defs.onnx_opset_version(), TORCHLIB_OPSET, -1):
         graph = onnx.helper.make_graph(
             [onnx.helper.make_node("Identity", ["x"], ["y"])],
             "probe",
@@ -234,12 +234,15 @@ def max_opset() -> int:
             [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
         )
         probe = onnx.helper.make_model(
-            graph, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=_ir_version(opset)
+            graph, opset_imports=[onnx.helper.make_opsetid("", TORCHLIB_OPSET)], ir_version=_ir_version(opset)
         )
         try:
-            onnxruntime.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+            converted = ir.from_proto(probe)
+            onnxscript.version_converter.convert_version(converted, opset)
+            converted.ir_version = _ir_version(opset)
+            onnxruntime.InferenceSession(ir.to_proto(converted).SerializeToString(), providers=["CPUExecutionProvider"])
             return opset
-        except Exception:
+        except Exception:  # a refusal by any of them means this opset is too new
             continue
     return TORCHLIB_OPSET
 

@@ -86,7 +86,12 @@ def as_onnx_function(impl: Callable[..., Any] | OnnxCallable) -> OnnxCallable:
         return impl
     if not callable(impl) or not inspect.isfunction(impl):
         raise TypeError(f"an implementation must be an onnxscript function or a Python function, got {impl!r}")
-    return TracedOnnxFunction(onnxscript.values.Opset(_USER_DOMAIN, 1), impl)
+    if impl not in _WRAPPED:  # one wrapper per function, so registrations of it compare equal
+        _WRAPPED[impl] = TracedOnnxFunction(onnxscript.values.Opset(_USER_DOMAIN, 1), impl)
+    return _WRAPPED[impl]
+
+
+_WRAPPED: dict[Callable[..., Any], TracedOnnxFunction] = {}
 
 
 def _function_name(function: OnnxCallable) -> str:

@@ -10,6 +10,7 @@ node's ``meta["val"]``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -270,9 +271,10 @@ class GraphEmitter:
 
 def _call(function: Any, kwargs: dict[str, Any]) -> Any:
     """Call an onnxscript function; leading parameters go by position (`self` clashes with the method's)."""
+    python_function = getattr(function, "func", None) or getattr(function, "function", None) or function
     positional = []
-    for param in function.op_signature.params:
-        if param.name not in kwargs:
+    for param in inspect.signature(python_function).parameters.values():
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) or param.name not in kwargs:
             break
         positional.append(kwargs.pop(param.name))
     return function(*positional, **kwargs)

@@ -1,0 +1,226 @@
+"""The public API: registry functions, errors, saving, running, opsets, extractors."""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import onnxruntime
+import pytest
+import torch
+from onnxscript import FLOAT
+from onnxscript import opset18 as op
+
+import fx2onnx
+from fx2onnx.examples import TinyGPT, tiny_resnet
+
+from conftest import assert_exports_and_matches as check
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.fc(x))
+
+
+# --- a custom op nobody registered ----------------------------------------------------------------
+@torch.library.custom_op("fx2onnx_test::scaled_tanh", mutates_args=())
+def scaled_tanh(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.tanh(x) * scale
+
+
+@scaled_tanh.register_fake
+def _(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class UsesCustomOp(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return scaled_tanh(x + 1, 2.0)
+
+
+def scaled_tanh_onnx(x: FLOAT, scale: float) -> FLOAT:
+    return op.Mul(op.Tanh(x), scale)
+
+
+def test_unsupported_operator_raises_a_clear_error_and_writes_no_file(tmp_path: os.PathLike) -> None:
+    target = os.path.join(tmp_path, "model.onnx")
+    with pytest.raises(fx2onnx.UnsupportedOperatorError) as caught:
+        fx2onnx.export(UsesCustomOp(), (torch.randn(2, 3),), f=target)
+    message = str(caught.value)
+    assert "fx2onnx_test::scaled_tanh" in message  # the op overload
+    assert "x=f32" in message  # input dtypes
+    assert "none registered" in message  # the candidates (none)
+    assert "test_api.py" in message and "scaled_tanh(x + 1, 2.0)" in message  # the user's source line
+    assert "fx2onnx.register(" in message and "custom_translation_table" in message  # how to fix it
+    assert os.listdir(tmp_path) == []
+
+
+def test_rejected_candidates_are_listed_in_the_error() -> None:
+    def only_new(self: FLOAT, other: FLOAT) -> FLOAT:
+        return op.Add(self, other)
+
+    registry = fx2onnx.Registry()
+    registry.register("aten::add.Tensor", only_new, opset=(20, None))
+
+    class Add(torch.nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return a + b
+
+    with pytest.raises(fx2onnx.UnsupportedOperatorError, match=r"only_new: valid for opsets 20\.\.newest"):
+        fx2onnx.export(Add(), (torch.ones(2), torch.ones(2)), registry=registry)
+
+
+def test_custom_translation_table_lowers_a_custom_op() -> None:
+    program = check(
+        UsesCustomOp(),
+        (torch.randn(2, 3),),
+        custom_translation_table={torch.ops.fx2onnx_test.scaled_tanh.default: scaled_tanh_onnx},
+    )
+    assert "Tanh" in {n.op_type for n in program.model.graph}
+
+
+def test_register_unregister_is_registered_overloads() -> None:
+    key = "fx2onnx_test::scaled_tanh"
+    assert not fx2onnx.is_registered(key)
+    fx2onnx.register(torch.ops.fx2onnx_test.scaled_tanh.default, scaled_tanh_onnx)
+    try:
+        assert fx2onnx.is_registered(key)
+        (implementation,) = fx2onnx.overloads(key)
+        assert implementation.source == "user"
+        check(UsesCustomOp(), (torch.randn(2, 3),))
+    finally:
+        fx2onnx.unregister(key)
+    assert not fx2onnx.is_registered(key)
+
+
+def test_user_registration_overrides_the_default() -> None:
+    def tanh_via_sigmoid(self: FLOAT) -> FLOAT:
+        return op.Sub(op.Mul(op.Sigmoid(op.Mul(self, 2.0)), 2.0), 1.0)
+
+    registry = fx2onnx.Registry.default()
+    registry.register("aten::tanh", tanh_via_sigmoid)
+    assert registry.overloads("aten::tanh")[0].source == "user"
+    assert registry.overloads("aten::tanh")[-1].source == "torchlib"
+    program = check(MLP(), (torch.randn(3, 8),), registry=registry)
+    op_types = {n.op_type for n in program.model.graph}
+    assert "Sigmoid" in op_types and "Tanh" not in op_types
+
+
+# --- saving -----------------------------------------------------------------------------------------
+def test_save_and_load_in_onnxruntime(tmp_path: os.PathLike) -> None:
+    model, args = tiny_resnet()
+    program = fx2onnx.export(model, args)
+    path = os.path.join(tmp_path, "resnet.onnx")
+    program.save(path)
+    assert os.listdir(tmp_path) == ["resnet.onnx"]
+    onnx.checker.check_model(path, full_check=True)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: args[0].numpy()})
+    torch.testing.assert_close(torch.from_numpy(out), model(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_save_with_external_data(tmp_path: os.PathLike) -> None:
+    model = TinyGPT().eval()
+    ids = torch.randint(0, 512, (1, 8))
+    program = fx2onnx.export(model, (ids,))
+    path = os.path.join(tmp_path, "gpt.onnx")
+    program.save(path, external_data=True)
+    assert sorted(os.listdir(tmp_path)) == ["gpt.onnx", "gpt.onnx.data"]
+    assert os.path.getsize(path) < 100_000 < os.path.getsize(path + ".data")
+    onnx.checker.check_model(path, full_check=True)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {"ids": ids.numpy()})
+    torch.testing.assert_close(torch.from_numpy(out), model(ids), rtol=1e-4, atol=1e-4)
+
+
+def test_failed_save_leaves_no_partial_file(tmp_path: os.PathLike, monkeypatch: pytest.MonkeyPatch) -> None:
+    program = fx2onnx.export(MLP(), (torch.randn(2, 8),))
+    path = os.path.join(tmp_path, "model.onnx")
+
+    def fail(*args: object, **kwargs: object) -> None:
+        with open(args[1], "wb") as stream:  # the write has begun...
+            stream.write(b"partial")
+        raise OSError("disk full")  # ...and fails half way
+
+    monkeypatch.setattr("onnx_ir.save", fail)
+    with pytest.raises(OSError, match="disk full"):
+        program.save(path)
+    assert os.listdir(tmp_path) == []
+
+
+def test_initializers_share_memory_with_parameters() -> None:
+    model = MLP().eval()
+    program = fx2onnx.export(model, (torch.randn(2, 8),))
+    initializer = program.model.graph.initializers["fc.weight"]
+    assert initializer.const_value.raw.data_ptr() == model.fc.weight.data_ptr()
+
+
+# --- running ----------------------------------------------------------------------------------------
+def test_bfloat16_inputs_and_outputs() -> None:
+    class Passthrough(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x.transpose(0, 1), x.reshape(-1)
+
+    x = torch.randn(3, 4).to(torch.bfloat16)
+    program = fx2onnx.export(Passthrough(), (x,))
+    transposed, flat = program(x)
+    assert transposed.dtype == torch.bfloat16 and torch.equal(transposed, x.T)
+    assert torch.equal(flat, x.reshape(-1))
+
+
+@pytest.mark.parametrize("opset", [18, 20, 23])
+def test_opset_versions(opset: int) -> None:
+    if opset > fx2onnx.max_opset():
+        pytest.skip(f"onnxruntime here accepts opsets up to {fx2onnx.max_opset()}")
+    model, args = tiny_resnet()
+    program = check(model, args, opset_version=opset)
+    assert program.model.opset_imports[""] == opset
+
+
+def test_newest_opset_is_supported() -> None:
+    newest = fx2onnx.max_opset()
+    assert newest >= 23
+    check(MLP(), (torch.randn(2, 8),), opset_version=newest)
+
+
+@pytest.mark.parametrize("opset", [17, 999])
+def test_unsupported_opset_is_refused(opset: int) -> None:
+    with pytest.raises(fx2onnx.ExportError, match="opset_version"):
+        fx2onnx.export(MLP(), (torch.randn(2, 8),), opset_version=opset)
+
+
+# --- capture ----------------------------------------------------------------------------------------
+def test_exported_program_is_accepted() -> None:
+    model, x = MLP().eval(), torch.randn(2, 8)
+    exported = torch.export.export(model, (x,))
+    program = fx2onnx.export(exported, (x,))
+    assert program.exported_program is not None
+    assert all(r.passed for r in program.verify(x))
+
+
+def test_strict_capture() -> None:
+    check(MLP(), (torch.randn(2, 8),), strict=True)
+
+
+def test_symbolic_trace_extractor() -> None:
+    program = check(MLP(), (torch.randn(2, 8),), extractor="symbolic_trace")
+    assert program.report.strategy == "symbolic_trace"
+
+
+def test_verify_flag_and_f_argument(tmp_path: os.PathLike) -> None:
+    path = os.path.join(tmp_path, "m.onnx")
+    program = fx2onnx.export(MLP(), (torch.randn(2, 8),), f=path, verify=True)
+    assert os.path.exists(path)
+    assert program.report.verification and all(v.passed for v in program.report.verification)
+
+
+def test_node_metadata_names_fx_node_module_and_source() -> None:
+    program = fx2onnx.export(MLP(), (torch.randn(2, 8),), optimize=False)
+    metadata = [n.metadata_props for n in program.model.graph]
+    assert any(m.get("pkg.fx2onnx.fx_node") == "linear" for m in metadata)
+    assert any("fc" in m.get("namespace", "") for m in metadata)
+    assert any("test_api.py" in m.get("pkg.fx2onnx.stack_trace", "") for m in metadata)
