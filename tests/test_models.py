@@ -198,3 +198,11 @@ def test_input_and_output_names() -> None:
     program = check(MLP(), (torch.randn(2, 16),), input_names=["features"], output_names=["scores"])
     assert [v.name for v in program.model.graph.inputs] == ["features"]
     assert [v.name for v in program.model.graph.outputs] == ["scores"]
+
+
+def test_sdpa_bool_mask_with_fully_masked_rows() -> None:
+    q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    mask[..., 1, :] = False  # query 1 may attend to nothing: eager returns zeros for it
+    program = check(Attention(), (q, k, v, mask))
+    assert not program(q, k, v, mask)[0][0, :, 1].any()

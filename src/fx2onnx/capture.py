@@ -23,7 +23,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from fx2onnx.errors import CaptureError
+from fx2onnx.errors import CaptureError, user_frame
 from fx2onnx.registry import Registry, qualified_name
 
 
@@ -105,13 +105,20 @@ class TorchExportExtractor:
         if isinstance(model, ExportedProgram):
             program = model
         else:
+            register_library_pytrees(model)
+            dynamic_shapes = complete_dynamic_shapes(model, args, kwargs, dynamic_shapes)
             try:
                 program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=self.strict)
             except Exception as error:
+                frame = user_frame(error)
                 raise CaptureError(
                     f"{self.name} could not capture {type(model).__name__}: {type(error).__name__}: "
-                    f"{_first_lines(str(error))}\n  remedy: try strict={not self.strict}, "
-                    "extractor='symbolic_trace', or fix the graph break named above."
+                    f"{_first_lines(str(error))}\n"
+                    + (f"  from: {frame}\n" if frame else "")
+                    + f"  inputs: {_describe_inputs(args, kwargs)}\n"
+                    f"  remedy: try strict={not self.strict}, "
+                    "extractor='symbolic_trace', or fix the graph break named above.",
+                    frame=frame,
                 ) from error
         before = _overloads(program.graph_module)
         program = program.run_decompositions(dict(decompositions))
@@ -194,6 +201,29 @@ class SymbolicTraceExtractor:
         )
 
 
+def register_library_pytrees(model: torch.nn.Module) -> None:
+    """Let pytrees flatten model libraries' containers (Hugging Face caches) in inputs and outputs."""
+    if type(model).__module__.startswith("transformers."):
+        try:
+            from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+        except ImportError:  # older transformers: ModelOutput is a pytree already; caches stay unsupported
+            return
+        register_cache_pytrees_for_model(model)
+
+
+def complete_dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> Any:
+    """torch.export wants a key for every argument in a dict `dynamic_shapes`; the rest are static."""
+    if not isinstance(dynamic_shapes, Mapping) or not isinstance(model, torch.nn.Module):
+        return dynamic_shapes
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return dynamic_shapes
+    if not set(dynamic_shapes) <= set(bound):
+        return dynamic_shapes  # let torch.export name the unknown keys in its error
+    return {name: dynamic_shapes.get(name) for name in bound}
+
+
 EXTRACTORS: dict[str, Callable[[bool, Registry], Extractor]] = {
     "torch.export": lambda strict, registry: TorchExportExtractor(strict, registry),
     "symbolic_trace": lambda strict, registry: SymbolicTraceExtractor(),
@@ -250,28 +280,37 @@ def flatten_inputs(in_spec: pytree.TreeSpec | None, args: tuple[Any, ...], kwarg
 
 
 def output_paths(out_spec: pytree.TreeSpec | None, count: int) -> list[str]:
-    """Readable names for flat outputs from their pytree paths (``logits``, ``output_0_1``)."""
+    """Readable names for flat outputs from their pytree paths (``logits``, ``past_key_values_0``)."""
     if out_spec is None or out_spec.num_leaves != count:
         return [f"output_{i}" for i in range(count)]
-    structure = pytree.tree_unflatten(list(range(count)), out_spec)
-    paths, _ = pytree.tree_flatten_with_path(structure)
-    names = []
-    for path, _ in paths:
-        parts = [_key_name(k) for k in path]
-        name = "_".join(p for p in parts if p)
-        if not name or name[0].isdigit():
-            name = f"output_{name}" if name else "output"
-        names.append(name)
+    names = ["_".join(path) for path in _spec_paths(out_spec, [])]
+    names = [n if n and not n[0].isdigit() else f"output_{n}".rstrip("_") for n in names]
     if len(set(names)) != len(names):
         return [f"output_{i}" for i in range(count)]
     return names
 
 
-def _key_name(key: Any) -> str:
-    for attribute in ("key", "name", "idx"):
-        if hasattr(key, attribute):
-            return str(getattr(key, attribute))
-    return str(key).strip("[].'\"")
+def _spec_paths(spec: pytree.TreeSpec, prefix: list[str]) -> list[list[str]]:
+    """Key paths of a spec's leaves, read from the spec itself (no need to rebuild the objects)."""
+    if spec.is_leaf():
+        return [prefix]
+    children = spec.children()
+    context = spec.context
+    keys: list[str]
+    if (
+        isinstance(context, (list, tuple))
+        and len(context) == len(children)
+        and all(isinstance(k, str) for k in context)
+    ):
+        keys = list(context)  # dicts, named tuples, ModelOutput
+    else:
+        keys = [str(i) for i in range(len(children))]
+    if spec.type in (tuple, list) and not prefix and len(children) == 1:
+        keys = [""]  # a lone output needs no index
+    paths = []
+    for key, child in zip(keys, children):
+        paths.extend(_spec_paths(child, [*prefix, key] if key else prefix))
+    return paths
 
 
 def dim_names(
@@ -320,6 +359,13 @@ def _overloads(graph_module: torch.fx.GraphModule) -> set[str]:
         for n in graph_module.graph.nodes
         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
     }
+
+
+def _describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+    leaves = pytree.tree_leaves((args, dict(kwargs)))
+    return ", ".join(
+        f"{x.dtype} {tuple(x.shape)}".replace("torch.", "") if isinstance(x, torch.Tensor) else repr(x) for x in leaves
+    )
 
 
 def _first_lines(text: str, count: int = 6) -> str:

@@ -9,10 +9,12 @@ node's ``meta["val"]``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import inspect
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -74,6 +76,7 @@ class GraphEmitter:
         self.env: dict[torch.fx.Node, Any] = {}
         self.casts: list[CastRecord] = []
         self._named: set[int] = set()  # ids of values named after an FX node
+        self.skipped: list[str] = []  # FX nodes that need no ONNX (runtime assertions)
 
     # --- driver ---------------------------------------------------------------------------------
     def run(self) -> EmitResult:
@@ -140,6 +143,11 @@ class GraphEmitter:
             self.env[node] = self.env[node.args[0]][node.args[1]]
             self._finish(node, self.env[node], reason_node=node)
             return
+        if _is_runtime_check(node):
+            # Assertions torch.export leaves (shape/dtype/value checks) compute nothing an ONNX graph needs.
+            self.env[node] = None
+            self.skipped.append(node.name)
+            return
         decision = self.dispatcher.dispatch(node)
         candidate = decision.chosen
         assert candidate is not None
@@ -150,7 +158,8 @@ class GraphEmitter:
                 for name, value in candidate.arguments.items()
             }
             try:
-                result = _call(implementation.function, kwargs)
+                with _lowering(self, node):
+                    result = _call(implementation.function, kwargs)
             except Exception as error:
                 arguments = ", ".join(f"{k}={describe_value(v)}" for k, v in candidate.arguments.items())
                 raise LoweringError(
@@ -267,6 +276,32 @@ class GraphEmitter:
         if trace:
             metadata[f"{METADATA_PREFIX}.stack_trace"] = trace
         return metadata
+
+
+# The emitter and FX node whose implementation is running. A higher-order op's lowering (e.g.
+# ``higher_order::out_dtype``) uses it to emit its inner op through the same dispatcher.
+_CURRENT_LOWERING: contextvars.ContextVar[tuple[GraphEmitter, torch.fx.Node] | None] = contextvars.ContextVar(
+    "fx2onnx_current_lowering", default=None
+)
+
+
+def current_lowering() -> tuple[GraphEmitter, torch.fx.Node] | None:
+    """(emitter, FX node) while an implementation runs under :meth:`GraphEmitter.call_function`, else None."""
+    return _CURRENT_LOWERING.get()
+
+
+@contextlib.contextmanager
+def _lowering(emitter: GraphEmitter, node: torch.fx.Node) -> Iterator[None]:
+    token = _CURRENT_LOWERING.set((emitter, node))
+    try:
+        yield
+    finally:
+        _CURRENT_LOWERING.reset(token)
+
+
+def _is_runtime_check(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and not schema.returns and not node.users
 
 
 def _call(function: Any, kwargs: dict[str, Any]) -> Any:
