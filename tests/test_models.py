@@ -206,3 +206,19 @@ def test_sdpa_bool_mask_with_fully_masked_rows() -> None:
     mask[..., 1, :] = False  # query 1 may attend to nothing: eager returns zeros for it
     program = check(Attention(), (q, k, v, mask))
     assert not program(q, k, v, mask)[0][0, :, 1].any()
+
+
+def test_every_value_carries_dtype_and_shape() -> None:
+    from fx2onnx.examples import tiny_gpt
+
+    model, args = tiny_gpt()
+    batch = torch.export.Dim("batch")
+    for dynamic_shapes in (None, ({0: batch},)):
+        program = check(model, args, dynamic_shapes=dynamic_shapes)
+        untyped = [
+            (node.op_type, value.name)
+            for node in program.model.graph
+            for value in node.outputs
+            if value.dtype is None or value.shape is None
+        ]
+        assert not untyped
