@@ -7,6 +7,7 @@ import pytest
 import torch
 from onnxscript import DOUBLE, FLOAT, INT64
 from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
 import fx2onnx
 from fx2onnx.dispatch import Dispatcher
@@ -152,7 +153,7 @@ def sum_plain(self: FLOAT, dim: list[int], keepdim: bool = False) -> FLOAT:
     return op.ReduceSum(self, op.Constant(value_ints=dim), keepdims=int(keepdim))
 
 
-def sum_with_dtype(self: FLOAT, dim: list[int], keepdim: bool = False, *, dtype: int) -> DOUBLE:
+def sum_with_dtype(self: TFloat, dim: list[int], keepdim: bool = False, *, dtype: int) -> DOUBLE:
     return op.ReduceSum(op.Cast(self, to=dtype), op.Constant(value_ints=dim), keepdims=int(keepdim))
 
 

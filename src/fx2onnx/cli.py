@@ -1,55 +1,142 @@
-"""The ``fx2onnx`` command line: ``demo``, ``export``, ``inspect``."""
+"""The ``fx2onnx`` command line.
+
+``fx2onnx demo``                      export the built-in TinyGPT, run it in ONNX Runtime, verify it
+``fx2onnx export MODULE:FACTORY -o m.onnx [--input-shape 1,3,224,224] [--dtype bf16] [--dynamic batch]
+                [--target onnxruntime-cpu] [--report r.md --report r.sarif] [--verify]``
+``fx2onnx inspect m.onnx [--target onnxruntime-cpu]``
+``fx2onnx coverage ...``               the support matrix (issue 5), when its module is installed
+
+Each subcommand is a :class:`Subcommand` in :data:`SUBCOMMANDS`. ``coverage`` plugs in without
+editing this file: a module ``fx2onnx.coverage.cli`` with ``HELP``, ``configure(parser)`` and
+``run(options) -> int`` becomes ``fx2onnx coverage`` (keep its import light: import torch in ``run``).
+
+On failure a command prints one paragraph to stderr (what failed, where, what to do) and exits
+with status 1 (2 for a bad command line); ``--traceback`` adds Python's traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import dataclasses
 import importlib
+import importlib.util
 import os
+import runpy
 import sys
 import time
+import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _DTYPES = {
     "fp32": "float32",
     "f32": "float32",
+    "float": "float32",
     "fp16": "float16",
     "f16": "float16",
+    "half": "float16",
     "bf16": "bfloat16",
     "fp64": "float64",
+    "f64": "float64",
+    "double": "float64",
+    "i64": "int64",
+    "long": "int64",
+    "i32": "int32",
+    "int": "int32",
+    "i8": "int8",
+    "u8": "uint8",
 }
+# At most this many lines of an error message go to the terminal; the report has the rest.
+MAX_ERROR_LINES = 30
 
 
+@dataclasses.dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# --- entry point ------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fx2onnx", description="Export PyTorch models to ONNX through FX.")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    demo = commands.add_parser("demo", help="export the built-in TinyGPT, run it in ONNX Runtime, verify vs eager")
-    demo.add_argument("-o", "--output", default="out/tiny_gpt.onnx", help="where to save the model")
-
-    export = commands.add_parser("export", help="export MODULE:FACTORY (a function returning a model [, inputs])")
-    export.add_argument("factory", help="e.g. my_models:build (the function returns model or (model, args))")
-    export.add_argument("-o", "--output", required=True)
-    export.add_argument("--input-shape", action="append", default=[], help="e.g. 1,3,224,224 (repeat per input)")
-    export.add_argument("--input-dtype", default="float32", help="dtype of inputs made from --input-shape")
-    export.add_argument("--dtype", help="cast the model's floating weights to this dtype (bf16, fp16, ...)")
-    export.add_argument("--dynamic", action="append", default=[], help="make dim 0 of every input dynamic, named so")
-    export.add_argument("--opset", type=int, default=18)
-    export.add_argument("--external-data", action="store_true")
-    export.add_argument("--verify", action="store_true", help="compare ONNX Runtime with eager on the inputs")
-
-    inspect = commands.add_parser("inspect", help="print inputs, outputs, op histogram, opset and size of a model")
-    inspect.add_argument("model")
-
+    parser = build_parser()
     options = parser.parse_args(argv)
+    options.started = time.time()
     warnings.filterwarnings("ignore")
     try:
-        return {"demo": _demo, "export": _export, "inspect": _inspect}[options.command](options)
+        return options.run(options)
+    except KeyboardInterrupt:
+        print(f"fx2onnx {options.command}: interrupted", file=sys.stderr)
+        return 130
     except Exception as error:
-        print(f"fx2onnx {options.command} failed: {type(error).__name__}: {error}", file=sys.stderr)
+        print(failure_paragraph(options, error), file=sys.stderr)
+        if getattr(options, "traceback", False):
+            traceback.print_exc()
         return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fx2onnx", description="Export PyTorch models to ONNX through FX.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for subcommand in subcommands():
+        sub = commands.add_parser(subcommand.name, help=subcommand.help, description=subcommand.help)
+        subcommand.configure(sub)
+        sub.add_argument("--traceback", action="store_true", help="print Python's traceback on failure")
+        sub.set_defaults(run=subcommand.run)
+    return parser
+
+
+def subcommands() -> list[Subcommand]:
+    found = list(SUBCOMMANDS)
+    coverage = _plugin("coverage", "fx2onnx.coverage.cli")  # issue 5: the support matrix
+    if coverage is not None:
+        found.append(coverage)
+    return found
+
+
+def _plugin(name: str, module_name: str) -> Subcommand | None:
+    """A subcommand provided by another module (``HELP``, ``configure``, ``run``), if it is installed."""
+    try:
+        if importlib.util.find_spec(module_name) is None:
+            return None
+    except ModuleNotFoundError:
+        return None
+    module = importlib.import_module(module_name)
+    return Subcommand(name, getattr(module, "HELP", name), module.configure, module.run)
+
+
+def failure_paragraph(options: argparse.Namespace, error: BaseException) -> str:
+    """One paragraph: the command, the error and its context (no blank lines, at most MAX_ERROR_LINES)."""
+    lines = [line.rstrip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        lines = ["(no message)"]
+    if len(lines) > MAX_ERROR_LINES:
+        lines = [*lines[:MAX_ERROR_LINES], f"... ({len(lines) - MAX_ERROR_LINES} more lines)"]
+    lines[0] = f"fx2onnx {options.command} failed: {type(error).__name__}: {lines[0]}"
+    started = getattr(options, "started", 0.0)
+    reports = [
+        path
+        for path in getattr(options, "report", None) or []
+        if os.path.exists(path) and os.path.getmtime(path) >= started - 1.0  # written by this run (coarse clocks)
+    ]
+    if reports:
+        lines.append(f"The export report is in {', '.join(reports)}.")
+    if not getattr(options, "traceback", False):
+        lines.append("(--traceback shows where in Python it failed.)")
+    return "\n".join(lines)
+
+
+def _progress(message: str) -> None:
+    print(f"fx2onnx: {message}", file=sys.stderr, flush=True)
+
+
+# --- demo -------------------------------------------------------------------------------------------
+def _configure_demo(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", default="out/tiny_gpt.onnx", help="where to save the model")
 
 
 def _demo(options: argparse.Namespace) -> int:
@@ -72,55 +159,143 @@ def _demo(options: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _load_factory(spec: str) -> Any:
-    module_name, _, attribute = spec.partition(":")
-    if not attribute:
-        raise ValueError(f"expected MODULE:FACTORY, got {spec!r}")
-    sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
+# --- export -----------------------------------------------------------------------------------------
+def _configure_export(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "factory",
+        help="MODULE:FACTORY or path/to/file.py:FACTORY; FACTORY() returns a model, (model, args) "
+        "or (model, args, kwargs)",
+    )
+    parser.add_argument("-o", "--output", required=True, help="the .onnx file to write (only on success)")
+    parser.add_argument(
+        "--input-shape", action="append", default=[], help="e.g. 1,3,224,224; repeat per input (replaces the factory's)"
+    )
+    parser.add_argument("--input-dtype", default="float32", help="dtype of the inputs made from --input-shape")
+    parser.add_argument("--dtype", help="cast the model's floating weights and inputs to this dtype (bf16, fp16, ...)")
+    parser.add_argument(
+        "--dynamic",
+        action="append",
+        default=[],
+        metavar="[DIM=]NAME",
+        help="make dimension DIM (0 when omitted) of every tensor input dynamic, named NAME; repeatable",
+    )
+    parser.add_argument("--target", default="onnxruntime-cpu", help="runtime the model must run in (or 'onnx')")
+    parser.add_argument("--opset", type=int, default=18)
+    parser.add_argument("--fast-math", action="store_true", help="let legalized float ops skip rounding steps")
+    parser.add_argument("--strict", action="store_true", help="capture with torch.export's strict mode")
+    parser.add_argument("--extractor", default="torch.export", help="torch.export or symbolic_trace")
+    parser.add_argument("--report", action="append", default=[], help="write the report here (.md or .sarif)")
+    parser.add_argument("--verify", action="store_true", help="compare ONNX Runtime with eager on the inputs")
+    parser.add_argument("--external-data", action="store_true", help="weights to <output>.data")
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """``package.module:name`` (importable from the current directory) or ``path/to/file.py:name``."""
+    source, _, attribute = spec.rpartition(":")
+    if not source or not attribute:
+        raise ValueError(f"expected MODULE:FACTORY or FILE.py:FACTORY, got {spec!r}")
+    if source.endswith(".py"):
+        if not os.path.exists(source):
+            raise FileNotFoundError(f"no file {source!r} (from {spec!r})")
+        namespace = runpy.run_path(source, run_name=f"fx2onnx_factory_{os.path.basename(source)[:-3]}")
+        if attribute not in namespace:
+            raise AttributeError(f"{source} defines no {attribute!r}")
+        return namespace[attribute]
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(source)
+    if not hasattr(module, attribute):
+        raise AttributeError(f"module {source!r} ({module.__file__}) defines no {attribute!r}")
     return getattr(module, attribute)
 
 
-def _export(options: argparse.Namespace) -> int:
+def _torch_dtype(name: str) -> Any:
     import torch
 
-    import fx2onnx
+    dtype = getattr(torch, _DTYPES.get(name, name), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}; use e.g. float32, bf16, fp16, int64")
+    return dtype
 
-    made = _load_factory(options.factory)()
-    model, args = made if isinstance(made, tuple) else (made, None)
+
+def _model_and_inputs(options: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    import torch
+
+    made = load_factory(options.factory)()
+    if isinstance(made, tuple):
+        model, args, kwargs = (*made, None, None)[:3]
+    else:
+        model, args, kwargs = made, None, None
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"{options.factory} returned {type(model).__name__}, not a torch.nn.Module")
     if options.input_shape:
-        dtype = getattr(torch, _DTYPES.get(options.input_dtype, options.input_dtype))
-        shapes = [tuple(int(d) for d in shape.split(",")) for shape in options.input_shape]
+        dtype = _torch_dtype(options.input_dtype)
+        shapes = [tuple(int(d) for d in shape.split(",") if d.strip()) for shape in options.input_shape]
         args = tuple(
             torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.randint(0, 10, shape, dtype=dtype)
             for shape in shapes
         )
     if args is None:
-        raise ValueError("the factory returned no example inputs; give --input-shape")
+        raise ValueError(f"{options.factory} returned no example inputs; give them with --input-shape")
     args = args if isinstance(args, tuple) else (args,)
+    kwargs = dict(kwargs or {})
     if options.dtype:
-        dtype = getattr(torch, _DTYPES.get(options.dtype, options.dtype))
+        dtype = _torch_dtype(options.dtype)
         model = model.to(dtype)
         args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
-    dynamic_shapes = None
-    if options.dynamic:
-        dim = torch.export.Dim(options.dynamic[0])
-        dynamic_shapes = tuple({0: dim} if isinstance(a, torch.Tensor) else None for a in args)
+    return model, args, kwargs
+
+
+def _dynamic_shapes(options: argparse.Namespace, args: tuple[Any, ...]) -> Any:
+    import torch
+
+    if not options.dynamic:
+        return None
+    dims: dict[int, Any] = {}
+    for item in options.dynamic:
+        dim, _, name = item.rpartition("=")
+        dims[int(dim) if dim else 0] = torch.export.Dim(name)
+    return tuple(
+        {d: spec for d, spec in dims.items() if d < a.dim()} if isinstance(a, torch.Tensor) else None for a in args
+    )
+
+
+def _export(options: argparse.Namespace) -> int:
+    import fx2onnx
+
+    _progress(f"loading {options.factory}...")
+    model, args, kwargs = _model_and_inputs(options)
     program = fx2onnx.export(
         model.eval(),
         args,
-        dynamic_shapes=dynamic_shapes,
+        kwargs,
+        dynamic_shapes=_dynamic_shapes(options, args),
         opset_version=options.opset,
-        progress=True,
+        target=options.target,
+        fast_math=options.fast_math,
+        strict=options.strict,
+        extractor=options.extractor,
         verify=options.verify,
+        report=options.report or None,
+        f=options.output,
+        external_data=options.external_data or None,
+        progress=True,
     )
-    program.save(options.output, external_data=options.external_data or None)
     print(program.report.summary())
-    if program.report.verification:
-        for result in program.report.verification:
-            print(f"  {result}")
-    print(f"saved {options.output}")
+    for result in program.report.verification or []:
+        print(f"  {result}")
+    print(f"saved {options.output} ({_size(options.output) / 2**20:.2f} MiB)")
+    for path in options.report:
+        print(f"report: {path}")
     return 0
+
+
+# --- inspect ----------------------------------------------------------------------------------------
+def _configure_inspect(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="an .onnx file")
+    parser.add_argument(
+        "--target", default="onnxruntime-cpu", help="list the nodes this target has no kernel for ('onnx': the spec)"
+    )
 
 
 def _inspect(options: argparse.Namespace) -> int:
@@ -128,17 +303,114 @@ def _inspect(options: argparse.Namespace) -> int:
 
     model = ir.load(options.model)
     graph = model.graph
-    print(f"{options.model}: ir_version {model.ir_version}, opsets {dict(graph.opset_imports)}")
-    print(f"size: {os.path.getsize(options.model) / 2**20:.2f} MiB on disk")
+    print(f"{options.model}: ir_version {model.ir_version}, producer {model.producer_name or '?'}")
+    opsets = ", ".join(f"{domain or 'ai.onnx'} {version}" for domain, version in sorted(graph.opset_imports.items()))
+    print(f"opsets: {opsets}")
+    weights = sum(v.const_value.nbytes for v in graph.initializers.values() if v.const_value is not None)
+    print(
+        f"size: {_size(options.model) / 2**20:.2f} MiB on disk ({weights / 2**20:.2f} MiB of weights in "
+        f"{len(graph.initializers)} initializers)"
+    )
     for value in graph.inputs:
-        print(f"  input  {value.name}: {value.dtype.name if value.dtype else '?'} {value.shape}")
+        print(f"  input  {value.name}: {_type_text(value)}")
     for value in graph.outputs:
-        print(f"  output {value.name}: {value.dtype.name if value.dtype else '?'} {value.shape}")
-    histogram = collections.Counter(node.op_type for node in graph.all_nodes())
-    print(f"{sum(histogram.values())} nodes, {len(graph.initializers)} initializers")
+        print(f"  output {value.name}: {_type_text(value)}")
+    histogram = collections.Counter(
+        f"{node.domain}::{node.op_type}" if node.domain else node.op_type for node in graph.all_nodes()
+    )
+    print(f"{sum(histogram.values())} nodes, {len(histogram)} op types:")
     for op_type, count in histogram.most_common():
-        print(f"  {op_type:<24}{count}")
+        print(f"  {op_type:<28}{count}")
+    _print_kernel_gaps(model, options)
     return 0
+
+
+def _print_kernel_gaps(model: Any, options: argparse.Namespace) -> None:
+    """The nodes the target cannot run, from the legalization pass's kernel table, then a real session."""
+    import onnx_ir.passes.common as common_passes
+
+    from fx2onnx import legalize
+    from fx2onnx.errors import source_line
+
+    with contextlib.suppress(Exception):  # types of intermediate values, for models saved without them
+        common_passes.ShapeInferencePass()(model)
+    target = legalize.get_target(options.target)
+    refusals = list(legalize.Legalizer(model, target).check())
+    if not refusals:
+        print(f"every node has a kernel in {options.target} ({target.describe()})")
+    else:
+        print(f"{len(refusals)} node(s) without a kernel in {options.target} ({target.describe()}):")
+        for refusal in refusals:
+            node = refusal.node
+            bound = ", ".join(f"{k}={v}" for k, v in sorted(refusal.binding.items())) or "no types"
+            fx_node = node.metadata_props.get("pkg.fx2onnx.fx_node")
+            where = f" from FX node `{fx_node}`" if fx_node else ""
+            print(f"  - `{node.name}` ({node.op_type}, {bound}){where}: {refusal.reason}")
+            source = source_line(node.metadata_props.get("pkg.fx2onnx.stack_trace"))
+            if source:
+                print(f"      from: {source}")
+    if options.target.startswith("onnxruntime"):
+        print(f"ONNX Runtime session: {_session_outcome(options.model)}")
+
+
+def _session_outcome(path: str) -> str:
+    import onnxruntime
+
+    session_options = onnxruntime.SessionOptions()
+    session_options.log_severity_level = 3
+    try:
+        onnxruntime.InferenceSession(path, session_options, providers=["CPUExecutionProvider"])
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return f"fails to load: {first}"
+    return "loads"
+
+
+def _type_text(value: Any) -> str:
+    dtype = value.dtype.name if value.dtype is not None else "?"
+    shape = "[" + ", ".join(str(d) for d in value.shape) + "]" if value.shape is not None else "(unknown shape)"
+    return f"{dtype} {shape}"
+
+
+def _size(path: str) -> int:
+    """The model file plus the external data files beside it that it names."""
+    total = os.path.getsize(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        import onnx
+
+        proto = onnx.load(path, load_external_data=False)
+        locations = {
+            entry.value
+            for tensor in proto.graph.initializer
+            for entry in tensor.external_data
+            if entry.key == "location"
+        }
+        total += sum(os.path.getsize(os.path.join(directory, name)) for name in locations)
+    except Exception:  # size of the .onnx alone is still worth printing
+        pass
+    return total
+
+
+# --- the table ----------------------------------------------------------------------------------------
+SUBCOMMANDS: list[Subcommand] = [
+    Subcommand(
+        "demo", "export the built-in TinyGPT, run it in ONNX Runtime, verify it against eager", _configure_demo, _demo
+    ),
+    Subcommand(
+        "export",
+        "export MODULE:FACTORY (a function returning a model [, inputs]) to ONNX",
+        _configure_export,
+        _export,
+    ),
+    Subcommand(
+        "inspect",
+        "print a model's inputs, outputs, op histogram, opsets, size and the nodes the target has no kernel for",
+        _configure_inspect,
+        _inspect,
+    ),
+    # `fx2onnx coverage` (issue 5) joins through fx2onnx.coverage.cli: see the module docstring.
+]
 
 
 if __name__ == "__main__":

@@ -297,5 +297,5 @@ class Dispatcher:
         )
         self.decisions.append(decision)
         if chosen is None:
-            raise UnsupportedOperatorError(decision, source_line(node))
+            raise UnsupportedOperatorError(decision, source_line(node), node)
         return decision

@@ -24,7 +24,8 @@ class SourceFrame:
     code: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line} in {self.function}: {self.code}".rstrip(": ")
+        where = f"{self.path}:{self.line} in {self.function}"
+        return f"{where}: {self.code}" if self.code else where
 
 
 class ExportError(RuntimeError):

@@ -22,10 +22,10 @@ from fx2onnx import capture as capture_stage
 from fx2onnx import legalize, passes
 from fx2onnx.dispatch import Dispatcher
 from fx2onnx.emit.graph_builder import TORCHLIB_OPSET, GraphEmitter, symbol_names_for
-from fx2onnx.errors import ExportError, InvalidModelError
+from fx2onnx.errors import ExportError, InvalidModelError, source_line
 from fx2onnx.program import ONNXProgram
 from fx2onnx.registry import Registry, apply_translation_table, global_registry
-from fx2onnx.report import ExportReport
+from fx2onnx.report import ExportReport, casts_inserted_by_passes
 
 
 def export(
@@ -47,7 +47,7 @@ def export(
     verify: bool = False,
     target: str = "onnxruntime-cpu",
     fast_math: bool = False,
-    report: str | os.PathLike[str] | None = None,
+    report: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     progress: bool = False,
 ) -> ONNXProgram:
     """Export `model` to ONNX through its FX graph.
@@ -56,7 +56,8 @@ def export(
     once the whole export succeeded). `verify=True` runs the model in ONNX Runtime on `args`
     and raises :class:`fx2onnx.errors.VerificationError` if any output differs from eager.
     `target` is the runtime the model must load and run in (``onnxruntime-cpu`` or ``onnx``);
-    `report` is a path to write the export report to (Markdown, or SARIF for ``.sarif``).
+    `report` is a path (or a list of paths) to write the export report to: Markdown, or SARIF 2.1.0
+    for a ``.sarif`` path; it is written on failure too (and then no model is saved).
     `progress=True` shows a progress bar over the stages and the graph's nodes.
     """
     if not isinstance(args, tuple):
@@ -85,6 +86,7 @@ def export(
         )
     except Exception as error:
         export_report.error = f"{type(error).__name__}: {error}"
+        export_report.exception = error
         if report is not None:
             export_report.write(report)
         raise
@@ -135,7 +137,9 @@ def _export(
     export_report.graph_nodes = len(captured.graph.nodes)
 
     with timer("fx passes"):
+        nodes_before = set(captured.graph.nodes)
         export_report.fx_passes = passes.run_fx_passes(captured)
+        export_report.promotion_casts = casts_inserted_by_passes(captured.graph, nodes_before)
 
     with timer("dispatch+emit"):
         flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
@@ -149,6 +153,9 @@ def _export(
             dim_names=symbol_names_for(captured, user_dims, flat_inputs),
             progress=progress,
         )
+        # The report sees decisions and Casts as they happen, so a failed export still explains itself.
+        export_report.decisions = dispatcher.decisions
+        export_report.casts = emitter.casts
         result = emitter.run()
     export_report.decisions = result.decisions
     export_report.casts = result.casts
@@ -171,6 +178,7 @@ def _export(
         module=module,
         in_spec=captured.in_spec,
         report=export_report,
+        captured=captured,
     )
     if verify:
         with timer("verify"):
@@ -179,7 +187,15 @@ def _export(
         if failed:
             from fx2onnx.errors import VerificationError
 
-            raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed))
+            # Find the first FX node whose value differs, so the error names where it starts.
+            try:
+                localized = program.verify(*args, intermediates=True, **kwargs)
+            except Exception as error:  # the outputs' verdict stands without it
+                localized, where = None, f"\n  (could not compare intermediate values: {error})"
+            first = getattr(localized, "first_mismatch", None)
+            if localized is not None:
+                where = f"\n  first differing node: {first}" if first is not None else ""
+            raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed) + where)
     return program
 
 
@@ -188,9 +204,9 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
     common_passes.InlinePass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
     if optimize:
-        import onnxscript.optimizer
+        from fx2onnx import optimizer
 
-        onnxscript.optimizer.optimize_ir(model)
+        optimizer.optimize(model)  # onnxscript's optimize_ir, without its quadratic rule where it cannot match
     if opset_version != TORCHLIB_OPSET:
         import onnxscript.version_converter
 
@@ -209,11 +225,25 @@ def check_model(model: ir.Model) -> None:
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
         message = str(error)
         culprit = next((n for n in model.graph if n.name and n.name in message), None)
-        where = ""
+        where = context = ""
+        details: dict[str, Any] = {}
         if culprit is not None:
             fx_node = culprit.metadata_props.get("pkg.fx2onnx.fx_node", "?")
-            where = f" at ONNX node {culprit.name} ({culprit.op_type}) from FX node `{fx_node}`"
-        raise InvalidModelError(f"the exported model fails the ONNX checker{where}: {message.strip()}") from error
+            target = culprit.metadata_props.get("pkg.fx2onnx.target")
+            trace = culprit.metadata_props.get("pkg.fx2onnx.stack_trace")
+            inputs = ", ".join(
+                f"{v.name}: {v.dtype.name if v.dtype else '?'} {v.shape}" for v in culprit.inputs if v is not None
+            )
+            where = f" at ONNX node {culprit.name} ({culprit.op_type}) from FX node `{fx_node}` ({target})"
+            context = (f"\n  from: {source_line(trace)}" if trace else "") + f"\n  inputs: {inputs or '(none)'}"
+            details = {"node": fx_node, "target": target, "stack_trace": trace}
+        raise InvalidModelError(
+            f"the exported model fails the ONNX checker{where}: {message.strip()}{context}\n"
+            "  remedy: the implementation chosen for this node emits an invalid ONNX node; register a correct one "
+            "with fx2onnx.register or "
+            "custom_translation_table (see the report's dispatch table for which one was chosen).",
+            **details,
+        ) from error
 
 
 def _ir_version(opset: int) -> int:

@@ -15,12 +15,13 @@ import onnx_ir as ir
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx import dtypes
+from fx2onnx import dtypes, streaming
 from fx2onnx.capture import flatten_inputs
 
 if TYPE_CHECKING:
     import onnxruntime
 
+    from fx2onnx.capture import CapturedGraph
     from fx2onnx.report import ExportReport
 
 # Above this many bytes of weights, a model goes to external data (protobuf's limit is 2 GB).
@@ -70,10 +71,12 @@ class ONNXProgram:
         module: Any,
         in_spec: pytree.TreeSpec | None,
         report: ExportReport | None = None,
+        captured: CapturedGraph | None = None,
     ) -> None:
         self.model = model
         self.exported_program = exported_program
         self.report = report
+        self.captured = captured  # the ATen graph that was emitted (for verify(intermediates=True))
         self._module = module
         self._in_spec = in_spec
         self._session: onnxruntime.InferenceSession | None = None
@@ -102,7 +105,10 @@ class ONNXProgram:
         staging = tempfile.mkdtemp(prefix=".fx2onnx-", dir=directory)
         try:
             staged_model = os.path.join(staging, filename)
-            ir.save(self.model, staged_model, external_data=data_name)
+            if streaming.writes_protobuf(filename):  # weights go from the torch tensors to the file, uncopied
+                streaming.save_model(self.model, staged_model, external_data=data_name)
+            else:
+                ir.save(self.model, staged_model, external_data=data_name)
             if data_name is not None:
                 os.replace(os.path.join(staging, data_name), os.path.join(directory, data_name))
             os.replace(staged_model, path)
@@ -144,9 +150,24 @@ class ONNXProgram:
         return [_to_torch(value) for value in outputs]
 
     def verify(
-        self, *args: Any, rtol: float | None = None, atol: float | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        rtol: float | None = None,
+        atol: float | None = None,
+        intermediates: bool = False,
+        **kwargs: Any,
     ) -> list[OutputVerification]:
-        """Run eager and ONNX Runtime on the same inputs and compare every output."""
+        """Run eager and ONNX Runtime on the same inputs and compare every output.
+
+        `intermediates=True` also compares the value of every FX node with the ONNX value named after
+        it and returns a :class:`fx2onnx.intermediates.Verification` (still the list of outputs) whose
+        ``first_mismatch`` names the first node that differs, with its source line; the program's
+        report records it.
+        """
+        if intermediates:
+            from fx2onnx.intermediates import verify_with_intermediates
+
+            return verify_with_intermediates(self, args, kwargs, rtol=rtol, atol=atol)
         with torch.no_grad():
             expected = self._module(*args, **kwargs)
         expected_flat = [x for x in pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
@@ -182,7 +203,7 @@ def compare(
             rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
             rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
             max_rel = float(rel.max())
-            close = bool((diff <= atol + rtol * e.abs()).all())
+            close = bool(((diff <= atol + rtol * e.abs()) | both_nan | same_inf).all())  # NaN in e: NaN tolerance
         else:
             close = True
     return OutputVerification(

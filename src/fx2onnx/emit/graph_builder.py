@@ -182,7 +182,9 @@ class GraphEmitter:
                     value = self.recorder.constant(value)
                 if value.is_graph_input() or value.is_initializer() or id(value) in used or value.producer() is None:
                     (copy,) = self.recorder.add_node("", "Identity", [value])
-                    copy.type, copy.shape = value.type, value.shape
+                    # Fresh objects: onnx_ir mutates a type in place when a dtype is set, and shapes are mutable.
+                    copy.dtype = value.dtype
+                    copy.shape = ir.Shape(value.shape) if value.shape is not None else None
                     value = copy
                 used.add(id(value))
                 name = names[index] if index < len(names) else f"output_{index}"

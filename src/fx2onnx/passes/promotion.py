@@ -1,0 +1,466 @@
+"""Explicit type promotion: every node receives the input dtypes eager PyTorch computes in.
+
+ATen ops promote their inputs internally (``int8 + int16`` computes in int16, ``int64 + 0.5`` in float32,
+``sum(bool)`` in int64); ONNX ops take one type and do not. For each node this pass asks the installed torch
+which dtype each input is computed in, and inserts ``prims.convert_element_type`` nodes where an input has
+another dtype. The rules come from torch at export time, in two ways:
+
+- elementwise ops: the promotion kind and promoting arguments of the op's reference implementation (its
+  ``elementwise_type_promotion_wrapper`` in ``torch._refs``), fed to ``torch._prims_common.elementwise_dtypes``;
+- other ops whose inputs and outputs differ in dtype (``sum``/``cumsum`` of ints, ``mean(dtype=)``, ``div``
+  with a rounding mode...): their decomposition runs on meta tensors and the conversions it applies to its
+  inputs are recorded.
+
+Outputs are left alone: ``meta["val"]`` holds eager's dtype, and the emitter casts an output back only when an
+implementation produced another. float16/bfloat16 inputs are not upcast to torch's float32 "opmath" when the
+result keeps their dtype: that upcast is an implementation detail of eager kernels, not a dtype eager exposes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch._decomp import decomposition_table
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
+from torch._prims_common import elementwise_dtypes, get_computation_dtype
+from torch._prims_common.wrappers import elementwise_type_promotion_wrapper
+from torch.fx.experimental.symbolic_shapes import optimization_hint
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+CAST = torch.ops.prims.convert_element_type.default
+SCALAR_TO_TENSOR = aten.scalar_tensor.default
+# Ops that are themselves the conversion: casting their input first would only add a Cast.
+_CONVERSIONS = {CAST, aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.other, aten.type_as.default}
+# Kinds whose result dtype is not the dtype the inputs are compared/computed in.
+_RESULT_IS_NOT_INPUT = {Kind.ALWAYS_BOOL, Kind.COMPLEX_TO_FLOAT}
+# Dtype a symbolic scalar node has in the ONNX graph (see GraphEmitter._meta_dtype).
+_SYMBOLIC_DTYPES = {torch.SymBool: torch.bool, torch.SymInt: torch.int64, torch.SymFloat: torch.float32}
+# Ops that copy a value unchanged: a cast of their result is a cast of their input (folded if that is a constant).
+_COPIES = {aten.clone.default, aten.lift_fresh_copy.default, aten.alias.default, aten.detach.default}
+# Constants up to this many elements are cast at export time rather than by a Cast node.
+FOLD_LIMIT = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementwiseRule:
+    """torch's promotion rule for one overload: the kind, and the schema positions of the promoting arguments."""
+
+    kind: Kind
+    arguments: tuple[int, ...]
+
+
+def promote_types(
+    graph_module: torch.fx.GraphModule, constants: Mapping[torch.fx.Node, torch.Tensor] | None = None
+) -> bool:
+    """Insert the casts eager's type promotion implies; returns True when the graph changed.
+
+    `constants` maps placeholders that hold constants (weights, lifted tensors) to their values, so casts of
+    small ones can be folded.
+    """
+    graph = graph_module.graph
+    casts = _CastInserter(graph, constants or {})
+    graph_changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target in _CONVERSIONS:
+            continue
+        leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
+        rule = elementwise_rule(node.target)
+        if rule is not None:
+            wanted = _elementwise_input_dtypes(node, rule, leaves, spec)
+        else:
+            wanted = _traced_input_dtypes(node, leaves, spec)
+        changed = False
+        for index, dtype in wanted.items():
+            leaf = leaves[index]
+            if isinstance(leaf, torch.fx.Node) and node_dtype(leaf) not in (None, dtype):
+                leaves[index] = casts.cast(leaf, dtype, consumer=node)
+                changed = True
+        changed |= _promote_numbers(node, leaves, spec, wanted if rule is not None else None, casts)
+        if changed:
+            node.args, node.kwargs = pytree.tree_unflatten(leaves, spec)
+            graph_changed = True
+    if graph_changed:
+        _erase_unused_copies(graph)
+        graph.lint()
+        graph_module.recompile()
+    return graph_changed
+
+
+def _erase_unused_copies(graph: torch.fx.Graph) -> None:
+    """Copies of constants whose only use was a cast that got folded."""
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and node.target in _COPIES and not node.users:
+            graph.erase_node(node)
+
+
+def _promote_numbers(
+    node: torch.fx.Node,
+    leaves: list[Any],
+    spec: pytree.TreeSpec,
+    wanted: dict[int, torch.dtype] | None,
+    casts: _CastInserter,
+) -> bool:
+    """Give Python numbers the compute dtype too.
+
+    Where the schema takes a Tensor (``2 - x`` is captured as ``sub.Tensor(2, x)``), the number becomes a 0-d
+    constant of the compute dtype: implementations take such arguments as typed tensors. Where it takes a
+    Scalar, it becomes a number of the compute dtype's kind, an int wrapped as eager wraps it (``uint8 + -3``
+    adds 253). `wanted` holds the promoting arguments of an elementwise op; for other ops (None), only when their
+    tensor arguments and result share one dtype, and then only Tensor arguments and ints are touched.
+    """
+    outputs = output_dtypes(node)
+    common = _common_dtype(node, leaves)
+    if common is None and not any(isinstance(leaf, torch.fx.Node) for leaf in leaves):
+        common = next(iter(outputs)) if len(outputs) == 1 else None  # div(3, 1.5, rounding_mode=...)
+    elif outputs != {common}:
+        common = None  # the op changes dtype: its numbers' dtype is not known here
+    changed = False
+    arguments = node.target._schema.arguments
+    for position, indices in _schema_slots(node, spec, len(leaves)).items():
+        slot = _slot_kind(arguments[position].type)
+        for index in indices:
+            number = leaves[index]
+            if slot is None or type(number) not in (bool, int, float):
+                continue
+            dtype = wanted.get(index) if wanted is not None else common
+            if dtype is None or dtype.is_complex:
+                continue
+            if slot == "tensor":
+                leaves[index] = casts.number(number, dtype, consumer=node)
+            elif wanted is not None or (type(number) is int and _is_integer(dtype)):
+                leaves[index] = _as_python(number, dtype)
+            changed = changed or leaves[index] is not number
+    return changed
+
+
+def _slot_kind(argument_type: torch._C.JitType) -> str | None:
+    if isinstance(argument_type, torch.OptionalType):
+        argument_type = argument_type.getElementType()
+    if isinstance(argument_type, torch.TensorType):
+        return "tensor"
+    if isinstance(argument_type, torch.NumberType):
+        return "scalar"
+    return None
+
+
+def _as_python(number: bool | int | float, dtype: torch.dtype) -> bool | int | float:
+    """`number` as a Python number of `dtype`'s kind; floats keep their value (eager computes them in float32+)."""
+    if dtype.is_floating_point:
+        return number if type(number) is float else float(number)
+    if dtype == torch.bool:
+        return bool(number)
+    wrapped = int(torch.tensor(int(number)).to(dtype).item())
+    return number if wrapped == number and type(number) is int else wrapped
+
+
+def _is_integer(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
+def _common_dtype(node: torch.fx.Node, leaves: list[Any]) -> torch.dtype | None:
+    """The one dtype of the node's tensor arguments (after promotion), if they agree."""
+    found = {node_dtype(leaf) for leaf in leaves if isinstance(leaf, torch.fx.Node)} - {None}
+    return next(iter(found)) if len(found) == 1 else None
+
+
+# --- elementwise ops: torch's ELEMENTWISE_TYPE_PROMOTION_KIND ----------------------------------------------------
+@functools.cache
+def elementwise_rule(op: torch._ops.OpOverload) -> ElementwiseRule | None:
+    """The promotion rule of `op`'s reference implementation, read from its type-promotion wrapper."""
+    reference = decomposition_table.get(op)
+    wrapper = _promotion_wrapper(reference) if reference is not None else None
+    if wrapper is None or not wrapper.type_promoting_arg_names:
+        return None
+    parameters = list(inspect.signature(reference).parameters)
+    schema_names = [argument.name for argument in op._schema.arguments]
+    positions = []
+    for name in wrapper.type_promoting_arg_names:
+        if name in schema_names:  # same name in the ATen schema (addcmul: self, tensor1, tensor2)
+            positions.append(schema_names.index(name))
+        elif name in parameters and parameters.index(name) < len(schema_names):  # by position: a, b -> self, other
+            positions.append(parameters.index(name))
+    return ElementwiseRule(wrapper.type_promotion_kind, tuple(positions))
+
+
+def _promotion_wrapper(function: Any, depth: int = 0) -> elementwise_type_promotion_wrapper | None:
+    """Find the wrapper instance a reference closes over (through ``functools.wraps`` layers and closures)."""
+    if depth > 8 or not callable(function):
+        return None
+    for cell in getattr(function, "__closure__", None) or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(content, elementwise_type_promotion_wrapper):
+            return content
+        if inspect.isfunction(content):
+            found = _promotion_wrapper(content, depth + 1)
+            if found is not None:
+                return found
+    wrapped = getattr(function, "__wrapped__", None)
+    return _promotion_wrapper(wrapped, depth + 1) if wrapped is not None else None
+
+
+def _elementwise_input_dtypes(
+    node: torch.fx.Node, rule: ElementwiseRule, leaves: list[Any], spec: pytree.TreeSpec
+) -> dict[int, torch.dtype]:
+    slots = _schema_slots(node, spec, len(leaves))
+    promoting = [index for position in rule.arguments for index in slots.get(position, [])]
+    values = [_promotion_value(leaves[index]) for index in promoting]
+    values = [v for v in values if v is not None]
+    if not values:
+        return {}
+    _, result = elementwise_dtypes(*values, type_promotion_kind=rule.kind)
+    result = node.kwargs.get("dtype") or result
+    if result not in output_dtypes(node):
+        return {}  # torch's rule does not predict this node's dtype: its arguments map differently; leave it alone
+    if rule.kind in _RESULT_IS_NOT_INPUT:
+        _, result = elementwise_dtypes(*values, type_promotion_kind=Kind.NO_OPMATH)
+    return {index: result for index in promoting}
+
+
+def _schema_slots(node: torch.fx.Node, spec: pytree.TreeSpec, count: int) -> dict[int, list[int]]:
+    """Schema position -> the flat argument indices inside that argument (several for Tensor[])."""
+    indexed_args, indexed_kwargs = pytree.tree_unflatten(list(range(count)), spec)
+    slots = {}
+    for position, argument in enumerate(node.target._schema.arguments):
+        if position < len(indexed_args) and not argument.kwarg_only:
+            slots[position] = pytree.tree_leaves(indexed_args[position])
+        elif argument.name in indexed_kwargs:
+            slots[position] = pytree.tree_leaves(indexed_kwargs[argument.name])
+    return slots
+
+
+def _promotion_value(leaf: Any) -> Any:
+    """What ``elementwise_dtypes`` takes for an argument: a (fake) tensor or a Python number."""
+    if isinstance(leaf, torch.fx.Node):
+        val = leaf.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return val
+        for symbolic, python_type in ((torch.SymBool, bool), (torch.SymInt, int), (torch.SymFloat, float)):
+            if isinstance(val, symbolic):
+                return python_type(0)  # only its type matters: a weakly typed scalar
+        return None
+    if isinstance(leaf, (bool, int, float, complex, torch.Tensor)):
+        return leaf
+    return None
+
+
+# --- other ops: run torch's decomposition on meta tensors and record its conversions -------------------------------
+def decomposition(op: torch._ops.OpOverload) -> Any:
+    """torch's decomposition of `op`: its table entry (refs included), else its CompositeImplicitAutograd kernel."""
+    if op in decomposition_table:
+        return decomposition_table[op]
+    if op.namespace == "aten" and op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+        return op.decompose
+    return None
+
+
+def _traced_input_dtypes(node: torch.fx.Node, leaves: list[Any], spec: pytree.TreeSpec) -> dict[int, torch.dtype]:
+    if decomposition(node.target) is None:
+        return {}
+    outputs = output_dtypes(node)
+    inputs = {node_dtype(leaf) for leaf in leaves if isinstance(leaf, torch.fx.Node)} - {None}
+    if not outputs or len(inputs | outputs) <= 1:
+        return {}  # one dtype throughout: nothing to promote
+    described = tuple(_describe(leaf) for leaf in leaves)
+    converted = _recorded_conversions(node.target, described, spec)
+    wanted = {}
+    for index, dtype in converted.items():
+        source = node_dtype(leaves[index])
+        if source is None or source == dtype or dtype == node.kwargs.get("dtype"):
+            continue  # `sum(x, dtype=float64)`: the implementation is given the dtype and converts itself
+        if dtype == get_computation_dtype(source) and source in outputs:
+            continue  # float16 computed in float32 and rounded back: an eager kernel detail
+        wanted[index] = dtype
+    return wanted
+
+
+def _describe(leaf: Any) -> Any:
+    """A hashable stand-in for a flat argument: (dtype, concrete shape) for tensors, a hint for symbolic scalars."""
+    if isinstance(leaf, torch.fx.Node):
+        val = leaf.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return ("tensor", val.dtype, tuple(optimization_hint(d, fallback=2) for d in val.shape))
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return ("scalar", val.node.hint if val.node.hint is not None else val.node.pytype(1))
+        return ("opaque", leaf.name)
+    return ("constant", leaf)
+
+
+_TRACE_CACHE: dict[tuple[Any, ...], dict[int, torch.dtype]] = {}
+
+
+def _recorded_conversions(
+    op: torch._ops.OpOverload, described: tuple[Any, ...], spec: pytree.TreeSpec
+) -> dict[int, torch.dtype]:
+    """Run `op`'s decomposition on meta tensors; flat index -> the one dtype that input is used in, if converted."""
+    key = (op, described, str(spec))
+    if key in _TRACE_CACHE:
+        return _TRACE_CACHE[key]
+    inputs: dict[int, int] = {}  # id(meta tensor) -> flat index
+    flat = []
+    for index, (kind, *rest) in enumerate(described):
+        if kind == "tensor":
+            tensor = torch.empty(rest[1], dtype=rest[0], device="meta")
+            inputs[id(tensor)] = index
+            flat.append(tensor)
+        elif kind == "opaque":
+            _TRACE_CACHE[key] = {}
+            return {}
+        else:
+            flat.append(rest[0])
+    args, kwargs = pytree.tree_unflatten(flat, spec)
+    recorder = _ConversionRecorder(inputs)
+    try:
+        with recorder:
+            decomposition(op)(*args, **kwargs)
+    except Exception:  # a decomposition that cannot run on meta tensors tells us nothing
+        recorder.used.clear()
+    result = {index: dtypes.pop() for index, dtypes in recorder.used.items() if len(dtypes) == 1}
+    _TRACE_CACHE[key] = result
+    return result
+
+
+class _ConversionRecorder(TorchDispatchMode):
+    """Records, for each input tensor, the dtypes the decomposition uses it in (converted or as it is).
+
+    ATen ops the decomposition calls are decomposed in turn (down to prims), so that a conversion made
+    inside them (``sum.default`` -> ``sum.dim_IntList`` -> convert to int64) is seen.
+    """
+
+    def __init__(self, inputs: dict[int, int]) -> None:
+        super().__init__()
+        self.inputs = inputs
+        self.used: dict[int, set[torch.dtype]] = defaultdict(set)
+        self.depth = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        decomposed = decomposition(func) if func.namespace == "aten" and func not in _CONVERSIONS else None
+        if decomposed is not None and self.depth < 8:
+            self.depth += 1
+            try:
+                with self:
+                    result = decomposed(*args, **kwargs)
+            finally:
+                self.depth -= 1
+            if result is not NotImplemented:
+                return result
+        converted_to = _conversion_dtype(func, args, kwargs)
+        for position, value in enumerate(pytree.tree_leaves((args, kwargs))):
+            index = self.inputs.get(id(value)) if isinstance(value, torch.Tensor) else None
+            if index is not None:
+                self.used[index].add(converted_to if converted_to is not None and position == 0 else value.dtype)
+        return func(*args, **kwargs)
+
+
+def _conversion_dtype(func: Any, args: Any, kwargs: dict[str, Any]) -> torch.dtype | None:
+    """The dtype a conversion op (``to``, ``_to_copy``, ``convert_element_type``...) converts its first argument to."""
+    if func not in _CONVERSIONS:
+        return None
+    if isinstance(kwargs.get("dtype"), torch.dtype):
+        return kwargs["dtype"]
+    for value in args[1:]:
+        if isinstance(value, torch.dtype):
+            return value
+        if isinstance(value, torch.Tensor):  # to.other, type_as
+            return value.dtype
+    return None
+
+
+# --- helpers ---------------------------------------------------------------------------------------------------------
+def node_dtype(node: torch.fx.Node) -> torch.dtype | None:
+    """The dtype an FX node's value has in the ONNX graph (symbolic scalars included)."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return val.dtype
+    return next((dtype for kind, dtype in _SYMBOLIC_DTYPES.items() if isinstance(val, kind)), None)
+
+
+def output_dtypes(node: torch.fx.Node) -> set[torch.dtype]:
+    return {v.dtype for v in pytree.tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)}
+
+
+class _CastInserter:
+    """Inserts one cast per (value, dtype), before its first consumer, with a fake-tensor ``meta["val"]``.
+
+    A cast of a small constant (a weight, a lifted ``torch.tensor(...)``, a number) is folded: the graph gets a
+    constant of the new dtype instead (a ``get_attr`` of a buffer, which the emitter makes an initializer).
+    """
+
+    def __init__(self, graph: torch.fx.Graph, constants: Mapping[torch.fx.Node, torch.Tensor]) -> None:
+        self.graph = graph
+        self.constants = constants
+        self.cache: dict[tuple[Any, ...], torch.fx.Node] = {}
+        vals = [n.meta.get("val") for n in graph.nodes if n.op == "placeholder"]
+        self.fake_mode = torch._guards.detect_fake_mode(vals)
+        self.constants_made = 0
+
+    def cast(self, source: torch.fx.Node, dtype: torch.dtype, *, consumer: torch.fx.Node) -> torch.fx.Node:
+        key = (source, dtype)
+        if key in self.cache:
+            return self.cache[key]
+        constant = self._constant_value(source)
+        if constant is not None and constant.numel() <= FOLD_LIMIT:
+            cast = self._get_attr(constant.detach().to(dtype), consumer)
+        else:
+            val = source.meta.get("val")
+            with self.graph.inserting_before(consumer):
+                if isinstance(val, torch.Tensor):
+                    cast = self.graph.call_function(CAST, (source, dtype))
+                    cast.meta["val"] = CAST(val, dtype)
+                else:  # a symbolic scalar (a size, a sym_float): a 0-d tensor of the compute dtype
+                    cast = self.graph.call_function(SCALAR_TO_TENSOR, (source,), {"dtype": dtype})
+                    cast.meta["val"] = self._fake(torch.empty((), dtype=dtype))
+            for name in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+                if name in consumer.meta:
+                    cast.meta[name] = consumer.meta[name]
+        self.cache[key] = cast
+        return cast
+
+    def number(self, value: bool | int | float, dtype: torch.dtype, *, consumer: torch.fx.Node) -> torch.fx.Node:
+        """A 0-d constant of `dtype` holding `value` as eager converts it (ints wrap into unsigned types)."""
+        key = (type(value), value, dtype)
+        if key not in self.cache:
+            self.cache[key] = self._get_attr(torch.tensor(value).to(dtype), consumer)
+        return self.cache[key]
+
+    def _constant_value(self, node: torch.fx.Node) -> torch.Tensor | None:
+        """The tensor behind `node` if it is a constant (seen through copies such as ``clone``)."""
+        while node.op == "call_function" and node.target in _COPIES and isinstance(node.args[0], torch.fx.Node):
+            node = node.args[0]
+        if node.op == "get_attr":
+            value = self.graph.owning_module
+            for part in str(node.target).split("."):
+                value = getattr(value, part, None)
+            return value if isinstance(value, torch.Tensor) else None
+        return self.constants.get(node)
+
+    def _get_attr(self, tensor: torch.Tensor, consumer: torch.fx.Node) -> torch.fx.Node:
+        module = self.graph.owning_module
+        name = f"_promoted_constant_{self.constants_made}"
+        while hasattr(module, name):
+            name += "_"
+        self.constants_made += 1
+        module.register_buffer(name, tensor, persistent=False)
+        with self.graph.inserting_before(consumer):
+            node = self.graph.get_attr(name)
+        node.meta["val"] = self._fake(tensor)
+        return node
+
+    def _fake(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.fake_mode is None:
+            return tensor.to("meta")
+        return self.fake_mode.from_tensor(tensor)

@@ -1,0 +1,39 @@
+"""``fx2onnx.optimizer.optimize`` gives exactly what ``onnxscript.optimizer.optimize_ir`` gives."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+import onnxscript.optimizer
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx import examples, optimizer
+
+
+class _TwoSlices(torch.nn.Module):
+    """Two slices of one value: the optimizer then runs onnxscript's SlicesSplit rule too."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x)
+        return y[..., :3] * 2 + y[..., 3:6] * 3  # the halves, as the rule requires
+
+
+def _unoptimized(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> ir.Model:
+    # target="onnx": the unoptimized graph has ops (sequences) ONNX Runtime CPU legalization refuses.
+    return fx2onnx.export(model.eval(), args, optimize=False, target="onnx").model
+
+
+@pytest.mark.parametrize(
+    "model, args",
+    [(examples.TinyGPT(layers=1), (torch.randint(0, 512, (2, 8)),)), (_TwoSlices(), (torch.randn(2, 6),))],
+    ids=["tiny_gpt", "two_slices"],
+)
+def test_same_model_as_onnxscript_optimize_ir(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+    torch.manual_seed(0)
+    proto = ir.to_proto(_unoptimized(model, args))
+    ours, theirs = ir.from_proto(proto), ir.from_proto(proto)
+    optimizer.optimize(ours)
+    onnxscript.optimizer.optimize_ir(theirs)
+    ours_proto, theirs_proto = ir.to_proto(ours), ir.to_proto(theirs)
+    assert ours_proto.SerializeToString(deterministic=True) == theirs_proto.SerializeToString(deterministic=True)

@@ -1,0 +1,113 @@
+"""``ONNXProgram.save`` streams weights from the torch tensors: the file must equal what protobuf writes."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime
+import pytest
+import torch
+from onnx_ir.tensor_adapters import TorchTensor
+
+import fx2onnx
+from fx2onnx import streaming
+
+
+class _Mixed(torch.nn.Module):
+    """float32 and bfloat16 weights, a buffer, and a small bias below the streaming threshold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(32, 48)
+        self.second = torch.nn.Linear(48, 8)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.relu(self.first(x))) * self.scale
+
+
+def _exported() -> tuple[torch.nn.Module, torch.Tensor, fx2onnx.ONNXProgram]:
+    torch.manual_seed(0)
+    model = _Mixed().eval()
+    x = torch.randn(3, 32)
+    program = fx2onnx.export(model, (x,))
+    # A numpy-backed initializer as onnxscript's constant folding makes them, next to the torch ones.
+    extra = ir.Value(name="numpy_weight", const_value=ir.tensor(np.arange(600, dtype=np.int64), name="numpy_weight"))
+    program.model.graph.register_initializer(extra)
+    # A strided view, as folding a Transpose of a weight leaves it, and a non-contiguous torch tensor.
+    strided = np.arange(1200, dtype=np.float32).reshape(30, 40).T
+    program.model.graph.register_initializer(ir.Value(name="strided", const_value=ir.Tensor(strided, name="strided")))
+    transposed = TorchTensor(torch.arange(600, dtype=torch.float32).reshape(20, 30).T, name="transposed")
+    program.model.graph.register_initializer(ir.Value(name="transposed", const_value=transposed))
+    permuted = ir.Tensor(
+        np.arange(2 * 300 * 7, dtype=np.float16).reshape(2, 300, 7).transpose(2, 0, 1), name="permuted"
+    )
+    program.model.graph.register_initializer(ir.Value(name="permuted", const_value=permuted))
+    return model, x, program
+
+
+def _initializers(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+
+
+@pytest.mark.parametrize("external_data", [False, True])
+def test_saved_file_equals_protobuf_serialization(tmp_path: os.PathLike[str], external_data: bool) -> None:
+    model, x, program = _exported()
+    path = os.path.join(tmp_path, "model.onnx")
+    program.save(path, external_data=external_data)
+    assert os.path.exists(path + ".data") == external_data
+
+    saved = onnx.load(path)
+    expected = ir.to_proto(program.model)
+    saved_weights, expected_weights = _initializers(saved), _initializers(expected)
+    assert saved_weights.keys() == expected_weights.keys()
+    for name, array in expected_weights.items():
+        assert saved_weights[name].dtype == array.dtype, name
+        np.testing.assert_array_equal(saved_weights[name], array, err_msg=name)
+    # Everything but the initializers is byte for byte what protobuf serializes.
+    del saved.graph.initializer[:]
+    del expected.graph.initializer[:]
+    assert saved.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+
+    onnx.checker.check_model(path, full_check=True)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (actual,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(actual), model(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_weights_stream_bit_exact(tmp_path: os.PathLike[str]) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 16).to(torch.bfloat16).eval()
+    program = fx2onnx.export(model, (torch.randn(2, 64, dtype=torch.bfloat16),))
+    path = os.path.join(tmp_path, "model.onnx")
+    program.save(path)
+    saved = {t.name: t.raw_data for t in onnx.load(path).graph.initializer}
+    assert saved["weight"] == model.weight.detach().view(torch.int16).numpy().tobytes()
+
+
+def test_text_formats_are_left_to_onnx(tmp_path: os.PathLike[str]) -> None:
+    assert streaming.writes_protobuf("model.onnx")
+    assert not streaming.writes_protobuf("model.textproto")
+    _, _, program = _exported()
+    path = os.path.join(tmp_path, "model.textproto")
+    program.save(path)
+    with open(path) as text:
+        assert "numpy_weight" in text.read()
+
+
+@pytest.mark.parametrize("external_data", [False, True])
+def test_failure_while_streaming_leaves_no_file(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch, external_data: bool
+) -> None:
+    _, _, program = _exported()
+
+    def fail(file: object, array: np.ndarray) -> int:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(streaming, "_write_array", fail)
+    with pytest.raises(OSError, match="disk full"):
+        program.save(os.path.join(tmp_path, "model.onnx"), external_data=external_data)
+    assert os.listdir(tmp_path) == []
