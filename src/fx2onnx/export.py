@@ -166,6 +166,10 @@ def _export(
 
     with timer("legalize"):
         export_report.casts.extend(legalize.legalize_model(model_ir, target, fast_math=fast_math))
+
+    with timer("check"):
+        # Shape inference runs on the legal model: before legalization some nodes (bf16 Cos) are invalid ONNX.
+        common_passes.ShapeInferencePass()(model_ir)
         check_model(model_ir)
 
     if isinstance(model, torch.export.ExportedProgram):
@@ -200,7 +204,7 @@ def _export(
 
 
 def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
-    """Inline script functions, optimize, convert the opset, infer shapes and check the model."""
+    """Inline script functions, optimize, convert the opset, drop what is unused."""
     common_passes.InlinePass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
     if optimize:
@@ -215,7 +219,6 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
     common_passes.RemoveUnusedOpsetsPass()(model)
     model.graph.opset_imports[""] = opset_version
     model.ir_version = _ir_version(opset_version)
-    common_passes.ShapeInferencePass()(model)
 
 
 def check_model(model: ir.Model) -> None:
