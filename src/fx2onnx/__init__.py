@@ -13,6 +13,7 @@ from fx2onnx.errors import (
     VerificationError,
 )
 from fx2onnx.export import export, max_opset
+from fx2onnx.legalize import LegalizationError
 from fx2onnx.program import ONNXProgram, OutputVerification
 from fx2onnx.registry import Implementation, Registry, is_registered, overloads, register, unregister
 
@@ -21,6 +22,7 @@ __all__ = [
     "ExportError",
     "Implementation",
     "InvalidModelError",
+    "LegalizationError",
     "LoweringError",
     "ONNXProgram",
     "OutputVerification",

@@ -107,6 +107,8 @@ class VerificationError(AssertionError):
 def _python_target(target: str) -> str:
     namespace, _, rest = target.partition("::")
     name, _, overload = rest.partition(".")
+    if namespace == "higher_order":  # higher-order operators have no overloads
+        return f"torch.ops.higher_order.{name}"
     return f"torch.ops.{namespace}.{name}.{overload or 'default'}"
 
 

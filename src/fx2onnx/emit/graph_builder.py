@@ -28,6 +28,7 @@ from fx2onnx.capture import CapturedGraph
 from fx2onnx.dispatch import DispatchDecision, Dispatcher, value_dtype
 from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.errors import LoweringError, describe_value, source_line
+from fx2onnx.registry import qualified_name
 
 TORCHLIB_OPSET = 18
 METADATA_PREFIX = "pkg.fx2onnx"
@@ -268,7 +269,7 @@ class GraphEmitter:
     def _metadata(self, node: torch.fx.Node) -> dict[str, str]:
         metadata = {
             f"{METADATA_PREFIX}.fx_node": node.name,
-            f"{METADATA_PREFIX}.target": str(node.target),
+            f"{METADATA_PREFIX}.target": _target_name(node.target),
         }
         stack = node.meta.get("nn_module_stack")
         if stack:
@@ -299,6 +300,13 @@ def _lowering(emitter: GraphEmitter, node: torch.fx.Node) -> Iterator[None]:
         yield
     finally:
         _CURRENT_LOWERING.reset(token)
+
+
+def _target_name(target: Any) -> str:
+    try:
+        return qualified_name(target)
+    except TypeError:
+        return str(target)
 
 
 def _is_runtime_check(node: torch.fx.Node) -> bool:
