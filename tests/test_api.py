@@ -225,3 +225,12 @@ def test_node_metadata_names_fx_node_module_and_source() -> None:
     assert any(m.get("pkg.fx2onnx.fx_node") == "linear" for m in metadata)
     assert any("fc" in m.get("namespace", "") for m in metadata)
     assert any("test_api.py" in m.get("pkg.fx2onnx.stack_trace", "") for m in metadata)
+
+
+def test_symbolic_trace_failure_is_a_capture_error() -> None:
+    class DataDependent(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 if x.sum() > 0 else x - 1
+
+    with pytest.raises(fx2onnx.CaptureError, match="symbolic_trace could not trace DataDependent"):
+        fx2onnx.export(DataDependent(), (torch.randn(3),), extractor="symbolic_trace")

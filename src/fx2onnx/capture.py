@@ -157,7 +157,13 @@ class SymbolicTraceExtractor:
         if dynamic_shapes is not None:
             raise CaptureError("symbolic_trace captures static shapes only; use the torch.export extractor")
         start = time.perf_counter()
-        traced = torch.fx.symbolic_trace(model)
+        try:
+            traced = torch.fx.symbolic_trace(model)
+        except Exception as error:  # data-dependent control flow, unsupported Python
+            raise CaptureError(
+                f"torch.fx.symbolic_trace could not trace {type(model).__name__}: {type(error).__name__}: "
+                f"{_first_lines(str(error))}\n  remedy: use the torch.export extractor (the default), strict or not."
+            ) from error
         named_weights = dict(model.named_parameters()) | dict(model.named_buffers())
         names = list(named_weights)
         flat_inputs, in_spec = pytree.tree_flatten((args, kwargs))
@@ -167,11 +173,17 @@ class SymbolicTraceExtractor:
             state = dict(zip(names, weights))
             return torch.func.functional_call(traced, state, call_args, call_kwargs)
 
-        with torch.no_grad():
-            aten = make_fx(run, decomposition_table=dict(decompositions), tracing_mode="fake")(
-                list(named_weights.values()), *flat_inputs
-            )
-            eager_out = traced(*args, **kwargs)
+        try:
+            with torch.no_grad():
+                aten = make_fx(run, decomposition_table=dict(decompositions), tracing_mode="fake")(
+                    list(named_weights.values()), *flat_inputs
+                )
+                eager_out = traced(*args, **kwargs)
+        except Exception as error:
+            raise CaptureError(
+                f"symbolic_trace could not lower {type(model).__name__} to ATen: {type(error).__name__}: "
+                f"{_first_lines(str(error))}\n  remedy: use the torch.export extractor (the default)."
+            ) from error
         _, out_spec = pytree.tree_flatten(eager_out)
         placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
         weight_nodes = placeholders[: len(names)]
