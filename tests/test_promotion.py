@@ -315,6 +315,7 @@ REGRESSIONS = {
     "cumsum_int8": (lambda x: x.cumsum(0), (torch.tensor([100, 100, 100], dtype=torch.int8),)),
     "mean_int_dtype": (lambda x: x.mean(dtype=torch.float32), (torch.tensor([1, 2, 4]),)),
     "sum_fp16_to_float": (lambda x: x.sum(dtype=torch.float32), (torch.full((4,), 30000.0, dtype=torch.float16),)),
+    "sum_int8_to_int64": (lambda x: x.sum(0, dtype=torch.int64), (torch.full((4, 2), 100, dtype=torch.int8),)),
     "int_mean_dim_float_mask": (lambda x, m: (x * m).sum(1) / m.sum(1), (torch.randn(2, 3), MASK)),
     "pow_int_float_exponent": (lambda x: x**0.5, (torch.tensor([1, 4, 9]),)),
     "bool_arithmetic": (lambda a, b: (a + b, a * b, a & b), (MASK.bool(), MASK.bool().logical_not())),
@@ -330,6 +331,13 @@ REGRESSIONS = {
 def test_promotion_regressions(name: str) -> None:
     function, args = REGRESSIONS[name]
     check(Lambda(function), args)
+
+
+def test_int_and_float_numbers_promote_apart() -> None:
+    """`2 == 2.0` in Python, but `bool // 2` computes in int64 and `bool // 2.0` in float32 (the rules are cached)."""
+    mask = MASK.bool()
+    check(Lambda(lambda m: m // 2), (mask,))
+    check(Lambda(lambda m: m // 2.0), (mask,))
 
 
 def test_symbolic_sizes_promote() -> None:
@@ -385,7 +393,7 @@ def test_every_node_has_eagers_dtype_and_value() -> None:
 
     Recorder(graph_module).run(*args)
     proto = ir.to_proto(program.model)
-    values = {v.name: v for v in program.model.graph.all_nodes() for v in v.outputs}
+    values = {value.name: value for node in program.model.graph.all_nodes() for value in node.outputs}
     named = [name for name in eager if name in values and name not in {o.name for o in proto.graph.output}]
     assert len(named) > 20, f"too few FX nodes found in the ONNX graph: {named}"
     for name in named:

@@ -1,3 +1,953 @@
-"""Lowerings for core ATen ops where torchlib has no implementation or a wrong one."""
+"""Lowerings for core ATen ops where torchlib has no implementation or a wrong one.
+
+Each was found by the coverage sweep (``fx2onnx coverage``, docs/support-matrix.md): an OpInfo
+sample that eager runs and whose export failed or differed from eager.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TypeVar
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8
+from onnxscript import opset18 as op
+
+from fx2onnx.lowerings import lowering
+
+TFloat = TypeVar("TFloat", BFLOAT16, DOUBLE, FLOAT, FLOAT16)
+# Every real dtype eager computes with, bool included; types the target lacks are left to legalization.
+TReal = TypeVar("TReal", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
+
+_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+
+# --- batch norm in training mode ------------------------------------------------------------------------
+def _batch_norm(
+    input: TFloat,
+    weight: TFloat | None,
+    bias: TFloat | None,
+    running_mean: TFloat | None,
+    running_var: TFloat | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[TFloat, TFloat, TFloat, TFloat | None, TFloat | None]:
+    """Normalize over every axis but the channel axis (1), in float32 for float16/bfloat16 as eager does.
+
+    Returns (output, save_mean, save_rstd, new running mean, new running var). In training mode the
+    batch's statistics normalize and update the running ones (with the unbiased variance);
+    otherwise the running statistics normalize and save_mean/save_rstd are empty, as in eager.
+    """
+    dtype = input.dtype
+    compute = ir.DataType.FLOAT if dtype in _LOW_PRECISION else dtype
+    x = op.Cast(input, to=compute) if compute != dtype else input
+    rank = len(input.shape)
+    axes = op.Constant(value_ints=[a for a in range(rank) if a != 1])
+    channels_shape = op.Constant(value_ints=[1, -1] + [1] * (rank - 2))  # [C] -> broadcastable over x
+
+    def as_compute(value: TFloat | None) -> TFloat | None:
+        if value is None:
+            return None
+        return op.Cast(value, to=compute) if value.dtype != compute else value
+
+    weight, bias = as_compute(weight), as_compute(bias)
+    running_mean, running_var = as_compute(running_mean), as_compute(running_var)
+    epsilon = op.CastLike(eps, x)
+    new_mean = new_var = None
+    if training:
+        mean = op.ReduceMean(x, axes, keepdims=True)
+        centered = op.Sub(x, mean)
+        variance = op.ReduceMean(op.Mul(centered, centered), axes, keepdims=True)
+        rstd = op.Reciprocal(op.Sqrt(op.Add(variance, epsilon)))
+        normalized = op.Mul(centered, rstd)
+        save_mean = op.Reshape(mean, op.Constant(value_ints=[-1]))
+        save_rstd = op.Reshape(rstd, op.Constant(value_ints=[-1]))
+        if running_mean is not None and running_var is not None:
+            count = op.Cast(op.Div(op.Size(x), op.Shape(x, start=1, end=2)), to=compute)
+            one = op.CastLike(1.0, x)
+            unbiased = op.Div(op.Mul(op.Reshape(variance, op.Constant(value_ints=[-1])), count), op.Sub(count, one))
+            keep = op.CastLike(1.0 - momentum, x)
+            take = op.CastLike(momentum, x)
+            new_mean = op.Add(op.Mul(running_mean, keep), op.Mul(save_mean, take))
+            new_var = op.Add(op.Mul(running_var, keep), op.Mul(unbiased, take))
+    else:
+        mean = op.Reshape(running_mean, channels_shape)
+        rstd = op.Reciprocal(op.Sqrt(op.Add(op.Reshape(running_var, channels_shape), epsilon)))
+        normalized = op.Mul(op.Sub(x, mean), rstd)
+        empty = op.ConstantOfShape(op.Constant(value_ints=[0]))
+        save_mean = save_rstd = op.CastLike(empty, x)
+    if weight is not None:
+        normalized = op.Mul(normalized, op.Reshape(weight, channels_shape))
+    if bias is not None:
+        normalized = op.Add(normalized, op.Reshape(bias, channels_shape))
+    output = op.Cast(normalized, to=dtype) if compute != dtype else normalized
+    return output, save_mean, save_rstd, new_mean, new_var
+
+
+@lowering("aten::_native_batch_norm_legit_functional")
+def native_batch_norm_legit_functional(
+    input: TFloat,
+    weight: TFloat | None = None,
+    bias: TFloat | None = None,
+    running_mean: TFloat | None = None,
+    running_var: TFloat | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> tuple[TFloat, TFloat, TFloat, TFloat, TFloat]:
+    """Batch norm that returns the updated running statistics (torchlib always uses inference mode)."""
+    output, save_mean, save_rstd, new_mean, new_var = _batch_norm(
+        input, weight, bias, running_mean, running_var, training, momentum, eps
+    )
+    if new_mean is None:
+        new_mean, new_var = op.Identity(running_mean), op.Identity(running_var)
+    return output, save_mean, save_rstd, new_mean, new_var
+
+
+@lowering("aten::_native_batch_norm_legit.no_stats")
+def native_batch_norm_legit_no_stats(
+    input: TFloat,
+    weight: TFloat | None = None,
+    bias: TFloat | None = None,
+    training: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> tuple[TFloat, TFloat, TFloat]:
+    """Batch norm with the batch's statistics and no running ones (instance norm decomposes to it)."""
+    del training  # without running statistics, eager normalizes with the batch's in either mode
+    output, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, None, None, True, momentum, eps)
+    return output, save_mean, save_rstd
+
+
+@lowering("aten::_native_batch_norm_legit_no_training")
+def native_batch_norm_legit_no_training(
+    input: TFloat,
+    weight: TFloat | None = None,
+    bias: TFloat | None = None,
+    running_mean: TFloat | None = None,
+    running_var: TFloat | None = None,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> tuple[TFloat, TFloat, TFloat]:
+    """Inference-mode batch norm; save_mean and save_rstd are empty, as in eager (torchlib fills them)."""
+    output, save_mean, save_rstd, _, _ = _batch_norm(
+        input, weight, bias, running_mean, running_var, False, momentum, eps
+    )
+    return output, save_mean, save_rstd
+
+
+# --- reductions over given dims, rank 0 included ------------------------------------------------------------
+# Eager accepts dim 0 or -1 on a 0-d tensor (reducing nothing); ONNX's Reduce* refuse an axis on rank 0,
+# and torchlib's amax/amin/all.dim/any.dim pass the axis through.
+def _axes(dim: Sequence[int] | int | None) -> INT64 | None:
+    if dim is None:
+        return None
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return op.Constant(value_ints=dims) if dims else None
+
+
+@lowering("aten::amax")
+def amax(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return op.ReduceMax(self, _axes(dim), keepdims=keepdim)
+
+
+@lowering("aten::amin")
+def amin(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return op.ReduceMin(self, _axes(dim), keepdims=keepdim)
+
+
+def _truth(self: TReal, dim: Sequence[int] | int | None, keepdim: bool, every: bool) -> BOOL:
+    """all (every=True) / any over `dim` (all axes when None or empty): a min / max of 0/1 values."""
+    truth = op.Cast(self, to=BOOL.dtype) if self.dtype != ir.DataType.BOOL else self
+    if len(self.shape) == 0:
+        return op.Identity(truth)
+    as_int = op.Cast(truth, to=INT32.dtype)
+    axes = _axes(dim)
+    reduced = op.ReduceMin(as_int, axes, keepdims=keepdim) if every else op.ReduceMax(as_int, axes, keepdims=keepdim)
+    return op.Cast(reduced, to=BOOL.dtype)
+
+
+@lowering("aten::all.dim")
+def all_dim(self: TReal, dim: int, keepdim: bool = False) -> BOOL:
+    return _truth(self, dim, keepdim, every=True)
+
+
+@lowering("aten::all.dims")
+def all_dims(self: TReal, dim: Sequence[int] | None = None, keepdim: bool = False) -> BOOL:
+    return _truth(self, dim, keepdim, every=True)
+
+
+@lowering("aten::any.dim")
+def any_dim(self: TReal, dim: int, keepdim: bool = False) -> BOOL:
+    return _truth(self, dim, keepdim, every=False)
+
+
+@lowering("aten::any.dims")
+def any_dims(self: TReal, dim: Sequence[int] | None = None, keepdim: bool = False) -> BOOL:
+    return _truth(self, dim, keepdim, every=False)
+
+
+# --- cumulative ops along a dim -------------------------------------------------------------------------------
+# torchlib has no cummax, cummin or cumprod. Each output i reduces the prefix j <= i: the input is
+# broadcast to [..., i, j, ...] and a lower-triangular mask picks the prefix, then one Reduce* over j.
+# Memory grows with the square of the dim's length, which suits the lengths models scan over.
+def _prefix_layout(self: TReal, dim: int) -> tuple[int, TReal, TReal, BOOL, INT64]:
+    """(axis, x_i, x_j, mask[i, j] = j <= i broadcastable to them, j as int64 broadcastable)."""
+    rank = len(self.shape)
+    axis = dim % rank
+    x_j = op.Unsqueeze(self, op.Constant(value_ints=[axis]))  # [..., 1, n, ...]: j on axis + 1
+    x_i = op.Unsqueeze(self, op.Constant(value_ints=[axis + 1]))  # [..., n, 1, ...]: i on axis
+    length = op.Shape(self, start=axis, end=axis + 1)
+    positions = op.Range(op.Constant(value_int=0), op.Squeeze(length), op.Constant(value_int=1))
+    trailing = [1] * (rank - axis - 1)
+    i = op.Reshape(positions, op.Constant(value_ints=[-1, 1, *trailing]))
+    j = op.Reshape(positions, op.Constant(value_ints=[1, -1, *trailing]))
+    return axis, x_i, x_j, op.LessOrEqual(j, i), j
+
+
+def _cumulative_extreme(self: TReal, dim: int, largest: bool) -> tuple[TReal, INT64]:
+    """cummax/cummin: the running max (min) and the index of its latest occurrence; NaN wins and sticks."""
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    dtype = self.dtype
+    # Narrow integers (and bool) compare in int32: exact, and every Reduce/Equal kernel takes it.
+    narrow = dtype in (ir.DataType.BOOL, ir.DataType.INT8, ir.DataType.INT16, ir.DataType.UINT8)
+    x = op.Cast(self, to=INT32.dtype) if narrow else self
+    axis, x_i, x_j, mask, j = _prefix_layout(x, dim)
+    reduce_axis = op.Constant(value_ints=[axis + 1])
+    is_float = dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    if is_float:  # NaN compares above everything (eager's `x >= best || isnan(x)`); +-inf stands in for it
+        top = op.CastLike(float("inf") if largest else float("-inf"), x)
+        x_i = op.Where(op.IsNaN(x_i), top, x_i)
+        x_j_nan = op.IsNaN(x_j)
+        x_j = op.Where(x_j_nan, top, x_j)
+    candidates = op.Where(mask, x_j, x_i)  # outside the prefix: x_i itself, which is in the prefix anyway
+    best = (
+        op.ReduceMax(candidates, reduce_axis, keepdims=True)
+        if largest
+        else op.ReduceMin(candidates, reduce_axis, keepdims=True)
+    )
+    hits = op.And(mask, op.Equal(x_j, best))
+    minus_one = op.Constant(value=ir.tensor(-1, dtype=ir.DataType.INT64))
+    index = op.ReduceMax(op.Where(hits, j, minus_one), reduce_axis, keepdims=True)
+    if is_float:
+        nan_hits = op.And(mask, x_j_nan)
+        nan_index = op.ReduceMax(op.Where(nan_hits, j, minus_one), reduce_axis, keepdims=True)
+        seen_nan = op.GreaterOrEqual(nan_index, op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)))
+        best = op.Where(seen_nan, op.CastLike(float("nan"), x), best)
+        index = op.Where(seen_nan, nan_index, index)
+    best = op.Squeeze(best, reduce_axis)
+    index = op.Squeeze(index, reduce_axis)
+    if narrow:
+        best = op.Cast(best, to=dtype)
+    return best, index
+
+
+@lowering("aten::cummax")
+def cummax(self: TReal, dim: int) -> tuple[TReal, INT64]:
+    return _cumulative_extreme(self, dim, largest=True)
+
+
+@lowering("aten::cummin")
+def cummin(self: TReal, dim: int) -> tuple[TReal, INT64]:
+    return _cumulative_extreme(self, dim, largest=False)
+
+
+@lowering("aten::cumprod")
+def cumprod(self: TReal, dim: int, dtype: int | None = None) -> TReal:
+    """Running product (`dtype`, when given, is applied first, as eager does)."""
+    x = op.Cast(self, to=dtype) if dtype is not None else self
+    if len(self.shape) == 0:
+        return op.Identity(x)
+    if x.dtype == ir.DataType.BOOL:  # eager's product of bools is an integer; promotion gives it another type
+        x = op.Cast(x, to=INT64.dtype)
+    axis, _, x_j, mask, _ = _prefix_layout(x, dim)
+    factors = op.Where(mask, x_j, op.CastLike(1, x))
+    return op.ReduceProd(factors, op.Constant(value_ints=[axis + 1]), keepdims=False)
+
+
+# --- selection and signs ---------------------------------------------------------------------------------------
+@lowering("aten::masked_select")
+def masked_select(self: TReal, mask: BOOL) -> TReal:
+    """The elements where `mask` (broadcast with `self`) is true, flattened: a Compress of both, flattened."""
+    both = op.Shape(op.Where(mask, self, self))  # the broadcast shape of self and mask
+    flat_self = op.Reshape(op.Expand(self, both), op.Constant(value_ints=[-1]))
+    flat_mask = op.Reshape(op.Expand(mask, both), op.Constant(value_ints=[-1]))
+    return op.Compress(flat_self, flat_mask, axis=0)
+
+
+@lowering("aten::signbit", "prims::signbit")
+def signbit(self: TReal) -> BOOL:
+    """True for negative numbers and -0.0 (1/-0.0 is -inf). NaN's sign bit is not visible in ONNX: False."""
+    if self.dtype == ir.DataType.BOOL:
+        return op.And(self, op.Not(self))
+    zero = op.CastLike(0, self)
+    negative = op.Less(self, zero)
+    if self.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return negative
+    negative_zero = op.And(op.Equal(self, zero), op.Less(op.Reciprocal(self), zero))
+    return op.Or(negative, negative_zero)
+
+
+# --- integer matrix products with a scaled addend ------------------------------------------------------------
+# torchlib lowers addmm & co. with Gemm (floats only) or through CastLike of the scalars, neither of which
+# runs for integers. Integer arithmetic wraps alike in any width (results agree modulo 2**bits), so
+# int8/int16/uint8 compute in int32 (which MatMul takes) and cast back. Floats keep torchlib's implementations.
+TInt = TypeVar("TInt", INT8, INT16, INT32, INT64, UINT8)
+_NARROW_INTS = (ir.DataType.INT8, ir.DataType.INT16, ir.DataType.UINT8)
+
+
+def _widened(value: TInt) -> TInt:
+    return op.Cast(value, to=INT32.dtype) if value.dtype in _NARROW_INTS else value
+
+
+def _scaled_sum(self: TInt, product: TInt, beta: float, alpha: float) -> TInt:
+    """beta * self + alpha * product (product already widened), cast back to self's dtype.
+
+    As in eager, beta == 0 ignores `self` (but the result still has its broadcast shape).
+    """
+    wide = _widened(self)
+    if alpha != 1:
+        product = op.Mul(product, op.Constant(value=ir.tensor(int(alpha), dtype=wide.dtype)))
+    if beta == 0:
+        result = op.Expand(product, op.Shape(op.Add(wide, product)))
+    else:
+        addend = wide if beta == 1 else op.Mul(wide, op.Constant(value=ir.tensor(int(beta), dtype=wide.dtype)))
+        result = op.Add(addend, product)
+    return op.Cast(result, to=self.dtype) if wide.dtype != self.dtype else result
+
+
+@lowering("aten::addmm")
+def addmm_int(self: TInt, mat1: TInt, mat2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    return _scaled_sum(self, op.MatMul(_widened(mat1), _widened(mat2)), beta, alpha)
+
+
+@lowering("aten::addmv")
+def addmv_int(self: TInt, mat: TInt, vec: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    return _scaled_sum(self, op.MatMul(_widened(mat), _widened(vec)), beta, alpha)
+
+
+@lowering("aten::addr")
+def addr_int(self: TInt, vec1: TInt, vec2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    column = op.Unsqueeze(_widened(vec1), op.Constant(value_ints=[1]))
+    row = op.Unsqueeze(_widened(vec2), op.Constant(value_ints=[0]))
+    return _scaled_sum(self, op.Mul(column, row), beta, alpha)
+
+
+@lowering("aten::baddbmm")
+def baddbmm_int(self: TInt, batch1: TInt, batch2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    return _scaled_sum(self, op.MatMul(_widened(batch1), _widened(batch2)), beta, alpha)
+
+
+@lowering("aten::addbmm")
+def addbmm_int(self: TInt, batch1: TInt, batch2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    products = op.MatMul(_widened(batch1), _widened(batch2))
+    return _scaled_sum(self, op.ReduceSum(products, op.Constant(value_ints=[0]), keepdims=False), beta, alpha)
+
+
+# --- elementwise ops torch decomposes into prims ONNX has no lowering for ---------------------------------------
+def _is_float(value: TReal) -> bool:
+    return value.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+
+def _nan_ignoring(self: TReal, other: TReal, largest: bool) -> TReal:
+    """fmax/fmin: like maximum/minimum, but a NaN loses to a number (NaN only when both are NaN)."""
+    picked = op.Max(self, other) if largest else op.Min(self, other)
+    if not _is_float(self):
+        return picked
+    return op.Where(op.IsNaN(self), other, op.Where(op.IsNaN(other), self, picked))
+
+
+@lowering("aten::fmax")
+def fmax(self: TReal, other: TReal) -> TReal:
+    return _nan_ignoring(self, other, largest=True)
+
+
+@lowering("aten::fmin")
+def fmin(self: TReal, other: TReal) -> TReal:
+    return _nan_ignoring(self, other, largest=False)
+
+
+@lowering("aten::hypot")
+def hypot(self: TFloat, other: TFloat) -> TFloat:
+    """sqrt(x**2 + y**2), scaled by max(|x|, |y|) so that squares of large values do not overflow."""
+    x, y = op.Abs(self), op.Abs(other)
+    larger, smaller = op.Max(x, y), op.Min(x, y)
+    zero = op.CastLike(0.0, larger)
+    ratio = op.Div(smaller, op.Where(op.Equal(larger, zero), op.CastLike(1.0, larger), larger))
+    result = op.Mul(larger, op.Sqrt(op.Add(op.CastLike(1.0, larger), op.Mul(ratio, ratio))))
+    infinite = op.Or(op.IsInf(self), op.IsInf(other))  # hypot(inf, nan) is inf, as in C
+    return op.Where(infinite, op.CastLike(float("inf"), larger), result)
+
+
+# --- searching sorted boundaries -------------------------------------------------------------------------------
+def _count_below(values: TReal, sorted_sequence: TReal, right: bool, out_int32: bool) -> INT64:
+    """For each value, how many sequence entries (last axis) are < it (<= it when `right`)."""
+    if sorted_sequence.shape is not None and len(sorted_sequence.shape) and sorted_sequence.shape[-1] == 0:
+        # ONNX Runtime's ReduceSum over an empty axis keeps the axis: the count is 0 everywhere.
+        zeros = op.Expand(op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)), op.Shape(values))
+        return op.Cast(zeros, to=INT32.dtype) if out_int32 else zeros
+    pairs = op.Unsqueeze(values, op.Constant(value_ints=[-1]))
+    below = op.LessOrEqual(sorted_sequence, pairs) if right else op.Less(sorted_sequence, pairs)
+    counts = op.ReduceSum(op.Cast(below, to=INT64.dtype), op.Constant(value_ints=[-1]), keepdims=False)
+    return op.Cast(counts, to=INT32.dtype) if out_int32 else counts
+
+
+@lowering("aten::bucketize.Tensor")
+def bucketize(self: TReal, boundaries: TReal, out_int32: bool = False, right: bool = False) -> INT64:
+    """torch.bucketize: a count of the (1-D) boundaries below each value (torch decomposes it data-dependently)."""
+    return _count_below(self, boundaries, right, out_int32)
+
+
+@lowering("aten::searchsorted.Tensor")
+def searchsorted(
+    sorted_sequence: TReal,
+    self: TReal,
+    out_int32: bool = False,
+    right: bool = False,
+    side: str | None = None,
+    sorter: INT64 | None = None,
+) -> INT64:
+    """torch.searchsorted over the last axis (a 1-D sequence serves every value)."""
+    if sorter is not None:
+        sorted_sequence = op.GatherElements(sorted_sequence, sorter, axis=-1)
+    sequence = sorted_sequence
+    if len(sorted_sequence.shape) > 1:  # [..., m] against values [..., k]: pair each k with its row
+        sequence = op.Unsqueeze(sorted_sequence, op.Constant(value_ints=[-2]))
+    return _count_below(self, sequence, right or side == "right", out_int32)
+
+
+# --- special functions ---------------------------------------------------------------------------------------
+# ONNX has no gamma, Bessel or inverse error functions; these are the classic approximations, accurate to a
+# few float32 ulps (and to ~1e-7 relative in float64, within the matrix's float64 tolerance). float16 and
+# bfloat16 compute in float32: the coefficients do not survive rounding to them.
+def _in_float32(self: TFloat) -> TFloat:
+    return op.Cast(self, to=FLOAT.dtype) if self.dtype in _LOW_PRECISION else self
+
+
+def _back(result: TFloat, self: TFloat) -> TFloat:
+    return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+def _const(value: float, like: TFloat) -> TFloat:
+    return op.Constant(value=ir.tensor(value, dtype=like.dtype))
+
+
+def _polynomial(x: TFloat, coefficients: Sequence[float]) -> TFloat:
+    """Horner's rule, highest power first."""
+    result = _const(coefficients[0], x)
+    for coefficient in coefficients[1:]:
+        result = op.Add(op.Mul(result, x), _const(coefficient, x))
+    return result
+
+
+def _is_nonpositive_integer(x: TFloat) -> BOOL:
+    return op.And(op.LessOrEqual(x, _const(0.0, x)), op.Equal(x, op.Floor(x)))
+
+
+_LANCZOS = (
+    0.99999999999980993,
+    676.5203681218851,
+    -1259.1392167224028,
+    771.32342877765313,
+    -176.61502916214059,
+    12.507343278686905,
+    -0.13857109526572012,
+    9.9843695780195716e-6,
+    1.5056327351493116e-7,
+)
+
+
+def _lgamma_right(z: TFloat) -> TFloat:
+    """log|Gamma(z)| for z >= 0.5 (Lanczos, g = 7)."""
+    shifted = op.Sub(z, _const(1.0, z))
+    series = _const(_LANCZOS[0], z)
+    for index, coefficient in enumerate(_LANCZOS[1:], start=1):
+        series = op.Add(series, op.Div(_const(coefficient, z), op.Add(shifted, _const(float(index), z))))
+    t = op.Add(shifted, _const(7.5, z))
+    half_log_two_pi = _const(0.91893853320467274, z)
+    power = op.Mul(op.Add(shifted, _const(0.5, z)), op.Log(t))
+    return op.Add(op.Add(half_log_two_pi, op.Sub(power, t)), op.Log(series))
+
+
+@lowering("aten::lgamma")
+def lgamma(self: TFloat) -> TFloat:
+    """log|Gamma(x)|; below 0.5 by reflection, log(pi / |sin(pi x)|) - lgamma(1 - x); inf at 0, -1, -2..."""
+    x = _in_float32(self)
+    half = _const(0.5, x)
+    reflect = op.Less(x, half)
+    z = op.Where(reflect, op.Sub(_const(1.0, x), x), x)
+    right = _lgamma_right(z)
+    sine = op.Abs(op.Sin(op.Mul(_const(3.141592653589793, x), x)))
+    reflected = op.Sub(op.Log(op.Div(_const(3.141592653589793, x), sine)), right)
+    result = op.Where(reflect, reflected, right)
+    infinity = _const(float("inf"), x)
+    result = op.Where(op.Or(op.IsInf(x), _is_nonpositive_integer(x)), infinity, result)
+    return _back(result, self)
+
+
+def _digamma_right(z: TFloat) -> TFloat:
+    """psi(z) for z >= 0.5: recurrence up to z + 6, then the asymptotic series."""
+    total = _const(0.0, z)
+    y = z
+    for _ in range(6):
+        total = op.Sub(total, op.Reciprocal(y))
+        y = op.Add(y, _const(1.0, z))
+    inverse_square = op.Reciprocal(op.Mul(y, y))
+    tail = op.Mul(
+        inverse_square,
+        _polynomial(inverse_square, [-1.0 / 132, 1.0 / 240, -1.0 / 252, 1.0 / 120, -1.0 / 12]),
+    )
+    asymptotic = op.Add(op.Sub(op.Log(y), op.Div(_const(0.5, z), y)), tail)
+    return op.Add(total, asymptotic)
+
+
+@lowering("aten::digamma")
+def digamma(self: TFloat) -> TFloat:
+    """psi(x); below 0.5 by reflection, psi(1 - x) - pi / tan(pi x); -inf at +0, +inf at -0, NaN at -1, -2..."""
+    x = _in_float32(self)
+    reflect = op.Less(x, _const(0.5, x))
+    z = op.Where(reflect, op.Sub(_const(1.0, x), x), x)
+    right = _digamma_right(z)
+    pi = _const(3.141592653589793, x)
+    reflected = op.Sub(right, op.Div(pi, op.Tan(op.Mul(pi, x))))
+    result = op.Where(reflect, reflected, right)
+    zero = _const(0.0, x)
+    result = op.Where(_is_nonpositive_integer(x), _const(float("nan"), x), result)
+    result = op.Where(op.Equal(x, zero), op.Neg(op.Reciprocal(x)), result)  # 1/+0 = inf, 1/-0 = -inf
+    result = op.Where(op.IsInf(x, detect_negative=0), x, result)
+    return _back(result, self)
+
+
+_BERNOULLI = (1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6)
+
+
+@lowering("aten::polygamma")
+def polygamma(n: int, self: TFloat) -> TFloat:
+    """psi^(n)(x): digamma for n = 0; above, (-1)^(n+1) n! sum_k 1/(x+k)^(n+1) by recurrence up to x + 16,
+    then the asymptotic series in Bernoulli numbers (accurate for x > -8)."""
+    if n == 0:
+        return digamma(self)
+    x = _in_float32(self)
+    sign = 1.0 if n % 2 == 1 else -1.0
+    power = _const(float(n + 1), x)
+    total = _const(0.0, x)
+    y = x
+    for _ in range(16):
+        total = op.Add(total, op.Reciprocal(op.Pow(y, power)))
+        y = op.Add(y, _const(1.0, x))
+    inverse = op.Reciprocal(y)
+    # (n-1)!/y^n + n!/(2 y^(n+1)) + sum_k B_2k (2k+n-1)!/(2k)! / y^(2k+n), over n! (applied below)
+    tail = op.Div(op.Pow(inverse, _const(float(n), x)), _const(float(n), x))
+    tail = op.Add(tail, op.Mul(_const(0.5, x), op.Pow(inverse, power)))
+    for k, bernoulli in enumerate(_BERNOULLI, start=1):
+        factor = bernoulli * math.factorial(2 * k + n - 1) / math.factorial(2 * k) / math.factorial(n)
+        tail = op.Add(tail, op.Mul(_const(factor, x), op.Pow(inverse, _const(float(2 * k + n), x))))
+    result = op.Mul(_const(sign * math.factorial(n), x), op.Add(total, tail))
+    result = op.Where(_is_nonpositive_integer(x), _const(sign * float("inf"), x), result)
+    return _back(result, self)
+
+
+@lowering("aten::erfinv")
+def erfinv(self: TFloat) -> TFloat:
+    """Giles' approximation (2010): ~4e-7 relative error; +-inf at +-1, NaN outside [-1, 1]."""
+    x = _in_float32(self)
+    one = _const(1.0, x)
+    w = op.Neg(op.Log(op.Mul(op.Sub(one, x), op.Add(one, x))))
+    central = _polynomial(
+        op.Sub(w, _const(2.5, x)),
+        [
+            2.81022636e-08,
+            3.43273939e-07,
+            -3.5233877e-06,
+            -4.39150654e-06,
+            0.00021858087,
+            -0.00125372503,
+            -0.00417768164,
+            0.246640727,
+            1.50140941,
+        ],
+    )
+    tail = _polynomial(
+        op.Sub(op.Sqrt(w), _const(3.0, x)),
+        [
+            -0.000200214257,
+            0.000100950558,
+            0.00134934322,
+            -0.00367342844,
+            0.00573950773,
+            -0.0076224613,
+            0.00943887047,
+            1.00167406,
+            2.83297682,
+        ],
+    )
+    result = op.Mul(op.Where(op.Less(w, _const(5.0, x)), central, tail), x)
+    return _back(result, self)
+
+
+def _bessel_series(half: TFloat, order: int, terms: int) -> TFloat:
+    """sum_k (x/2)^(2k+order) / (k! (k+order)!), term by term (no overflow of the powers)."""
+    square = op.Mul(half, half)
+    term = _const(1.0, half) if order == 0 else half
+    total = term
+    for k in range(1, terms):
+        term = op.Div(op.Mul(term, square), _const(float(k * (k + order)), half))
+        total = op.Add(total, term)
+    return total
+
+
+def _bessel_asymptotic_scaled(magnitude: TFloat, order: int) -> TFloat:
+    """exp(-x) I_order(x) for large x: sum_k (-1)^k a_k(order) / x^k / sqrt(2 pi x)."""
+    mu = 4.0 * order * order
+    coefficient = 1.0
+    total = _const(1.0, magnitude)
+    power = _const(1.0, magnitude)
+    inverse = op.Reciprocal(magnitude)
+    for k in range(1, 8):
+        coefficient *= -(mu - (2 * k - 1) ** 2) / (k * 8.0)
+        power = op.Mul(power, inverse)
+        total = op.Add(total, op.Mul(_const(coefficient, magnitude), power))
+    return op.Div(total, op.Sqrt(op.Mul(_const(6.283185307179586, magnitude), magnitude)))
+
+
+def _modified_bessel(self: TFloat, order: int, scaled: bool) -> TFloat:
+    """I_order(x) (order 0 or 1), or exp(-|x|) I_order(x) when `scaled`: series below 30, asymptotic above."""
+    x = _in_float32(self)
+    magnitude = op.Abs(x)
+    small = op.Less(magnitude, _const(30.0, x))
+    safe_small = op.Where(small, magnitude, _const(1.0, x))
+    series = _bessel_series(op.Mul(safe_small, _const(0.5, x)), order, 60)
+    if scaled:
+        series = op.Mul(series, op.Exp(op.Neg(safe_small)))
+    safe_large = op.Where(small, _const(30.0, x), magnitude)
+    asymptotic = _bessel_asymptotic_scaled(safe_large, order)
+    if not scaled:
+        asymptotic = op.Mul(asymptotic, op.Exp(safe_large))
+    result = op.Where(small, series, asymptotic)
+    if order == 1:  # I_1 is odd
+        result = op.Where(op.Less(x, _const(0.0, x)), op.Neg(result), result)
+    result = op.Where(op.IsNaN(x), x, result)
+    return _back(result, self)
+
+
+@lowering("aten::i0", "aten::special_modified_bessel_i0")
+def bessel_i0(self: TFloat) -> TFloat:
+    return _modified_bessel(self, 0, scaled=False)
+
+
+@lowering("aten::special_i0e")
+def bessel_i0e(self: TFloat) -> TFloat:
+    return _modified_bessel(self, 0, scaled=True)
+
+
+@lowering("aten::special_i1", "aten::special_modified_bessel_i1")
+def bessel_i1(self: TFloat) -> TFloat:
+    return _modified_bessel(self, 1, scaled=False)
+
+
+@lowering("aten::special_i1e")
+def bessel_i1e(self: TFloat) -> TFloat:
+    return _modified_bessel(self, 1, scaled=True)
+
+
+@lowering("aten::special_ndtri")
+def ndtri(self: TFloat) -> TFloat:
+    """The standard normal quantile: sqrt(2) erfinv(2p - 1)."""
+    x = _in_float32(self)
+    result = op.Mul(_const(1.4142135623730951, x), erfinv(op.Sub(op.Mul(_const(2.0, x), x), _const(1.0, x))))
+    return _back(result, self)
+
+
+@lowering("aten::special_entr")
+def entr(self: TFloat) -> TFloat:
+    """-x log x; 0 at 0, -inf below 0."""
+    zero = _const(0.0, self)
+    positive = op.Greater(self, zero)
+    safe = op.Where(positive, self, _const(1.0, self))
+    result = op.Where(positive, op.Neg(op.Mul(self, op.Log(safe))), zero)
+    result = op.Where(op.Less(self, zero), _const(float("-inf"), self), result)
+    return op.Where(op.IsNaN(self), self, result)
+
+
+@lowering("aten::special_xlog1py")
+def xlog1py(self: TFloat, other: TFloat) -> TFloat:
+    """x * log1p(y), and 0 where x is 0 (unless y is NaN)."""
+    zero = _const(0.0, self)
+    product = op.Mul(self, op.Log(op.Add(_const(1.0, other), other)))
+    return op.Where(op.And(op.Equal(self, zero), op.Not(op.IsNaN(other))), zero, product)
+
+
+@lowering("aten::special_spherical_bessel_j0")
+def spherical_bessel_j0(x: TFloat) -> TFloat:
+    """sin(x) / x, 1 at 0."""
+    zero = _const(0.0, x)
+    is_zero = op.Equal(x, zero)
+    safe = op.Where(is_zero, _const(1.0, x), x)
+    result = op.Where(is_zero, _const(1.0, x), op.Div(op.Sin(safe), safe))
+    return op.Where(op.IsInf(x), zero, result)
+
+
+# --- interpolation with output_size or scale_factors -------------------------------------------------------------
+# torchlib's `.vec` overloads declare both optional arguments without a default, so they bind only when both
+# are given, and eager gives exactly one. Scales, when given, also set the coordinate mapping (as in eager).
+def _resize(
+    input: TFloat,
+    output_size: Sequence[int] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float] | None,
+    mode: str,
+) -> TFloat:
+    transformation = "align_corners" if align_corners else "pytorch_half_pixel"
+    if scale_factors is not None and output_size is None:
+        scales = op.Constant(value_floats=[1.0, 1.0, *[float(s) for s in scale_factors]])
+        sizes = None
+    else:
+        assert output_size is not None
+        scales = None
+        leading = op.Shape(input, start=0, end=2)
+        sizes = op.Concat(leading, op.Constant(value_ints=[int(s) for s in output_size]), axis=0)
+    return op.Resize(
+        input,
+        None,
+        scales,
+        sizes,
+        mode=mode,
+        coordinate_transformation_mode=transformation,
+        cubic_coeff_a=-0.75,
+        exclude_outside=0,
+        nearest_mode="floor",
+    )
+
+
+@lowering("aten::upsample_linear1d.vec", "aten::upsample_bilinear2d.vec", "aten::upsample_trilinear3d.vec")
+def upsample_linear_vec(
+    input: TFloat,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> TFloat:
+    return _resize(input, output_size, align_corners, scale_factors, "linear")
+
+
+@lowering("aten::upsample_bicubic2d.vec")
+def upsample_bicubic_vec(
+    input: TFloat,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> TFloat:
+    return _resize(input, output_size, align_corners, scale_factors, "cubic")
+
+
+# --- nonzero of a 0-d tensor ------------------------------------------------------------------------------------
+@lowering("aten::nonzero")
+def nonzero(self: TReal) -> INT64:
+    """Indices of the non-zero elements, [count, rank]; a 0-d input gives [0 or 1, 0] as in eager."""
+    rank = len(self.shape)
+    flat = op.Reshape(self, op.Constant(value_ints=[-1])) if rank == 0 else self
+    indices = op.Transpose(op.NonZero(flat), perm=[1, 0])
+    if rank == 0:
+        return op.Slice(indices, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]), op.Constant(value_ints=[1]))
+    return indices
+
+
+# --- diagonals, products over a dim of a scalar, atleast_Nd of lists ---------------------------------------------
+@lowering("aten::diagonal", "aten::diagonal_copy")
+def diagonal(self: TReal, offset: int = 0, dim1: int = 0, dim2: int = 1) -> TReal:
+    """A Gather of the diagonal's flat positions: the same ops for every dtype.
+
+    dim1 and dim2 move last, are flattened into one axis, and positions i*m + i + offset are gathered; the
+    diagonal ends up as the last axis, as in eager. (torchlib's multiplies by an identity mask, which
+    narrow integers do not run.) Needs the two dims' sizes to be static.
+    """
+    rank = len(self.shape)
+    dim1, dim2 = dim1 % rank, dim2 % rank
+    rows, columns = self.shape[dim1], self.shape[dim2]
+    if not isinstance(rows, int) or not isinstance(columns, int):
+        raise NotImplementedError("diagonal over dynamic dims has no lowering here")
+    rest = [d for d in range(rank) if d not in (dim1, dim2)]
+    moved = op.Transpose(self, perm=[*rest, dim1, dim2])
+    flat = op.Reshape(moved, op.Constant(value_ints=[*([0] * len(rest)), rows * columns]))
+    if offset >= 0:
+        length = max(0, min(rows, columns - offset))
+        positions = [i * columns + i + offset for i in range(length)]
+    else:
+        length = max(0, min(rows + offset, columns))
+        positions = [(i - offset) * columns + i for i in range(length)]
+    indices = op.Constant(value=ir.tensor(positions, dtype=ir.DataType.INT64))
+    return op.Gather(flat, indices, axis=len(rest))
+
+
+@lowering("aten::prod.dim_int")
+def prod_dim(self: TReal, dim: int, keepdim: bool = False, dtype: int | None = None) -> TReal:
+    """Product over one dim; on a 0-d tensor, the tensor itself (ONNX refuses the axis)."""
+    x = op.Cast(self, to=dtype) if dtype is not None else self
+    if len(self.shape) == 0:
+        return op.Identity(x)
+    return op.ReduceProd(x, op.Constant(value_ints=[dim]), keepdims=keepdim)
+
+
+def _at_least(tensor: TReal, rank: int) -> TReal:
+    """torch.atleast_{1,2,3}d of one tensor: 0-d -> all ones; 1-d [n] -> [1, n] or [1, n, 1]; 2-d -> [m, n, 1]."""
+    current = len(tensor.shape)
+    if current >= rank:
+        return op.Identity(tensor)
+    if current == 0:
+        return op.Reshape(tensor, op.Constant(value_ints=[1] * rank))
+    axes = {(1, 2): [0], (1, 3): [0, 2], (2, 3): [2]}[(current, rank)]
+    return op.Unsqueeze(tensor, op.Constant(value_ints=axes))
+
+
+@lowering("aten::atleast_1d.Sequence")
+def atleast_1d_sequence(tensors: Sequence[TReal]) -> Sequence[TReal]:
+    """Each tensor reshaped on its own (torchlib's SequenceMap with a graph body does not run everywhere)."""
+    return [_at_least(t, 1) for t in tensors]
+
+
+@lowering("aten::atleast_2d.Sequence")
+def atleast_2d_sequence(tensors: Sequence[TReal]) -> Sequence[TReal]:
+    return [_at_least(t, 2) for t in tensors]
+
+
+@lowering("aten::atleast_3d.Sequence")
+def atleast_3d_sequence(tensors: Sequence[TReal]) -> Sequence[TReal]:
+    return [_at_least(t, 3) for t in tensors]
+
+
+# --- average pooling with eager's window rules --------------------------------------------------------------------
+def _per_dim(value: Sequence[int] | int, count: int) -> list[int]:
+    values = [value] if isinstance(value, int) else list(value)
+    return values * count if len(values) == 1 else values
+
+
+@lowering("aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d")
+def avg_pool(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> TFloat:
+    """Window sums over an explicitly padded input, divided as eager divides.
+
+    ONNX's AveragePool differs from eager in ceil mode (eager drops a last window that starts in the
+    right padding, and counts padding in the divisor only up to the padded edge) and has no divisor
+    override. Here the input is padded to exactly the windows eager has, a pooled sum is taken, and the
+    divisor is the override, or the pooled count of positions inside the padded input (count_include_pad)
+    or inside the input itself.
+    """
+    x = _in_float32(self)
+    spatial = len(kernel_size)
+    rank = len(self.shape)
+    sizes = list(self.shape[rank - spatial :])
+    if not all(isinstance(s, int) for s in sizes):
+        raise NotImplementedError("avg_pool over dynamic spatial dims has no lowering here")
+    kernel = _per_dim(kernel_size, spatial)
+    strides = _per_dim(stride, spatial) if len(stride) else kernel
+    pads = _per_dim(padding, spatial)
+    extra = []
+    for size, k, s, p in zip(sizes, kernel, strides, pads):
+        span = size + 2 * p - k
+        count = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (count - 1) * s >= size + p:
+            count -= 1
+        extra.append(max(0, (count - 1) * s + k - (size + 2 * p)))
+    leading = [0] * (rank - spatial)
+
+    def pad(value: TFloat, before: list[int], after: list[int], fill: float) -> TFloat:
+        amounts = op.Constant(value_ints=[*leading, *before, *leading, *after])
+        return op.Pad(value, amounts, _const(fill, x))
+
+    window = 1
+    for k in kernel:
+        window *= k
+
+    def pooled_sum(value: TFloat) -> TFloat:
+        mean = op.AveragePool(value, kernel_shape=kernel, strides=strides, ceil_mode=0)
+        return op.Mul(mean, _const(float(window), x))
+
+    padded = pad(x, pads, [p + e for p, e in zip(pads, extra)], 0.0)
+    total = pooled_sum(padded)
+    if divisor_override is not None:
+        divisor = _const(float(divisor_override), x)
+    elif count_include_pad and not any(extra):
+        divisor = _const(float(window), x)
+    else:
+        ones = op.Expand(_const(1.0, x), op.Shape(x))
+        if count_include_pad:
+            inside = pad(pad(ones, pads, pads, 1.0), [0] * spatial, extra, 0.0)
+        else:
+            inside = pad(ones, pads, [p + e for p, e in zip(pads, extra)], 0.0)
+        divisor = pooled_sum(inside)
+    return _back(op.Div(total, divisor), self)
+
+
+# --- index_reduce --------------------------------------------------------------------------------------------------
+_IDENTITY = {"amax": float("-inf"), "amin": float("inf"), "prod": 1.0, "mean": 0.0}
+_SCATTER_REDUCTION = {"amax": "max", "amin": "min", "prod": "mul", "mean": "add"}
+
+
+def _compute_type(value: TReal) -> TReal:
+    """float16/bfloat16 -> float32, narrow ints -> int32: types every ScatterElements reduction runs in."""
+    if value.dtype in _LOW_PRECISION:
+        return op.Cast(value, to=FLOAT.dtype)
+    return _widened(value)
+
+
+def _identity_for(reduce: str, like: TReal) -> TReal:
+    value = _IDENTITY[reduce]
+    if like.dtype in (ir.DataType.INT32, ir.DataType.INT64) and reduce in ("amax", "amin"):
+        info = np.iinfo(np.int32 if like.dtype == ir.DataType.INT32 else np.int64)
+        value = info.min if reduce == "amax" else info.max
+    if like.dtype in (ir.DataType.INT32, ir.DataType.INT64):
+        return op.Constant(value=ir.tensor(int(value), dtype=like.dtype))
+    return _const(value, like)
+
+
+@lowering("aten::index_reduce")
+def index_reduce(
+    self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True
+) -> TReal:
+    """Reduce `source` slices into `self` at `index` along `dim` (amax, amin, prod, mean) with ScatterElements.
+
+    Without include_self, the positions `index` touches start from the reduction's identity; mean divides
+    by the number of values reduced into each position (floor division for integers, as in eager).
+    """
+    scalar = len(self.shape) == 0
+    one = op.Constant(value_ints=[1])
+    base = _compute_type(op.Reshape(self, one) if scalar else self)
+    values = _compute_type(op.Reshape(source, one) if scalar else source)
+    rank = 1 if scalar else len(self.shape)
+    axis = dim % rank
+    index_shape = [1] * rank
+    index_shape[axis] = -1
+    positions = op.Expand(op.Reshape(index, op.Constant(value_ints=index_shape)), op.Shape(values))
+    reduction = _SCATTER_REDUCTION[reduce]
+    identity = _identity_for(reduce, base)
+    if not include_self:  # touched positions forget self's value
+        base = op.ScatterElements(base, positions, op.Expand(identity, op.Shape(values)), axis=axis)
+    result = op.ScatterElements(base, positions, values, axis=axis, reduction=reduction)
+    if reduce == "mean":
+        ones = op.Expand(op.CastLike(1, base), op.Shape(base))
+        counts = ones
+        if not include_self:
+            counts = op.ScatterElements(ones, positions, op.Expand(op.CastLike(0, base), op.Shape(values)), axis=axis)
+        counts = op.ScatterElements(counts, positions, op.Expand(op.CastLike(1, base), op.Shape(values)), axis=axis, reduction="add")
+        if base.dtype in (ir.DataType.INT32, ir.DataType.INT64):
+            quotient = op.Div(op.Cast(result, to=DOUBLE.dtype), op.Cast(counts, to=DOUBLE.dtype))
+            result = op.Cast(op.Floor(quotient), to=base.dtype)
+        else:
+            result = op.Div(result, counts)
+    if scalar:
+        result = op.Reshape(result, op.Constant(value_ints=[]))
+    return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result

@@ -11,6 +11,8 @@ another dtype. The rules come from torch at export time, in two ways:
   with a rounding mode...): their decomposition runs on meta tensors and the conversions it applies to its
   inputs are recorded.
 
+(Both are read in :mod:`fx2onnx.passes.promotion_rules`.) Python numbers get the compute dtype as well.
+
 Outputs are left alone: ``meta["val"]`` holds eager's dtype, and the emitter casts an output back only when an
 implementation produced another. float16/bfloat16 inputs are not upcast to torch's float32 "opmath" when the
 result keeps their dtype: that upcast is an implementation detail of eager kernels, not a dtype eager exposes.
@@ -18,44 +20,37 @@ result keeps their dtype: that upcast is an implementation detail of eager kerne
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from torch._decomp import decomposition_table
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes, get_computation_dtype
-from torch._prims_common.wrappers import elementwise_type_promotion_wrapper
 from torch.fx.experimental.symbolic_shapes import optimization_hint
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from fx2onnx.passes.promotion_rules import (
+    CAST,
+    CONVERSIONS,
+    ElementwiseRule,
+    decomposition,
+    elementwise_rule,
+    traced_conversions,
+)
 
 aten = torch.ops.aten
-CAST = torch.ops.prims.convert_element_type.default
 SCALAR_TO_TENSOR = aten.scalar_tensor.default
-# Ops that are themselves the conversion: casting their input first would only add a Cast.
-_CONVERSIONS = {CAST, aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.other, aten.type_as.default}
 # Kinds whose result dtype is not the dtype the inputs are compared/computed in.
 _RESULT_IS_NOT_INPUT = {Kind.ALWAYS_BOOL, Kind.COMPLEX_TO_FLOAT}
 # Dtype a symbolic scalar node has in the ONNX graph (see GraphEmitter._meta_dtype).
 _SYMBOLIC_DTYPES = {torch.SymBool: torch.bool, torch.SymInt: torch.int64, torch.SymFloat: torch.float32}
+# Dtype a Python number gets as an ONNX constant when nothing else decides it.
+_PYTHON_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float32}
 # Ops that copy a value unchanged: a cast of their result is a cast of their input (folded if that is a constant).
 _COPIES = {aten.clone.default, aten.lift_fresh_copy.default, aten.alias.default, aten.detach.default}
 # Constants up to this many elements are cast at export time rather than by a Cast node.
 FOLD_LIMIT = 4096
-
-
-@dataclasses.dataclass(frozen=True)
-class ElementwiseRule:
-    """torch's promotion rule for one overload: the kind, and the schema positions of the promoting arguments."""
-
-    kind: Kind
-    arguments: tuple[int, ...]
 
 
 def promote_types(
@@ -72,7 +67,7 @@ def promote_types(
     for node in list(graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
-        if node.target in _CONVERSIONS:
+        if node.target in CONVERSIONS:
             continue
         leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         rule = elementwise_rule(node.target)
@@ -114,11 +109,15 @@ def _promote_numbers(
     """Give Python numbers the compute dtype too.
 
     Where the schema takes a Tensor (``2 - x`` is captured as ``sub.Tensor(2, x)``), the number becomes a 0-d
-    constant of the compute dtype: implementations take such arguments as typed tensors. Where it takes a
+    constant of the compute dtype (implementations take such arguments as typed tensors), unless it is not the
+    leading argument and already has that dtype as an ONNX constant (``x_int64 + 1``). Where it takes a
     Scalar, it becomes a number of the compute dtype's kind, an int wrapped as eager wraps it (``uint8 + -3``
     adds 253). `wanted` holds the promoting arguments of an elementwise op; for other ops (None), only when their
     tensor arguments and result share one dtype, and then only Tensor arguments and ints are touched.
     """
+    arguments = node.target._schema.arguments
+    if not any(_slot_kind(argument.type) == "tensor" for argument in arguments):
+        return False  # factories (arange, full): eager computes their numbers in their own types, then converts
     outputs = output_dtypes(node)
     common = _common_dtype(node, leaves)
     if common is None and not any(isinstance(leaf, torch.fx.Node) for leaf in leaves):
@@ -126,7 +125,6 @@ def _promote_numbers(
     elif outputs != {common}:
         common = None  # the op changes dtype: its numbers' dtype is not known here
     changed = False
-    arguments = node.target._schema.arguments
     for position, indices in _schema_slots(node, spec, len(leaves)).items():
         slot = _slot_kind(arguments[position].type)
         for index in indices:
@@ -136,7 +134,7 @@ def _promote_numbers(
             dtype = wanted.get(index) if wanted is not None else common
             if dtype is None or dtype.is_complex:
                 continue
-            if slot == "tensor":
+            if slot == "tensor" and (index == 0 or _PYTHON_DTYPES[type(number)] != dtype):
                 leaves[index] = casts.number(number, dtype, consumer=node)
             elif wanted is not None or (type(number) is int and _is_integer(dtype)):
                 leaves[index] = _as_python(number, dtype)
@@ -175,43 +173,6 @@ def _common_dtype(node: torch.fx.Node, leaves: list[Any]) -> torch.dtype | None:
 
 
 # --- elementwise ops: torch's ELEMENTWISE_TYPE_PROMOTION_KIND ----------------------------------------------------
-@functools.cache
-def elementwise_rule(op: torch._ops.OpOverload) -> ElementwiseRule | None:
-    """The promotion rule of `op`'s reference implementation, read from its type-promotion wrapper."""
-    reference = decomposition_table.get(op)
-    wrapper = _promotion_wrapper(reference) if reference is not None else None
-    if wrapper is None or not wrapper.type_promoting_arg_names:
-        return None
-    parameters = list(inspect.signature(reference).parameters)
-    schema_names = [argument.name for argument in op._schema.arguments]
-    positions = []
-    for name in wrapper.type_promoting_arg_names:
-        if name in schema_names:  # same name in the ATen schema (addcmul: self, tensor1, tensor2)
-            positions.append(schema_names.index(name))
-        elif name in parameters and parameters.index(name) < len(schema_names):  # by position: a, b -> self, other
-            positions.append(parameters.index(name))
-    return ElementwiseRule(wrapper.type_promotion_kind, tuple(positions))
-
-
-def _promotion_wrapper(function: Any, depth: int = 0) -> elementwise_type_promotion_wrapper | None:
-    """Find the wrapper instance a reference closes over (through ``functools.wraps`` layers and closures)."""
-    if depth > 8 or not callable(function):
-        return None
-    for cell in getattr(function, "__closure__", None) or ():
-        try:
-            content = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if isinstance(content, elementwise_type_promotion_wrapper):
-            return content
-        if inspect.isfunction(content):
-            found = _promotion_wrapper(content, depth + 1)
-            if found is not None:
-                return found
-    wrapped = getattr(function, "__wrapped__", None)
-    return _promotion_wrapper(wrapped, depth + 1) if wrapped is not None else None
-
-
 def _elementwise_input_dtypes(
     node: torch.fx.Node, rule: ElementwiseRule, leaves: list[Any], spec: pytree.TreeSpec
 ) -> dict[int, torch.dtype]:
@@ -258,15 +219,6 @@ def _promotion_value(leaf: Any) -> Any:
 
 
 # --- other ops: run torch's decomposition on meta tensors and record its conversions -------------------------------
-def decomposition(op: torch._ops.OpOverload) -> Any:
-    """torch's decomposition of `op`: its table entry (refs included), else its CompositeImplicitAutograd kernel."""
-    if op in decomposition_table:
-        return decomposition_table[op]
-    if op.namespace == "aten" and op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
-        return op.decompose
-    return None
-
-
 def _traced_input_dtypes(node: torch.fx.Node, leaves: list[Any], spec: pytree.TreeSpec) -> dict[int, torch.dtype]:
     if decomposition(node.target) is None:
         return {}
@@ -275,12 +227,12 @@ def _traced_input_dtypes(node: torch.fx.Node, leaves: list[Any], spec: pytree.Tr
     if not outputs or len(inputs | outputs) <= 1:
         return {}  # one dtype throughout: nothing to promote
     described = tuple(_describe(leaf) for leaf in leaves)
-    converted = _recorded_conversions(node.target, described, spec)
+    converted = traced_conversions(node.target, described, spec)
     wanted = {}
     for index, dtype in converted.items():
         source = node_dtype(leaves[index])
-        if source is None or source == dtype or dtype == node.kwargs.get("dtype"):
-            continue  # `sum(x, dtype=float64)`: the implementation is given the dtype and converts itself
+        if source is None or source == dtype:
+            continue
         if dtype == get_computation_dtype(source) and source in outputs:
             continue  # float16 computed in float32 and rounded back: an eager kernel detail
         wanted[index] = dtype
@@ -294,90 +246,10 @@ def _describe(leaf: Any) -> Any:
         if isinstance(val, torch.Tensor):
             return ("tensor", val.dtype, tuple(optimization_hint(d, fallback=2) for d in val.shape))
         if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return ("scalar", val.node.hint if val.node.hint is not None else val.node.pytype(1))
+            hint = val.node.hint if val.node.hint is not None else val.node.pytype(1)
+            return ("scalar", type(hint), hint)
         return ("opaque", leaf.name)
-    return ("constant", leaf)
-
-
-_TRACE_CACHE: dict[tuple[Any, ...], dict[int, torch.dtype]] = {}
-
-
-def _recorded_conversions(
-    op: torch._ops.OpOverload, described: tuple[Any, ...], spec: pytree.TreeSpec
-) -> dict[int, torch.dtype]:
-    """Run `op`'s decomposition on meta tensors; flat index -> the one dtype that input is used in, if converted."""
-    key = (op, described, str(spec))
-    if key in _TRACE_CACHE:
-        return _TRACE_CACHE[key]
-    inputs: dict[int, int] = {}  # id(meta tensor) -> flat index
-    flat = []
-    for index, (kind, *rest) in enumerate(described):
-        if kind == "tensor":
-            tensor = torch.empty(rest[1], dtype=rest[0], device="meta")
-            inputs[id(tensor)] = index
-            flat.append(tensor)
-        elif kind == "opaque":
-            _TRACE_CACHE[key] = {}
-            return {}
-        else:
-            flat.append(rest[0])
-    args, kwargs = pytree.tree_unflatten(flat, spec)
-    recorder = _ConversionRecorder(inputs)
-    try:
-        with recorder:
-            decomposition(op)(*args, **kwargs)
-    except Exception:  # a decomposition that cannot run on meta tensors tells us nothing
-        recorder.used.clear()
-    result = {index: dtypes.pop() for index, dtypes in recorder.used.items() if len(dtypes) == 1}
-    _TRACE_CACHE[key] = result
-    return result
-
-
-class _ConversionRecorder(TorchDispatchMode):
-    """Records, for each input tensor, the dtypes the decomposition uses it in (converted or as it is).
-
-    ATen ops the decomposition calls are decomposed in turn (down to prims), so that a conversion made
-    inside them (``sum.default`` -> ``sum.dim_IntList`` -> convert to int64) is seen.
-    """
-
-    def __init__(self, inputs: dict[int, int]) -> None:
-        super().__init__()
-        self.inputs = inputs
-        self.used: dict[int, set[torch.dtype]] = defaultdict(set)
-        self.depth = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        decomposed = decomposition(func) if func.namespace == "aten" and func not in _CONVERSIONS else None
-        if decomposed is not None and self.depth < 8:
-            self.depth += 1
-            try:
-                with self:
-                    result = decomposed(*args, **kwargs)
-            finally:
-                self.depth -= 1
-            if result is not NotImplemented:
-                return result
-        converted_to = _conversion_dtype(func, args, kwargs)
-        for position, value in enumerate(pytree.tree_leaves((args, kwargs))):
-            index = self.inputs.get(id(value)) if isinstance(value, torch.Tensor) else None
-            if index is not None:
-                self.used[index].add(converted_to if converted_to is not None and position == 0 else value.dtype)
-        return func(*args, **kwargs)
-
-
-def _conversion_dtype(func: Any, args: Any, kwargs: dict[str, Any]) -> torch.dtype | None:
-    """The dtype a conversion op (``to``, ``_to_copy``, ``convert_element_type``...) converts its first argument to."""
-    if func not in _CONVERSIONS:
-        return None
-    if isinstance(kwargs.get("dtype"), torch.dtype):
-        return kwargs["dtype"]
-    for value in args[1:]:
-        if isinstance(value, torch.dtype):
-            return value
-        if isinstance(value, torch.Tensor):  # to.other, type_as
-            return value.dtype
-    return None
+    return ("constant", type(leaf), leaf)  # the type too: 2 == 2.0 == True, but they promote differently
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------------

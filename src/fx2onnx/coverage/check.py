@@ -1,0 +1,267 @@
+"""Export one sample with an engine, run it in ONNX Runtime and compare with eager: one status per sample."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from fx2onnx.coverage.cases import Engine
+from fx2onnx.coverage.samples import PreparedSample, first_line
+
+# The statuses of a sample (and of a case: its worst sample), from best to worst.
+OK = "ok"
+EXCLUDED = "excluded"
+EXPORT_ERROR = "export_error"
+INVALID_MODEL = "invalid_model"
+NO_KERNEL = "no_kernel"
+RUN_ERROR = "run_error"
+MISMATCH = "mismatch"
+TIMEOUT = "timeout"
+STATUSES = (OK, EXPORT_ERROR, INVALID_MODEL, NO_KERNEL, RUN_ERROR, MISMATCH, TIMEOUT, EXCLUDED)
+
+# (rtol, atol) per output dtype. ONNX Runtime computes low-precision floats through float32 (or
+# the exporter's legalization does), where eager rounds at other points: a few ulps apart.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-5, 1e-6),
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+    torch.complex64: (1e-4, 1e-4),
+}
+
+Phase = Callable[[str], None]
+
+
+@dataclasses.dataclass
+class SampleOutcome:
+    index: int
+    status: str
+    detail: str = ""
+    cause: str = ""  # the innermost error when it says more than the outer one
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v not in ("", None)}
+
+
+def check_sample(
+    engine: Engine, sample: PreparedSample, phase: Phase, signatures: list[dict[str, Any]] | None = None
+) -> SampleOutcome:
+    start = time.perf_counter()
+    runner = _check_fx2onnx if engine == "fx2onnx" else _check_reference
+    outcome = runner(sample, phase, signatures)
+    outcome.seconds = round(time.perf_counter() - start, 3)
+    return outcome
+
+
+# --- fx2onnx ----------------------------------------------------------------------------------------
+def _check_fx2onnx(sample: PreparedSample, phase: Phase, signatures: list[dict[str, Any]] | None) -> SampleOutcome:
+    import fx2onnx
+    from fx2onnx import capture as capture_stage
+    from fx2onnx.coverage.discovery import RecordingExtractor
+    from fx2onnx.registry import global_registry
+
+    extractor = RecordingExtractor(capture_stage.TorchExportExtractor(False, global_registry()))
+    phase("export")
+    try:
+        program = fx2onnx.export(sample.module, sample.fresh_inputs(), extractor=extractor)
+    except fx2onnx.InvalidModelError as error:
+        return failure(sample, INVALID_MODEL, error)
+    except Exception as error:
+        return failure(sample, EXPORT_ERROR, error)
+    finally:
+        if signatures is not None:
+            signatures.extend(extractor.signatures())
+    phase("session")
+    try:
+        program.session()
+    except Exception as error:
+        return session_failure(sample, error)
+    phase("run")
+    try:
+        actual = program(*sample.fresh_inputs())
+    except Exception as error:
+        return failure(sample, RUN_ERROR, error)
+    return compare_outputs(sample, actual)
+
+
+# --- the reference exporter ------------------------------------------------------------------------
+def _check_reference(sample: PreparedSample, phase: Phase, signatures: list[dict[str, Any]] | None) -> SampleOutcome:
+    """``torch.onnx.export(dynamo=True)``: a benchmark, so it lives in the source checkout, not in the package."""
+    return _reference_engine().check_sample(sample, phase)
+
+
+@functools.cache
+def _reference_engine() -> Any:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    path = os.path.join(root, "benchmarks", "coverage_reference.py")
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"the reference engine is a benchmark of the source checkout ({path}); run from a checkout of fx2onnx"
+        )
+    spec = importlib.util.spec_from_file_location("fx2onnx_coverage_reference", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def session(model_bytes: bytes) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def run(ort_session: Any, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    import onnxruntime
+
+    from fx2onnx.program import _to_ortvalue, _to_torch
+
+    names = [i.name for i in ort_session.get_inputs()]
+    if len(names) != len(inputs):
+        raise ValueError(f"the model takes {len(names)} inputs, the sample has {len(inputs)} tensors")
+    feed = {name: _to_ortvalue(onnxruntime, tensor) for name, tensor in zip(names, inputs)}
+    outputs = ort_session.run_with_ort_values([o.name for o in ort_session.get_outputs()], feed)
+    return [_to_torch(value) for value in outputs]
+
+
+# --- classification --------------------------------------------------------------------------------
+def session_failure(sample: PreparedSample, error: Exception) -> SampleOutcome:
+    """ONNX Runtime refusing a model: no kernel for a type, an invalid graph, or an init failure."""
+    message = str(error)
+    if "NOT_IMPLEMENTED" in message or "Could not find an implementation" in message:
+        return failure(sample, NO_KERNEL, error)
+    if "INVALID_GRAPH" in message or "INVALID_ARGUMENT" in message or "INVALID_PROTOBUF" in message:
+        return failure(sample, INVALID_MODEL, error)
+    return failure(sample, RUN_ERROR, error)
+
+
+def failure(sample: PreparedSample, status: str, error: BaseException) -> SampleOutcome:
+    detail = f"{type(error).__name__}: {first_line(str(error))}"
+    root = error
+    while root.__cause__ is not None or (root.__context__ is not None and not root.__suppress_context__):
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    cause = f"{type(root).__name__}: {first_line(str(root))}" if root is not error else ""
+    return SampleOutcome(sample.index, status, detail, cause if cause != detail else "")
+
+
+def compare_outputs(sample: PreparedSample, actual: Sequence[torch.Tensor]) -> SampleOutcome:
+    from fx2onnx.program import compare
+
+    expected = sample.expected
+    if len(actual) != len(expected):
+        return SampleOutcome(sample.index, MISMATCH, f"{len(actual)} outputs, eager has {len(expected)}")
+    golden: list[torch.Tensor] | None = None
+    for position, (want, got) in enumerate(zip(expected, actual)):
+        rtol, atol = TOLERANCES.get(want.dtype, (0.0, 0.0))
+        result = compare(f"output {position}", want, got, rtol=rtol, atol=atol)
+        if result.passed:
+            continue
+        detail = _describe_mismatch(result)
+        if sample.op in _TIE_ORDERED and _same_up_to_ties(sample, position, want, got):
+            continue
+        if want.dtype in _ROUNDED and result.expected_shape == result.actual_shape and want.dtype == got.dtype:
+            golden = golden if golden is not None else _float64_outputs(sample)
+            if golden is not None and len(golden) == len(expected):
+                verdict = _as_close_as_eager(want, got, golden[position], rtol, atol)
+                if verdict is None:
+                    continue
+                detail = f"{detail} ({verdict})"
+        return SampleOutcome(sample.index, MISMATCH, detail)
+    return SampleOutcome(sample.index, OK)
+
+
+# Ops whose index output eager leaves unspecified among equal values (an unstable sort picks any order of
+# ties): op -> (position of the index output, position of `dim` in the sample's args). Their indices are
+# compared by what they select: the same values, each index once.
+_TIE_ORDERED: dict[str, tuple[int, int]] = {"argsort": (0, 0), "sort": (1, 0), "topk": (1, 1)}
+
+
+def _same_up_to_ties(sample: PreparedSample, position: int, eager: torch.Tensor, onnx: torch.Tensor) -> bool:
+    output, dim_position = _TIE_ORDERED[sample.op]
+    if position != output or eager.shape != onnx.shape or eager.dtype != onnx.dtype:
+        return False
+    source, args, kwargs = sample.call_arguments()
+    dim = kwargs.get("dim", args[dim_position] if len(args) > dim_position else -1)
+    if not isinstance(source, torch.Tensor) or not isinstance(dim, int):
+        return False
+    if source.dim() == 0:
+        return bool(torch.equal(eager, onnx))
+    length = source.shape[dim]
+    if length == 0 or eager.numel() == 0:
+        return True
+    if bool(((onnx < 0) | (onnx >= length)).any()):
+        return False
+    distinct = torch.sort(onnx, dim=dim).values.diff(dim=dim)
+    if bool((distinct == 0).any()):
+        return False
+    chosen = source.gather(dim, onnx)
+    wanted = source.gather(dim, eager)
+    same = (
+        (chosen == wanted) | (torch.isnan(chosen) & torch.isnan(wanted))
+        if chosen.is_floating_point()
+        else chosen == wanted
+    )
+    return bool(same.all())
+
+
+# Float types whose results depend on where an implementation rounds (accumulation order, fused ops).
+_ROUNDED = (torch.float16, torch.bfloat16, torch.float32)
+_ERROR_FACTOR = 2.0
+
+
+def _float64_outputs(sample: PreparedSample) -> list[torch.Tensor] | None:
+    """Eager's outputs with the sample's rounded float inputs in float64: the exact result, near enough."""
+    inputs = tuple(t.to(torch.float64) if t.dtype in _ROUNDED else t.clone() for t in sample.inputs)
+    try:
+        with torch.no_grad():
+            outputs = sample.module(*inputs)
+    except Exception:
+        return None
+    import torch.utils._pytree as pytree
+
+    leaves = [leaf for leaf in pytree.tree_leaves(outputs) if isinstance(leaf, torch.Tensor)]
+    return leaves
+
+
+def _as_close_as_eager(
+    eager: torch.Tensor, onnx: torch.Tensor, exact: torch.Tensor, rtol: float, atol: float
+) -> str | None:
+    """None when ONNX's result is within tolerance of the float64 result, or at most twice as far as eager's.
+
+    Eager in float16 rounds partial sums at other points than ONNX Runtime (or the legalizer's wider
+    compute type) does; neither is "the" answer, so the float64 result arbitrates.
+    """
+    if exact.shape != eager.shape or not exact.is_floating_point():
+        return "no float64 result to arbitrate"
+    exact = exact.to(torch.float64)
+    onnx_error = (onnx.to(torch.float64) - exact).abs()
+    eager_error = (eager.to(torch.float64) - exact).abs()
+    finite = torch.isfinite(exact)
+    if not bool((torch.isfinite(onnx.to(torch.float64)) == finite).all()):
+        return "non-finite where the float64 result is finite (or the reverse)"
+    onnx_error, eager_error = onnx_error[finite], eager_error[finite]
+    if onnx_error.numel() == 0:
+        return None
+    bound = atol + rtol * exact[finite].abs() + _ERROR_FACTOR * float(eager_error.max())
+    if bool((onnx_error <= bound).all()):
+        return None
+    return f"vs float64: ONNX max err {float(onnx_error.max()):.3g}, eager max err {float(eager_error.max()):.3g}"
+
+
+def _describe_mismatch(result: Any) -> str:
+    if result.expected_dtype != result.actual_dtype:
+        return f"{result.name}: dtype {result.actual_dtype}, eager {result.expected_dtype}"
+    if result.expected_shape != result.actual_shape:
+        return f"{result.name}: shape {list(result.actual_shape)}, eager {list(result.expected_shape)}"
+    errors = f"max abs err {result.max_abs_error:.3g}, max rel err {result.max_rel_error:.3g}"
+    return f"{result.name}: values differ, {errors}"

@@ -1,0 +1,140 @@
+"""fx2onnx's own lowerings of core ATen ops (src/fx2onnx/lowerings/core.py), each against eager.
+
+Each case is one the coverage sweep found failing with torchlib's implementation (or none); the
+inputs include the edge cases that broke it (0-d tensors, NaN, ties, narrow integers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from fx2onnx.registry import Registry
+
+from conftest import assert_exports_and_matches
+
+
+class Call(torch.nn.Module):
+    def __init__(self, function: Callable[..., Any]) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.function(*args)
+
+
+def ints(*shape: int, dtype: torch.dtype = torch.int8, low: int = -5, high: int = 6) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(low, high, shape, generator=generator).to(dtype)
+
+
+def floats(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(shape, generator=generator).to(dtype)
+
+
+def test_core_lowerings_are_registered_first() -> None:
+    """The dispatcher tries fx2onnx's lowerings before torchlib's for the overloads core.py lowers."""
+    registry = Registry.default()
+    for overload in ("aten::amax", "aten::cummax", "aten::addmm", "aten::_native_batch_norm_legit_functional"):
+        assert registry.overloads(overload)[0].source == "fx2onnx", overload
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm(training: bool, dtype: torch.dtype) -> None:
+    def batch_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        mean, var = torch.zeros(3, dtype=dtype), torch.ones(3, dtype=dtype)
+        return torch.nn.functional.batch_norm(x, mean, var, weight, bias, training=training, momentum=0.3, eps=0.1)
+
+    x = floats(4, 3, 5, dtype=dtype) * 3 + 1
+    assert_exports_and_matches(Call(batch_norm), (x, floats(3, dtype=dtype), floats(3, dtype=dtype)))
+
+
+def test_instance_norm() -> None:
+    assert_exports_and_matches(Call(torch.nn.functional.instance_norm), (floats(2, 3, 4, 4) * 2 - 1,))
+
+
+@pytest.mark.parametrize("function", [torch.amax, torch.amin, torch.all, torch.any])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int16, torch.bool])
+def test_reductions_over_a_dim_of_a_scalar(function: Callable[..., torch.Tensor], dtype: torch.dtype) -> None:
+    scalar = torch.tensor(3).to(dtype)
+    assert_exports_and_matches(Call(lambda x: function(x, 0)), (scalar,))
+    assert_exports_and_matches(Call(lambda x: function(x, -1, keepdim=True)), (ints(3, 4, dtype=dtype),))
+
+
+@pytest.mark.parametrize("function", [torch.cummax, torch.cummin])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.uint8, torch.bool])
+def test_cummax_cummin(function: Callable[..., Any], dtype: torch.dtype) -> None:
+    x = ints(3, 6, dtype=dtype, low=0, high=3)  # many ties: eager returns the latest index
+    assert_exports_and_matches(Call(lambda t: tuple(function(t, 1))), (x,))
+    assert_exports_and_matches(Call(lambda t: tuple(function(t, 0))), (x,))
+
+
+def test_cummax_nan_sticks() -> None:
+    x = torch.tensor([1.0, float("nan"), 3.0, float("nan"), 0.5])
+    assert_exports_and_matches(Call(lambda t: tuple(torch.cummax(t, 0))), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.bool])
+def test_cumprod(dtype: torch.dtype) -> None:
+    assert_exports_and_matches(Call(lambda t: torch.cumprod(t, 1)), (ints(2, 5, dtype=dtype, low=-2, high=3),))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int64])
+def test_masked_select(dtype: torch.dtype) -> None:
+    x = ints(3, 4, dtype=dtype)
+    assert_exports_and_matches(Call(lambda t, m: torch.masked_select(t, m)), (x, x > 0))
+    assert_exports_and_matches(Call(lambda t, m: torch.masked_select(t, m)), (x, (x > 0)[0]))  # broadcast mask
+
+
+def test_signbit_and_copysign() -> None:
+    x = torch.tensor([-1.0, -0.0, 0.0, 2.0, float("-inf")])
+    assert_exports_and_matches(Call(torch.signbit), (x,))
+    assert_exports_and_matches(Call(torch.copysign), (torch.ones(5), x))
+    assert_exports_and_matches(Call(torch.signbit), (ints(5),))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.uint8, torch.int64])
+def test_integer_matrix_products(dtype: torch.dtype) -> None:
+    a, b, c = ints(3, 4, dtype=dtype, low=0), ints(4, 5, dtype=dtype, low=0), ints(3, 5, dtype=dtype, low=0)
+    assert_exports_and_matches(Call(lambda s, m1, m2: torch.addmm(s, m1, m2, beta=2, alpha=3)), (c, a, b))
+    assert_exports_and_matches(Call(torch.addmv), (ints(3, dtype=dtype, low=0), a, ints(4, dtype=dtype, low=0)))
+    assert_exports_and_matches(Call(torch.addr), (c, ints(3, dtype=dtype, low=0), ints(5, dtype=dtype, low=0)))
+    batch1, batch2 = ints(2, 3, 4, dtype=dtype, low=0), ints(2, 4, 5, dtype=dtype, low=0)
+    assert_exports_and_matches(Call(torch.baddbmm), (ints(2, 3, 5, dtype=dtype, low=0), batch1, batch2))
+    assert_exports_and_matches(Call(lambda s, x, y: torch.addbmm(s, x, y, beta=0)), (c, batch1, batch2))
+
+
+def test_integer_products_wrap_like_eager() -> None:
+    big = torch.full((2, 8), 100, dtype=torch.int8)
+    assert_exports_and_matches(Call(torch.addmm), (torch.zeros(2, 2, dtype=torch.int8), big, big.T.contiguous()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
+def test_fmax_fmin(dtype: torch.dtype) -> None:
+    if dtype.is_floating_point:
+        a = torch.tensor([1.0, float("nan"), float("nan"), -2.0]).to(dtype)
+        b = torch.tensor([float("nan"), 2.0, float("nan"), -3.0]).to(dtype)
+    else:
+        a, b = ints(4, dtype=dtype), ints(4, dtype=dtype, low=-2)
+    assert_exports_and_matches(Call(torch.fmax), (a, b))
+    assert_exports_and_matches(Call(torch.fmin), (a, b))
+
+
+def test_hypot() -> None:
+    a = torch.tensor([3.0, 1e30, 0.0, float("inf"), float("nan")])
+    b = torch.tensor([4.0, 1e30, 0.0, float("nan"), 1.0])
+    assert_exports_and_matches(Call(torch.hypot), (a, b))
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_bucketize_and_searchsorted(right: bool) -> None:
+    boundaries = torch.tensor([1, 3, 5, 7])
+    values = torch.tensor([[0, 1, 3], [6, 7, 9]])
+    assert_exports_and_matches(Call(lambda v, b: torch.bucketize(v, b, right=right)), (values, boundaries))
+    rows = torch.tensor([[1, 3, 5, 7], [2, 4, 6, 8]])
+    assert_exports_and_matches(Call(lambda s, v: torch.searchsorted(s, v, right=right, out_int32=True)), (rows, values))
