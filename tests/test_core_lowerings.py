@@ -138,3 +138,92 @@ def test_bucketize_and_searchsorted(right: bool) -> None:
     assert_exports_and_matches(Call(lambda v, b: torch.bucketize(v, b, right=right)), (values, boundaries))
     rows = torch.tensor([[1, 3, 5, 7], [2, 4, 6, 8]])
     assert_exports_and_matches(Call(lambda s, v: torch.searchsorted(s, v, right=right, out_int32=True)), (rows, values))
+
+
+@pytest.mark.parametrize(
+    "function",
+    [torch.lgamma, torch.digamma, torch.special.i0e, torch.special.i1, torch.i0, torch.special.entr],
+    ids=lambda f: f.__name__,
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_special_functions(function: Callable[..., torch.Tensor], dtype: torch.dtype) -> None:
+    x = torch.tensor([-2.5, -0.5, 0.0, 0.25, 1.0, 3.5, 12.0, 40.0], dtype=dtype)
+    assert_exports_and_matches(Call(function), (x,))
+
+
+def test_erfinv_ndtri_polygamma() -> None:
+    p = torch.tensor([-1.0, -0.999, -0.3, 0.0, 0.5, 0.9999, 1.0])
+    assert_exports_and_matches(Call(torch.erfinv), (p,))
+    assert_exports_and_matches(Call(torch.special.ndtri), ((p + 1) / 2,))
+    assert_exports_and_matches(Call(lambda t: torch.polygamma(2, t)), (torch.tensor([0.3, 1.0, 4.5, 20.0]),))
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("count_include_pad", [False, True])
+def test_avg_pool_windows_like_eager(ceil_mode: bool, count_include_pad: bool) -> None:
+    def pool(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.avg_pool2d(x, 3, 2, 1, ceil_mode, count_include_pad)
+
+    assert_exports_and_matches(Call(pool), (floats(1, 2, 8, 7),))
+    assert_exports_and_matches(
+        Call(lambda x: torch.nn.functional.avg_pool2d(x, 2, divisor_override=3)), (floats(1, 2, 4, 4),)
+    )
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce")
+@pytest.mark.parametrize("reduce", ["amax", "amin", "prod", "mean"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16])
+def test_index_reduce(reduce: str, include_self: bool, dtype: torch.dtype) -> None:
+    index = torch.tensor([0, 2, 0, 1])
+
+    def reduced(x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        return x.index_reduce(0, index, source, reduce, include_self=include_self)
+
+    assert_exports_and_matches(Call(reduced), (ints(3, 2, dtype=dtype), ints(4, 2, dtype=dtype, low=-3, high=4)))
+
+
+@pytest.mark.parametrize("mode", ["constant", "replicate", "circular"])
+def test_pad_with_negative_amounts(mode: str) -> None:
+    x = floats(1, 2, 4, 5)
+    assert_exports_and_matches(Call(lambda t: torch.nn.functional.pad(t, (-1, 2, 1, -2), mode=mode)), (x,))
+
+
+def test_linspace_and_cross_entropy_with_probabilities() -> None:
+    assert_exports_and_matches(Call(lambda: torch.linspace(-2.0, 3, 7)), ())
+    logits, target = floats(4, 5), torch.softmax(floats(4, 5) * 2, dim=1)
+    loss = Call(lambda x, t: torch.nn.functional.cross_entropy(x, t, label_smoothing=0.1))
+    assert_exports_and_matches(loss, (logits, target))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8])
+def test_order_statistics(dtype: torch.dtype) -> None:
+    x = ints(3, 7, dtype=dtype, low=0, high=4)
+    assert_exports_and_matches(Call(torch.median), (x,))
+    assert_exports_and_matches(Call(lambda t: torch.median(t, 1).values), (x,))
+    assert_exports_and_matches(Call(lambda t: torch.kthvalue(t, 3, 1).values), (x,))
+    assert_exports_and_matches(Call(lambda t: tuple(torch.mode(t, 1))), (x,))  # ties: smallest value, last index
+    with_nan = torch.tensor([[1.0, float("nan"), 3.0, 2.0], [4.0, 1.0, 2.0, 3.0]])
+    assert_exports_and_matches(Call(lambda t: torch.nanmedian(t, 1).values), (with_nan,))
+    assert_exports_and_matches(Call(lambda t: torch.median(t, 1).values), (with_nan,))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float16])
+def test_diagonal_nonzero_atleast(dtype: torch.dtype) -> None:
+    x = ints(3, 4, 5, dtype=dtype)
+    assert_exports_and_matches(Call(lambda t: torch.diagonal(t, 1, 2, 0)), (x,))
+    assert_exports_and_matches(Call(lambda t: torch.diagonal(t, -2, 0, 1)), (x,))
+    assert_exports_and_matches(Call(torch.nonzero), (torch.tensor(3).to(dtype),))
+    assert_exports_and_matches(
+        Call(lambda a, b: torch.hstack([a, b])), (torch.tensor(1).to(dtype), ints(3, dtype=dtype))
+    )
+
+
+def test_upsample_with_scale_factors() -> None:
+    x = floats(1, 2, 5, 4)
+    for mode in ("bilinear", "bicubic"):
+        resize = Call(lambda t, mode=mode: torch.nn.functional.interpolate(t, scale_factor=1.7, mode=mode))
+        assert_exports_and_matches(resize, (x,))
+    assert_exports_and_matches(
+        Call(lambda t: torch.nn.functional.interpolate(t, size=(3, 7), mode="bilinear", align_corners=True)), (x,)
+    )

@@ -67,7 +67,9 @@ def run(options: argparse.Namespace) -> int:
     print(_terminal_summary(records.values()))
     if options.write_docs:
         whole = not options.op and not options.dtype and not options.tier
-        previous = None if whole and not options.only_baseline else matrix.load_matrix(options.docs)
+        # A sweep of everything with both engines starts the matrix afresh; any other keeps the cells
+        # (and the other engine's column) it did not run.
+        previous = None if whole and options.baseline else matrix.load_matrix(options.docs)
         reference_samples = options.baseline_samples if (options.baseline or options.only_baseline) else None
         payload = matrix.update_matrix(previous, records.values(), samples=samples, reference_samples=reference_samples)
         for path in matrix.write_docs(payload, options.docs):

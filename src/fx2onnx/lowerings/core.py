@@ -915,9 +915,7 @@ def _identity_for(reduce: str, like: TReal) -> TReal:
 
 
 @lowering("aten::index_reduce")
-def index_reduce(
-    self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True
-) -> TReal:
+def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True) -> TReal:
     """Reduce `source` slices into `self` at `index` along `dim` (amax, amin, prod, mean) with ScatterElements.
 
     Without include_self, the positions `index` touches start from the reduction's identity; mean divides
@@ -940,9 +938,11 @@ def index_reduce(
     if reduce == "mean":
         ones = op.Expand(op.CastLike(1, base), op.Shape(base))
         counts = ones
+        zeros_at = op.Expand(op.CastLike(0, base), op.Shape(values))
+        ones_at = op.Expand(op.CastLike(1, base), op.Shape(values))
         if not include_self:
-            counts = op.ScatterElements(ones, positions, op.Expand(op.CastLike(0, base), op.Shape(values)), axis=axis)
-        counts = op.ScatterElements(counts, positions, op.Expand(op.CastLike(1, base), op.Shape(values)), axis=axis, reduction="add")
+            counts = op.ScatterElements(ones, positions, zeros_at, axis=axis)
+        counts = op.ScatterElements(counts, positions, ones_at, axis=axis, reduction="add")
         if base.dtype in (ir.DataType.INT32, ir.DataType.INT64):
             quotient = op.Div(op.Cast(result, to=DOUBLE.dtype), op.Cast(counts, to=DOUBLE.dtype))
             result = op.Cast(op.Floor(quotient), to=base.dtype)
@@ -951,3 +951,217 @@ def index_reduce(
     if scalar:
         result = op.Reshape(result, op.Constant(value_ints=[]))
     return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+# --- padding with negative amounts, linspace, cross entropy with class probabilities -----------------------------
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+@lowering("aten::pad")
+def pad(self: TReal, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> TReal:
+    """torch.nn.functional.pad with negative amounts (crops), which ONNX Runtime's edge and wrap modes refuse.
+
+    Eager's circular mode crops before wrapping; its replicate mode indexes as if padding came first (a
+    crop larger than the input repeats the edge), so there the crop follows. `pad` lists (before, after)
+    pairs from the last dim backwards. An empty tensor pads in constant mode: no values to repeat.
+    """
+    rank = len(self.shape)
+    befores, afters = [0] * rank, [0] * rank
+    for offset in range(len(pad) // 2):
+        befores[rank - 1 - offset], afters[rank - 1 - offset] = pad[2 * offset], pad[2 * offset + 1]
+    crop_axes = [a for a in range(rank) if befores[a] < 0 or afters[a] < 0]
+
+    def crop(x: TReal) -> TReal:
+        if not crop_axes:
+            return x
+        starts = [max(0, -befores[a]) for a in crop_axes]
+        ends = [afters[a] if afters[a] < 0 else 2**62 for a in crop_axes]
+        return op.Slice(
+            x, op.Constant(value_ints=starts), op.Constant(value_ints=ends), op.Constant(value_ints=crop_axes)
+        )
+
+    x = crop(self) if mode == "circular" else self
+    amounts = [max(0, b) for b in befores] + [max(0, a) for a in afters]
+    if any(amounts):
+        empty = any(isinstance(d, int) and d == 0 for d in self.shape)
+        onnx_mode = "constant" if empty else _PAD_MODES[mode]
+        fill = op.CastLike(value if value is not None else 0, x) if onnx_mode == "constant" else None
+        x = op.Pad(x, op.Constant(value_ints=amounts), fill, mode=onnx_mode)
+    if mode != "circular":
+        x = crop(x)
+    return op.Identity(x) if x is self else x
+
+
+@lowering("aten::linspace")
+def linspace(
+    start: float,
+    end: float,
+    steps: int,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+) -> FLOAT:
+    """All arguments are constants: the values are eager's own, computed once at export."""
+    import torch
+
+    from fx2onnx import dtypes as dtype_table
+
+    torch_dtype = dtype_table.to_torch(ir.DataType(dtype)) if dtype is not None else torch.get_default_dtype()
+    values = torch.linspace(start, end, steps, dtype=torch_dtype)
+    return op.Constant(value=ir.tensor(values))
+
+
+@lowering("aten::cross_entropy_loss")
+def cross_entropy_probabilities(
+    self: TFloat,
+    target: TFloat,
+    weight: TFloat | None = None,
+    reduction: int = 1,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+) -> TFloat:
+    """Cross entropy against class probabilities (a float target shaped like the input).
+
+    loss[n, ...] = -sum_c weight[c] * target[n, c, ...] * log_softmax(input)[n, c, ...]; mean divides by the
+    number of samples (not by the weights). Integer class targets keep torchlib's implementation.
+    """
+    del ignore_index  # only class-index targets have one
+    x, probabilities = _in_float32(self), _in_float32(target)
+    rank = len(self.shape)
+    class_axis = 1 if rank > 1 else 0
+    classes = self.shape[class_axis]
+    if label_smoothing > 0:
+        probabilities = op.Add(
+            op.Mul(probabilities, _const(1.0 - label_smoothing, x)), _const(label_smoothing / classes, x)
+        )
+    log_probabilities = op.LogSoftmax(x, axis=class_axis)
+    terms = op.Mul(probabilities, log_probabilities)
+    if weight is not None:
+        shape = [1] * rank
+        shape[class_axis] = -1
+        terms = op.Mul(terms, op.Reshape(_in_float32(weight), op.Constant(value_ints=shape)))
+    losses = op.Neg(op.ReduceSum(terms, op.Constant(value_ints=[class_axis]), keepdims=False))
+    if reduction == 0:
+        result = losses
+    elif reduction == 2:
+        result = op.ReduceSum(losses, keepdims=False)
+    else:
+        result = op.ReduceMean(losses, keepdims=False)
+    return _back(result, self)
+
+
+# --- order statistics: median, nanmedian, kthvalue ------------------------------------------------------------------
+# A TopK of the k smallest along the dim, where NaN sorts last (as +inf). The value is gathered back from the
+# input at the chosen index, so a NaN chosen stays NaN. Which of several equal elements' index is returned is
+# unspecified in eager; the one here is the lowest.
+def _sortable(x: TReal) -> TReal:
+    if x.dtype == ir.DataType.BOOL:
+        return op.Cast(x, to=UINT8.dtype)
+    if _is_float(x):
+        return op.Where(op.IsNaN(x), _const(float("inf"), x), x)
+    return x
+
+
+def _kth_smallest(x: TReal, position: INT64 | int, axis: int, keepdim: bool) -> tuple[TReal, INT64]:
+    """The element of rank `position` (0-based; an int, or int64 of the reduced shape with keepdims) along `axis`."""
+    if isinstance(position, int):
+        _, indices = op.TopK(_sortable(x), op.Constant(value_ints=[position + 1]), axis=axis, largest=0, sorted=1)
+        index = op.Slice(
+            indices, op.Constant(value_ints=[-1]), op.Constant(value_ints=[2**62]), op.Constant(value_ints=[axis])
+        )
+    else:
+        length = op.Shape(x, start=axis, end=axis + 1)
+        _, indices = op.TopK(_sortable(x), length, axis=axis, largest=0, sorted=1)
+        index = op.GatherElements(indices, position, axis=axis)
+    value = op.GatherElements(x, index, axis=axis)
+    if not keepdim:
+        squeeze = op.Constant(value_ints=[axis])
+        value, index = op.Squeeze(value, squeeze), op.Squeeze(index, squeeze)
+    return value, index
+
+
+def _median(self: TReal, dim: int | None, keepdim: bool, ignore_nan: bool) -> tuple[TReal, INT64]:
+    x = self if dim is not None else op.Reshape(self, op.Constant(value_ints=[-1]))
+    if len(self.shape) == 0 and dim is not None:
+        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    rank = 1 if dim is None else len(x.shape)
+    axis = 0 if dim is None else dim % rank
+    if dim is None:  # flattened: the length is the element count
+        length = math.prod(self.shape) if all(isinstance(d, int) for d in self.shape) else None
+    else:
+        length = x.shape[axis]
+    floats = _is_float(x)
+    if ignore_nan and floats:  # the lower median of the non-NaN values (NaN when there are none)
+        count = op.ReduceSum(
+            op.Cast(op.Not(op.IsNaN(x)), to=INT64.dtype), op.Constant(value_ints=[axis]), keepdims=True
+        )
+        position = op.Div(op.Sub(count, op.Constant(value_ints=[1])), op.Constant(value_ints=[2]))
+        position = op.Max(position, op.Constant(value_ints=[0]))
+        return _kth_smallest(x, position, axis, keepdim)
+    if not isinstance(length, int):
+        raise NotImplementedError("median over a dynamic dim has no lowering here")
+    value, index = _kth_smallest(x, (length - 1) // 2, axis, keepdim)
+    if floats:  # any NaN makes the median NaN, at the first NaN's index
+        nan = op.IsNaN(x)
+        has_nan = op.ReduceMax(op.Cast(nan, to=INT32.dtype), op.Constant(value_ints=[axis]), keepdims=keepdim)
+        has_nan = op.Cast(has_nan, to=BOOL.dtype)
+        first_nan = op.ArgMax(op.Cast(nan, to=INT32.dtype), axis=axis, keepdims=keepdim)
+        value = op.Where(has_nan, _const(float("nan"), x), value)
+        index = op.Where(has_nan, first_nan, index)
+    return value, index
+
+
+@lowering("aten::median")
+def median(self: TReal) -> TReal:
+    value, _ = _median(self, None, False, ignore_nan=False)
+    return value
+
+
+@lowering("aten::median.dim")
+def median_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]:
+    return _median(self, dim, keepdim, ignore_nan=False)
+
+
+@lowering("aten::nanmedian")
+def nanmedian(self: TReal) -> TReal:
+    value, _ = _median(self, None, False, ignore_nan=True)
+    return value
+
+
+@lowering("aten::nanmedian.dim")
+def nanmedian_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]:
+    return _median(self, dim, keepdim, ignore_nan=True)
+
+
+@lowering("aten::kthvalue")
+def kthvalue(self: TReal, k: int, dim: int = -1, keepdim: bool = False) -> tuple[TReal, INT64]:
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    return _kth_smallest(self, k - 1, dim % len(self.shape), keepdim)
+
+
+@lowering("aten::mode")
+def mode(self: TReal, dim: int = -1, keepdim: bool = False) -> tuple[TReal, INT64]:
+    """The most frequent value along `dim` (the smallest among equally frequent ones) and its last index.
+
+    Occurrences are counted by comparing every pair of elements of a slice, so memory grows with the
+    square of the dim's length.
+    """
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    dtype = self.dtype
+    x = op.Cast(self, to=INT32.dtype) if dtype in (*_NARROW_INTS, ir.DataType.BOOL) else self
+    axis, x_i, x_j, _, _ = _prefix_layout(x, dim)
+    counts = op.ReduceSum(
+        op.Cast(op.Equal(x_i, x_j), to=INT64.dtype), op.Constant(value_ints=[axis + 1]), keepdims=False
+    )
+    most = op.ReduceMax(counts, op.Constant(value_ints=[axis]), keepdims=True)
+    largest = op.ReduceMax(x, op.Constant(value_ints=[axis]), keepdims=True)
+    candidates = op.Where(op.Equal(counts, most), x, largest)
+    value = op.ReduceMin(candidates, op.Constant(value_ints=[axis]), keepdims=True)
+    index = op.ArgMax(op.Cast(op.Equal(x, value), to=INT32.dtype), axis=axis, keepdims=True, select_last_index=1)
+    if not keepdim:
+        squeeze = op.Constant(value_ints=[axis])
+        value, index = op.Squeeze(value, squeeze), op.Squeeze(index, squeeze)
+    return (op.Cast(value, to=dtype) if value.dtype != dtype else value), index

@@ -1,0 +1,195 @@
+"""Every dtype signature eager accepts, per ATen overload, has an implementation the dispatcher can bind.
+
+The signatures come from the coverage sweep's dtype discovery (``fx2onnx/coverage/aten_dtypes.json``):
+each is an overload as it reached fx2onnx's dispatcher on an OpInfo sample that eager ran, with the
+dtypes of its tensor arguments and the other arguments it was given, as captured (eager's dtypes)
+and, where type promotion changed them, as dispatched. For each one this test builds the FX node
+with the dispatched dtypes and asks the real dispatcher (default registry) to choose: a perfect
+match, or a match through lossless Casts, covers it (legalization then makes each ONNX node's types
+ones the target runs). A signature nothing can bind, or that binds only through a lossy Cast, is a
+gap. Today's gaps are listed in ``dispatch_gaps.json`` beside this file: a new one fails the test, a
+fixed one is only reported. After a change that closes gaps (or a sweep that records new
+signatures), refresh the list with ``python tests/test_dispatch_coverage.py --update`` and review
+the diff.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import json
+import os
+import sys
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+
+from fx2onnx import dtypes
+from fx2onnx.coverage import discovery
+from fx2onnx.dispatch import Dispatcher
+from fx2onnx.emit.graph_builder import TORCHLIB_OPSET
+from fx2onnx.errors import UnsupportedOperatorError
+from fx2onnx.registry import Registry
+
+# "f32" -> torch.float32, for every dtype fx2onnx maps to ONNX
+_TORCH_DTYPES = {dtypes.short_name(d): d for d in dtypes._TORCH_TO_ONNX}
+
+KNOWN_GAPS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dispatch_gaps.json")
+
+
+def known_gaps() -> dict[str, str]:
+    """overload(dtypes) -> why, for the signatures nothing lowers from eager's dtypes (or only lossily) today."""
+    with open(KNOWN_GAPS_PATH, encoding="utf-8") as handle:
+        return json.load(handle)["gaps"]
+
+
+def resolve(overload: str) -> torch._ops.OpOverload:
+    if overload.startswith("torch_nn::"):  # custom ops torch registers when their module is first imported
+        importlib.import_module("torch.nn.modules.linear_cross_entropy")
+    namespace, _, rest = overload.partition("::")
+    name, _, overload_name = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload_name or "default")
+
+
+def build_node(overload: str, args: dict[str, Any]) -> torch.fx.Node:
+    """The FX node for a recorded signature: placeholders with eager's dtypes, constants as recorded."""
+    target = resolve(overload)
+    graph = torch.fx.Graph()
+
+    def value(encoded: Any) -> Any:
+        if encoded is None:
+            return None
+        if "t" in encoded:
+            node = graph.placeholder(f"x{len(graph.nodes)}")
+            node.meta["val"] = torch.empty(2, dtype=_TORCH_DTYPES[encoded["t"]])
+            return node
+        if "l" in encoded:
+            return [value(v) for v in encoded["l"]]
+        return discovery.decode_constant(encoded["c"])
+
+    positional, keywords = [], {}
+    for argument in target._schema.arguments:
+        if argument.name in args:
+            given = value(args[argument.name])
+        elif argument.has_default_value():
+            given = argument.default_value
+        else:
+            given = None
+        if argument.kwarg_only:
+            if argument.name in args:
+                keywords[argument.name] = given
+        else:
+            positional.append(given)
+    while positional and positional[-1] is None and len(positional) > _required_positional(target):
+        positional.pop()
+    return graph.call_function(target, tuple(positional), keywords)
+
+
+def _required_positional(target: torch._ops.OpOverload) -> int:
+    return sum(1 for a in target._schema.arguments if not a.kwarg_only and not a.has_default_value())
+
+
+def describe(overload: str, args: dict[str, Any]) -> str:
+    shown = []
+    for name, encoded in args.items():
+        if "t" in encoded:
+            shown.append(f"{name}={encoded['t']}")
+        elif "l" in encoded:
+            shown.append(f"{name}=[{','.join(v['t'] if v and 't' in v else '-' for v in encoded['l'])}]")
+    return f"{overload}({', '.join(shown)})"
+
+
+def dispatch_gaps(
+    registry: Registry, data: dict[str, Any] | None = None
+) -> tuple[dict[str, str], collections.Counter[str]]:
+    """gap description -> why, and how many signatures bound perfectly / through Casts."""
+    data = discovery.load() if data is None else data
+    gaps: dict[str, str] = {}
+    kinds: collections.Counter[str] = collections.Counter()
+    for overload, entry in data.items():
+        for signature in entry["signatures"]:
+            if any(t.startswith("c") for t in discovery.tensor_dtypes(signature["args"])):
+                kinds["complex (reported apart)"] += 1
+                continue
+            args = signature.get("dispatched", signature["args"])
+            name = describe(overload, args)
+            node = build_node(overload, args)
+            dispatcher = Dispatcher(registry, TORCHLIB_OPSET)
+            try:
+                decision = dispatcher.dispatch(node)
+            except UnsupportedOperatorError as error:
+                gaps[name] = str(error).splitlines()[0] + f" (e.g. {', '.join(signature['cases'])})"
+                kinds["none"] += 1
+                continue
+            chosen = decision.chosen
+            assert chosen is not None
+            if chosen.kind == "cast" and chosen.cost >= dtypes.LOSSY:
+                casts = ", ".join(f"{p}->{dtypes.short_name(t)}" for p, t in chosen.casts.items())
+                gaps[name] = f"only a lossy cast ({casts}) via {chosen.implementation.name}"
+                kinds["lossy"] += 1
+            else:
+                kinds[chosen.kind] += 1
+    return gaps, kinds
+
+
+@pytest.fixture(scope="module")
+def gaps_and_kinds() -> tuple[dict[str, str], collections.Counter[str]]:
+    return dispatch_gaps(Registry.default())
+
+
+def test_discovery_data_is_current() -> None:
+    """Every recorded overload exists in this torch and every signature can be rebuilt as an FX node."""
+    data = discovery.load()
+    assert len(data) > 100, "the discovery data is nearly empty; run `fx2onnx coverage --write-docs`"
+    for overload, entry in data.items():
+        resolve(overload)
+        for signature in entry["signatures"]:
+            build_node(overload, signature["args"])
+            build_node(overload, signature.get("dispatched", signature["args"]))
+        assert set(entry["dtypes"]) <= set(_TORCH_DTYPES)
+
+
+def test_every_eager_signature_has_an_implementation(gaps_and_kinds: Any) -> None:
+    gaps, kinds = gaps_and_kinds
+    known = known_gaps()
+    new = {name: why for name, why in gaps.items() if name not in known}
+    assert kinds["perfect"] + kinds["cast"] > 0
+    assert not new, (
+        f"{len(new)} eager dtype signatures have no lossless implementation ({dict(kinds)}; "
+        f"{len(known)} known in {os.path.basename(KNOWN_GAPS_PATH)}):\n  "
+        + "\n  ".join(f"{k}: {v}" for k, v in sorted(new.items()))
+    )
+
+
+def test_known_gaps_are_still_recorded() -> None:
+    """A known gap that the discovery data no longer records is stale: refresh the list (--update)."""
+    data = discovery.load()
+    recorded = {describe(o, s.get("dispatched", s["args"])) for o, e in data.items() for s in e["signatures"]}
+    assert sorted(set(known_gaps()) - recorded) == []
+
+
+def test_a_missing_implementation_is_found() -> None:
+    """The check can fail: with an overload's implementations removed, its signatures become gaps."""
+    registry = Registry.default()
+    registry.unregister("aten::add.Tensor")
+    gaps, _ = dispatch_gaps(registry)
+    assert any(name.startswith("aten::add.Tensor(self=f32, other=f32") for name in gaps)
+
+
+def _update_known_gaps() -> None:
+    gaps, kinds = dispatch_gaps(Registry.default())
+    payload = {
+        "about": "Eager dtype signatures with no lossless implementation today; see test_dispatch_coverage.py.",
+        "counts": dict(sorted(kinds.items())),
+        "gaps": dict(sorted(gaps.items())),
+    }
+    with open(KNOWN_GAPS_PATH, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=1)
+        handle.write("\n")
+    print(f"wrote {len(gaps)} gaps to {KNOWN_GAPS_PATH} ({dict(kinds)})")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--update"]:
+    _update_known_gaps()
