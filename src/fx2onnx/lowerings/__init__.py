@@ -16,7 +16,7 @@ from onnxscript.values import TracedOnnxFunction
 DOMAIN = "pkg.fx2onnx"
 _OPSET = onnxscript.values.Opset(DOMAIN, 1)
 _RULES: list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]] = []
-_MODULES = ("core", "attention", "quantized", "dtype_fixes")
+_MODULES = ("core", "attention", "quantized", "dtype_fixes", "special", "spectral", "indexing", "nn", "linalg")
 
 
 def lowering(
