@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from fx2onnx.errors import CaptureError, user_frame
+from fx2onnx.fake_kernels import static_fake_kernels
 from fx2onnx.registry import Registry, qualified_name
 
 
@@ -85,6 +87,32 @@ def fallback_decompositions(graph_module: torch.fx.GraphModule, registry: Regist
     return needed
 
 
+def lowerable_as_captured(program: ExportedProgram, registry: Registry) -> bool:
+    """Whether the registry lowers torch.export's graph as it is, so that decomposing it would change nothing.
+
+    That holds when no op mutates (decomposition functionalizes the graph) and every op has an
+    implementation (decomposition keeps those). Ops without results are runtime checks, which emit skips.
+    """
+    signature = program.graph_signature
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
+        return False
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            if target._schema.is_mutable:
+                return False
+            if not target._schema.returns:
+                continue
+        try:
+            if not registry.is_registered(target):
+                return False
+        except TypeError:  # not a registry target at all
+            return False
+    return True
+
+
 class TorchExportExtractor:
     """``torch.export.export``; non-strict unless ``strict=True``."""
 
@@ -108,7 +136,10 @@ class TorchExportExtractor:
             register_library_pytrees(model)
             dynamic_shapes = complete_dynamic_shapes(model, args, kwargs, dynamic_shapes)
             try:
-                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=self.strict)
+                with static_fake_kernels():  # composite ops whose generic fake run is data-dependent
+                    program = torch.export.export(
+                        model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=self.strict
+                    )
             except Exception as error:
                 frame = user_frame(error)
                 raise CaptureError(
@@ -121,12 +152,19 @@ class TorchExportExtractor:
                     frame=frame,
                 ) from error
         before = _overloads(program.graph_module)
-        program = program.run_decompositions(dict(decompositions))
-        if self.registry is not None:
-            # What neither the registry nor torch's default table handles: decompose with torch's full table.
-            extra = fallback_decompositions(program.graph_module, self.registry)
-            if extra:
-                program = program.run_decompositions(extra)
+        if self.registry is not None and lowerable_as_captured(program, self.registry):
+            # Decomposing would keep every op (the table leaves out what the registry lowers) and only
+            # retrace the graph, which costs more than torch.export itself on large models.
+            captured = from_exported_program(program, self.name)
+            captured.seconds = time.perf_counter() - start
+            return captured
+        with static_fake_kernels():
+            program = program.run_decompositions(dict(decompositions))
+            if self.registry is not None:
+                # What neither the registry nor torch's default table handles: decompose with torch's full table.
+                extra = fallback_decompositions(program.graph_module, self.registry)
+                if extra:
+                    program = program.run_decompositions(extra)
         after = _overloads(program.graph_module)
         captured = from_exported_program(program, self.name)
         captured.seconds = time.perf_counter() - start

@@ -73,6 +73,11 @@ def _batch_norm(
             take = op.CastLike(momentum, x)
             new_mean = op.Add(op.Mul(running_mean, keep), op.Mul(save_mean, take))
             new_var = op.Add(op.Mul(running_var, keep), op.Mul(unbiased, take))
+    elif weight is not None and bias is not None and rank >= 2:
+        # ONNX's own op: ONNX Runtime folds it into a preceding Conv, and it is one node instead of eight.
+        output = op.BatchNormalization(x, weight, bias, running_mean, running_var, epsilon=eps)
+        empty = op.CastLike(op.ConstantOfShape(op.Constant(value_ints=[0])), x)
+        return (op.Cast(output, to=dtype) if compute != dtype else output), empty, empty, None, None
     else:
         mean = op.Reshape(running_mean, channels_shape)
         rstd = op.Reciprocal(op.Sqrt(op.Add(op.Reshape(running_var, channels_shape), epsilon)))
@@ -1165,3 +1170,59 @@ def mode(self: TReal, dim: int = -1, keepdim: bool = False) -> tuple[TReal, INT6
         squeeze = op.Constant(value_ints=[axis])
         value, index = op.Squeeze(value, squeeze), op.Squeeze(index, squeeze)
     return (op.Cast(value, to=dtype) if value.dtype != dtype else value), index
+
+
+# --- ops torch.export keeps whole (CompositeImplicit), lowered so that its graph needs no decomposition ------------
+@lowering("aten::batch_norm")
+def batch_norm(
+    input: TFloat,
+    weight: TFloat | None = None,
+    bias: TFloat | None = None,
+    running_mean: TFloat | None = None,
+    running_var: TFloat | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    cudnn_enabled: bool = True,
+) -> TFloat:
+    del cudnn_enabled
+    batch_statistics = training or running_mean is None or running_var is None
+    output, _, _, _, _ = _batch_norm(input, weight, bias, running_mean, running_var, batch_statistics, momentum, eps)
+    return output
+
+
+def _averaging_matrix(length: int, size: int, dtype: ir.DataType) -> np.ndarray:
+    """(size, length): row i averages eager's adaptive window [floor(i*L/S), ceil((i+1)*L/S))."""
+    matrix = np.zeros((size, length), dtype=np.float64)
+    for i in range(size):
+        start, end = (i * length) // size, -((-(i + 1) * length) // size)
+        matrix[i, start:end] = 1.0 / (end - start)
+    return matrix.astype(ir.DataType(dtype).numpy())
+
+
+@lowering("aten::adaptive_avg_pool2d")
+def adaptive_avg_pool2d(self: TFloat, output_size: Sequence[int]) -> TFloat:
+    """Global pooling as a ReduceMean; other sizes as products with constant averaging matrices (linear in x)."""
+    x = _in_float32(self)
+    out_h, out_w = output_size
+    height, width = self.shape[-2], self.shape[-1]
+    if (out_h, out_w) == (1, 1):
+        return _back(op.ReduceMean(x, op.Constant(value_ints=[-2, -1]), keepdims=True), self)
+    if not isinstance(height, int) or not isinstance(width, int):
+        raise NotImplementedError("adaptive_avg_pool2d to a size other than 1x1 needs static spatial dims")
+    rows = op.Constant(value=ir.tensor(_averaging_matrix(height, out_h, x.dtype)))
+    columns = op.Constant(value=ir.tensor(_averaging_matrix(width, out_w, x.dtype).T.copy()))
+    return _back(op.MatMul(op.MatMul(rows, x), columns), self)
+
+
+@lowering("aten::to.dtype")
+def to_dtype(
+    self: TReal, dtype: int, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
+) -> TReal:
+    del non_blocking, copy, memory_format
+    return op.Cast(self, to=dtype)
+
+
+@lowering("aten::numpy_T")
+def numpy_t(self: TReal) -> TReal:
+    return op.Transpose(self, perm=list(reversed(range(len(self.shape)))))
