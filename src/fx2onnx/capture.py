@@ -15,7 +15,7 @@ import dataclasses
 import inspect
 import operator
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -72,6 +72,29 @@ def decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
         if registry.is_registered(qualified_name(op)):
             table.pop(op)
     return dict(table.items())
+
+
+class LazyDecompositionTable(Mapping[Any, Callable[..., Any]]):
+    """:func:`decomposition_table`, built on first use: a capture that needs no decomposition never builds it."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._table: dict[Any, Callable[..., Any]] | None = None
+
+    @property
+    def table(self) -> dict[Any, Callable[..., Any]]:
+        if self._table is None:
+            self._table = decomposition_table(self.registry)
+        return self._table
+
+    def __getitem__(self, op: Any) -> Callable[..., Any]:
+        return self.table[op]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        return len(self.table)
 
 
 def fallback_decompositions(graph_module: torch.fx.GraphModule, registry: Registry) -> dict[Any, Callable[..., Any]]:

@@ -131,7 +131,8 @@ def _export(
     timer = _StageTimer(export_report.stage_seconds, progress)
 
     with timer("capture"):
-        captured = extractor.capture(model, args, kwargs, dynamic_shapes, capture_stage.decomposition_table(registry))
+        decompositions = capture_stage.LazyDecompositionTable(registry)
+        captured = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions)
     export_report.strategy = captured.strategy
     export_report.decomposed = captured.decomposed
     export_report.graph_nodes = len(captured.graph.nodes)
@@ -144,7 +145,7 @@ def _export(
     with timer("dispatch+emit"):
         flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
         user_dims = capture_stage.dim_names(model, args, kwargs, dynamic_shapes)
-        dispatcher = Dispatcher(registry, TORCHLIB_OPSET)
+        dispatcher = Dispatcher(registry, opset_version)
         emitter = GraphEmitter(
             captured,
             dispatcher,
@@ -169,7 +170,8 @@ def _export(
 
     with timer("check"):
         # Shape inference runs on the legal model: before legalization some nodes (bf16 Cos) are invalid ONNX.
-        common_passes.ShapeInferencePass()(model_ir)
+        if not _every_value_typed(model_ir):
+            common_passes.ShapeInferencePass()(model_ir)
         check_model(model_ir)
 
     if isinstance(model, torch.export.ExportedProgram):
@@ -203,6 +205,18 @@ def _export(
     return program
 
 
+FUSION_OPSET = 23
+
+
+def _every_value_typed(model: ir.Model) -> bool:
+    """Whether emission and the passes left a dtype and a shape on every value (then ONNX inference adds nothing)."""
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for value in node.outputs:
+            if value.type is None or value.shape is None:
+                return False
+    return all(value.type is not None and value.shape is not None for value in model.graph.inputs)
+
+
 def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
     """Inline script functions, optimize, convert the opset, drop what is unused."""
     common_passes.InlinePass()(model)
@@ -214,6 +228,12 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
     if opset_version != TORCHLIB_OPSET:
         import onnxscript.version_converter
 
+        if optimize and opset_version >= FUSION_OPSET:
+            # onnxscript's fusions into ONNX's RMSNormalization and RotaryEmbedding apply to opset 23 graphs.
+            from onnxscript.rewriter import onnx_fusions
+
+            onnxscript.version_converter.convert_version(model, FUSION_OPSET)
+            onnx_fusions.fuse(model)
         onnxscript.version_converter.convert_version(model, opset_version)
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.RemoveUnusedOpsetsPass()(model)

@@ -61,7 +61,7 @@ class GraphRecorder(evaluator.Evaluator):
 
     # --- evaluator protocol -------------------------------------------------------------------
     def eval_op(self, op: onnxscript.values.Op, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-        signature = op.op_signature
+        signature = _signature_of(op)
         if signature is None:
             raise RecordingError(f"ONNX op {op.domain}::{op.name} has no schema in the installed onnx")
         kwargs = dict(kwargs)
@@ -128,8 +128,10 @@ class GraphRecorder(evaluator.Evaluator):
         """A ``Constant`` node for a Python/numpy value; identical constants are shared."""
         if isinstance(value, ir.Value):
             return value
-        if isinstance(value, (ir.TensorProtocol, np.ndarray)) and not isinstance(value, np.generic):
-            tensor = value if isinstance(value, ir.TensorProtocol) else ir.tensor(value)
+        # Python numbers first: an isinstance check against a runtime Protocol costs ~0.3 ms.
+        plain = isinstance(value, (bool, int, float, list, tuple, np.generic))
+        if not plain and isinstance(value, (np.ndarray, ir.TensorProtocol)):
+            tensor = ir.tensor(value) if isinstance(value, np.ndarray) else value
             if dtype is not None and tensor.dtype != dtype:
                 tensor = ir.tensor(tensor.numpy().astype(dtype.numpy()), dtype=dtype)
             key = None
@@ -312,6 +314,21 @@ def _as_attribute(param: schemas.AttributeParameter, value: Any) -> ir.Attr:
     return ir.convenience.convert_attribute(name, value, kind)
 
 
+_SIGNATURES: dict[tuple[str, str, int], schemas.OpSignature] = {}
+
+
+def _signature_of(op: onnxscript.values.Op) -> schemas.OpSignature | None:
+    """The op's signature, built once per ONNX schema (onnxscript makes a new Op, and signature, per call)."""
+    schema = op.op_schema
+    if schema is None:
+        return op.op_signature
+    key = (schema.domain, schema.name, schema.since_version)
+    signature = _SIGNATURES.get(key)
+    if signature is None:
+        signature = _SIGNATURES[key] = op.op_signature
+    return signature
+
+
 def _num_outputs(
     schema: onnx.defs.OpSchema | None,
     signature: schemas.OpSignature,
@@ -328,6 +345,8 @@ def _num_outputs(
             raise RecordingError("Split: the number of outputs is unknown (give num_outputs)")
         if signature.name == "BatchNormalization" and not attrs.get("training_mode", 0):
             return 1
+        if signature.name == "Attention" and (len(inputs) < 5 or inputs[4] is None):
+            return 1  # without a past key/value cache there is no present one to return
         if signature.name in ("Loop", "Scan"):
             body = attrs["body"]
             return len(body.outputs) - (1 if signature.name == "Loop" else 0)
@@ -336,8 +355,76 @@ def _num_outputs(
     return len(signature.outputs)
 
 
+# Ops whose output has the dtype and shape of their first input; and those that broadcast their inputs.
+_SAME_AS_INPUT = frozenset(
+    {
+        *("Abs", "Ceil", "Cos", "Erf", "Exp", "Floor", "Gelu", "Identity", "IsInf", "IsNaN", "Log", "Neg", "Not"),
+        *("Reciprocal", "Relu", "Round", "Sigmoid", "Sign", "Sin", "Softmax", "LogSoftmax", "Sqrt", "Tanh"),
+    }
+)
+_BROADCASTING = frozenset(["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where"])
+_COMPARISONS = frozenset(["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"])
+
+
+def _infer_simply(node: ir.Node) -> bool:
+    """Types of the commonest ops without ONNX's inference (which serializes the node): False when unsure."""
+    if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return False
+    inputs = node.inputs
+    if not inputs or any(v is None or v.dtype is None or v.shape is None for v in inputs):
+        return False
+    output, op_type = node.outputs[0], node.op_type
+    if op_type in ("IsInf", "IsNaN", "Not"):
+        dtype = ir.DataType.BOOL
+    elif op_type == "Cast":
+        dtype = ir.DataType(node.attributes["to"].as_int())
+    elif op_type in _COMPARISONS:
+        dtype = ir.DataType.BOOL
+    elif op_type == "Where":
+        dtype = inputs[1].dtype
+    else:
+        dtype = inputs[0].dtype
+    if op_type in _SAME_AS_INPUT or op_type == "Cast":
+        if len(inputs) != 1:
+            return False
+        shape = ir.Shape(inputs[0].shape)
+    elif op_type in _BROADCASTING or op_type in _COMPARISONS:
+        shape = _broadcast_shape([v.shape for v in inputs])
+        if shape is None:
+            return False
+    else:
+        return False
+    output.dtype, output.shape = dtype, shape
+    return True
+
+
+def _broadcast_shape(shapes: Sequence[ir.Shape]) -> ir.Shape | None:
+    """numpy broadcasting of static dims, and of symbolic dims that are equal or meet a 1; else None."""
+    rank = max(len(s) for s in shapes)
+    dims: list[Any] = []
+    for axis in range(rank):
+        chosen: Any = 1
+        for shape in shapes:
+            offset = axis - (rank - len(shape))
+            if offset < 0:
+                continue
+            dim = shape[offset]
+            if isinstance(dim, ir.SymbolicDim) and dim.value is None:
+                return None  # an unknown dim equals nothing for sure
+            if dim == 1:
+                continue
+            if chosen == 1:
+                chosen = dim
+            elif dim != chosen:
+                return None  # a mismatch, or symbolic dims that may broadcast: ask ONNX
+        dims.append(chosen)
+    return ir.Shape(dims)
+
+
 def infer_node_types(node: ir.Node, opset_imports: Mapping[str, int]) -> None:
     """Fill dtypes and shapes of `node`'s outputs with ONNX's per-node inference."""
+    if _infer_simply(node):
+        return
     domain = node.domain
     version = node.version or opset_imports.get(domain)
     if version is None:
@@ -345,7 +432,11 @@ def infer_node_types(node: ir.Node, opset_imports: Mapping[str, int]) -> None:
     try:
         schema = onnx.defs.get_schema(node.op_type, version, domain)
     except onnx.defs.SchemaError:
-        return
+        try:  # an op newer than the emission opset (Attention-23 when exporting to 23+): its own version
+            schema = onnx.defs.get_schema(node.op_type, onnx.defs.onnx_opset_version(), domain)
+        except onnx.defs.SchemaError:
+            return
+        opset_imports = {**opset_imports, domain: schema.since_version}
     input_types: dict[str, onnx.TypeProto] = {}
     input_data: dict[str, onnx.TensorProto] = {}
     for value in node.inputs:
