@@ -27,6 +27,8 @@ class Probe:
 
     key: Hashable
     build: Callable[[], onnx.ModelProto | None]
+    # The node's attributes (plain values), for verdicts that depend on one (see `reduction_outcome`).
+    attributes: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
 def schema_probe(op_type: str, opset: int, binding: Mapping[str, str], domain: str = "") -> Probe:
@@ -183,3 +185,41 @@ def session_outcome(model: onnx.ModelProto | None) -> Outcome:
 
 def probe(op_type: str, opset: int, binding: Mapping[str, str], domain: str = "") -> Outcome:
     return session_outcome(single_node_model(op_type, opset, binding, domain))
+
+
+# Ops whose kernels ONNX Runtime registers for a type but refuse, only when they run, with a reduction
+# attribute (e.g. ScatterND on float16 with reduction='add'): input shapes of a one-element run.
+REDUCTION_OPS = {"ScatterElements": ([1], [1], [1]), "ScatterND": ([1], [1, 1], [1])}
+
+
+def reduction_outcome(op_type: str, opset: int, binding: Mapping[str, str], reduction: str) -> Outcome:
+    """Run a one-element `op_type` node (data, indices, updates) with `reduction` in a CPU session."""
+    import numpy as np
+    import onnxruntime
+
+    op_schema = schemas.schema(op_type, opset, "")
+    if op_type not in REDUCTION_OPS or op_schema is None:
+        return "unbuildable"
+    inputs, feeds = [], {}
+    for index, (formal, shape) in enumerate(zip(op_schema.inputs, REDUCTION_OPS[op_type])):
+        dtype = schemas.tensor_dtype(binding.get(formal.type_str, formal.type_str))
+        if dtype is None:
+            return "unbuildable"
+        name = f"in{index}"
+        inputs.append(onnx.helper.make_tensor_value_info(name, int(dtype), shape))
+        feeds[name] = np.zeros(shape, dtype=dtype.numpy())
+    node = onnx.helper.make_node(op_type, [i.name for i in inputs], ["out"], reduction=reduction)
+    output = onnx.helper.make_tensor_value_info("out", inputs[0].type.tensor_type.elem_type, [1])
+    graph = onnx.helper.make_graph([node], f"probe_{op_type}", inputs, [output])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=8)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception:
+        return session_outcome(model)  # classifies the failure
+    try:
+        session.run(None, feeds)
+    except Exception:  # "<type> data type is not supported with <op> when reduction is '<r>'"
+        return "no-kernel"
+    return "ok"

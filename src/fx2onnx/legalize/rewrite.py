@@ -110,6 +110,7 @@ class Legalizer:
         context = _NodeContext.of(node, opsets, self.model)
         if context is None:
             return
+        _type_unknown_outputs(node, context)
         verdict = self._current_verdict(context, node)
         if self._acceptable(verdict):
             if verdict.implicit_float32:  # fast_math: the runtime's own Casts to float32, with less rounding
@@ -147,7 +148,9 @@ class Legalizer:
             len(node.outputs),
             _attribute_signature(node),
         )
-        return self.target.verdict(node.domain, node.op_type, context.opset, binding, probe=probes.Probe(key, build))
+        attributes = {name: a.value for name, a in node.attributes.items() if isinstance(a.value, (int, float, str))}
+        probe = probes.Probe(key, build, attributes)
+        return self.target.verdict(node.domain, node.op_type, context.opset, binding, probe=probe)
 
     def _choose(self, context: _NodeContext, node: ir.Node) -> schemas.Binding | None:
         """The cheapest binding the target runs, changing only constraints the pass may change."""
@@ -363,6 +366,34 @@ class _NodeContext:
             return True
         op_type = self.op_schema.name if self.op_schema is not None else ""
         return op_type in _DTYPE_ATTRIBUTE_OPS or op_type == "ConstantOfShape"
+
+
+def _type_unknown_outputs(node: ir.Node, context: _NodeContext) -> None:
+    """Give untyped outputs the type their schema implies from the inputs.
+
+    Type inference leaves a node's outputs untyped when the spec refuses its input types (int8 MatMul,
+    bfloat16 TopK) though legalization will change them; untyped, they would get no Cast back, and their
+    consumers would mix the wide and the narrow type.
+    """
+    if context.op_schema is None:
+        return
+    formals = context.op_schema.outputs
+    for index, value in enumerate(node.outputs):
+        if value.dtype is not None:
+            continue
+        name = context.output_constraint(index)
+        if name is not None:
+            if name in context.mixed:
+                continue
+            allowed = context.allowed.get(name, frozenset())
+            type_str = context.binding.get(name) or (next(iter(allowed)) if len(allowed) == 1 else None)
+        elif index < len(formals):
+            type_str = formals[index].type_str  # a literal type, e.g. tensor(int64)
+        else:
+            continue
+        dtype = schemas.tensor_dtype(type_str) if type_str else None
+        if dtype is not None:
+            value.type = ir.TensorType(dtype)
 
 
 def _with_subgraphs(graph: GraphLike, opsets: Mapping[str, int]) -> Iterator[tuple[GraphLike, Mapping[str, int]]]:

@@ -123,7 +123,7 @@ class KernelTableTarget(SpecTarget):
         if not spec.legal:
             return spec
         if self.table.has_kernel(domain, op_type, op_schema.since_version, binding):
-            return Verdict(True)
+            return self._when_run(op_schema, opset, binding, probe)
         if self.table.runs_as_float32(domain, op_type, op_schema.since_version, binding):
             return Verdict(True, implicit_float32=True)
         if self._runs_without_kernel(op_schema, opset, binding, probe):
@@ -136,6 +136,27 @@ class KernelTableTarget(SpecTarget):
 
     def describe(self) -> str:
         return self.table.description or self.name
+
+    def _when_run(
+        self, op_schema: onnx.defs.OpSchema, opset: int, binding: Mapping[str, str], probe: probes.Probe | None
+    ) -> Verdict:
+        """A kernel is registered; some (scatter ops with a reduction) still refuse types when they run."""
+        if self._session_probe is None or op_schema.domain or op_schema.name not in probes.REDUCTION_OPS:
+            return Verdict(True)
+        reduction = probe.attributes.get("reduction", "none") if probe is not None else "none"
+        if reduction == "none":
+            return Verdict(True)
+        key = ("run", op_schema.name, opset, tuple(sorted(binding.items())), reduction)
+        if key not in self._probed:
+            self._probed[key] = probes.reduction_outcome(op_schema.name, opset, binding, str(reduction)) == "ok"
+        if self._probed[key]:
+            return Verdict(True)
+        bound = ", ".join(f"{name}={type_}" for name, type_ in sorted(binding.items()))
+        return Verdict(
+            False,
+            f"{self.describe()} refuses {op_schema.name}-{op_schema.since_version} with {bound} and "
+            f"reduction={reduction!r} when it runs",
+        )
 
     def _runs_without_kernel(
         self, op_schema: onnx.defs.OpSchema, opset: int, binding: Mapping[str, str], probe: probes.Probe | None

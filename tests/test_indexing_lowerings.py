@@ -1,0 +1,207 @@
+"""fx2onnx's scatter/put/*_scatter/shape lowerings (src/fx2onnx/lowerings/indexing.py), each against eager.
+
+Each case is one the coverage sweep found failing with torchlib's implementation (or none): scatter with a
+reduction (torchlib's mean divides by the wrong counts; bfloat16 built an invalid ConstantOfShape), put,
+as_strided_scatter and diagonal_scatter (whose decompositions mutate), squeeze of several dims, resize_as_,
+hash_tensor and pixel (un)shuffle (DepthToSpace runs for few types). The inputs include duplicate and
+negative indices, 0-d and empty tensors, narrow integers and float edge values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from fx2onnx.legalize import get_target, probes
+
+from conftest import assert_exports_and_matches
+
+
+class Call(torch.nn.Module):
+    def __init__(self, function: Callable[..., Any]) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.function(*args)
+
+
+def values(*shape: int, dtype: torch.dtype = torch.float32, scale: float = 5.0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)
+    return (torch.randn(shape, generator=generator) * scale).to(dtype)
+
+
+# Rows 0 and 2 receive several values each, row 3 none: counts differ per position.
+INDEX = torch.tensor([[0, 2, 0, 2, 0], [2, 0, 0, 2, 2], [0, 0, 1, 0, 2]])
+
+
+@pytest.mark.parametrize(
+    ("reduce", "include_self", "dtype"),
+    [
+        ("sum", True, torch.float16),
+        ("prod", False, torch.bfloat16),
+        ("mean", True, torch.int8),
+        ("mean", False, torch.int8),
+        ("mean", False, torch.float32),
+        ("amax", False, torch.bool),
+        ("amin", True, torch.bfloat16),
+    ],
+)
+def test_scatter_reduce(reduce: str, include_self: bool, dtype: torch.dtype) -> None:
+    def scatter_reduce(x: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        return x.scatter_reduce(0, index, src, reduce, include_self=include_self)
+
+    # src is larger than the index along dim 1: only its leading part takes part.
+    assert_exports_and_matches(Call(scatter_reduce), (values(4, 5, dtype=dtype), INDEX, values(3, 6, dtype=dtype)))
+
+
+def test_scatter_reduce_edge_values() -> None:
+    """NaN from self or src wins in amax/amin, as in eager; infinities and -0.0 reduce as numbers."""
+    x = torch.tensor([0.0, float("inf"), -1.5, float("-inf"), float("nan"), 4.0])
+    src = torch.tensor([-0.0, 2.0, float("-inf"), 1e30, -1e30, 3.0, float("nan")])
+    index = torch.tensor([0, 1, 1, 2, 2, 4, 5])
+
+    def extremes(a: torch.Tensor, i: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return a.scatter_reduce(0, i, b, "amin"), a.scatter_reduce(0, i, b, "amax", include_self=False)
+
+    assert_exports_and_matches(Call(extremes), (x, index, src))
+
+
+@pytest.mark.parametrize(("reduce", "dtype"), [("add", torch.float16), ("multiply", torch.int16)])
+def test_scatter_with_reduce(reduce: str, dtype: torch.dtype) -> None:
+    def scatter(x: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        return x.scatter(0, index, src, reduce=reduce)
+
+    assert_exports_and_matches(Call(scatter), (values(4, 5, dtype=dtype), INDEX, values(3, 5, dtype=dtype, scale=2)))
+
+
+def test_scatter_value_reduce() -> None:
+    scatter = Call(lambda x, index: x.scatter(1, index, 3, reduce="add"))
+    assert_exports_and_matches(scatter, (values(3, 4).abs().to(torch.uint8), torch.tensor([[0, 0], [3, 1], [2, 2]])))
+
+
+def test_scatter_add_float16() -> None:
+    scatter_add = Call(lambda x, index, src: x.scatter_add(1, index, src))
+    args = (values(4, 5, dtype=torch.float16), INDEX[:, :4].T.contiguous(), values(4, 3, dtype=torch.float16))
+    assert_exports_and_matches(scatter_add, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_accumulating_index_put_computes_in_float32(dtype: torch.dtype) -> None:
+    """torchlib's ScatterND(reduction='add') has no float16/bfloat16 kernel at run time; legalization widens it."""
+
+    def index_add(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        return x.index_add(0, index, source) + torch.index_put(x, (index,), source, accumulate=True)
+
+    program = assert_exports_and_matches(
+        Call(index_add), (values(5, 3, dtype=dtype), torch.tensor([4, 0, 4, 1]), values(4, 3, dtype=dtype))
+    )
+    scatters = [n for n in program.model.graph if n.op_type == "ScatterND"]
+    assert scatters and all(n.inputs[0].dtype.name == "FLOAT" for n in scatters)
+
+
+def test_onnxruntime_target_refuses_float16_scatter_reductions() -> None:
+    target = get_target("onnxruntime-cpu")
+
+    def legal(op_type: str, dtype: str, reduction: str) -> bool:
+        binding = {"T": f"tensor({dtype})", "Tind": "tensor(int64)"}
+        probe = probes.Probe(("test", op_type, dtype, reduction), lambda: None, {"reduction": reduction})
+        return target.verdict("", op_type, 18, binding, probe=probe).legal
+
+    assert not legal("ScatterND", "float16", "add")
+    assert not legal("ScatterElements", "float16", "mul")
+    assert not legal("ScatterElements", "bool", "max")
+    assert legal("ScatterElements", "float16", "none")
+    assert legal("ScatterND", "float", "add")
+    assert legal("ScatterElements", "int8", "mul")
+
+
+@pytest.mark.parametrize("accumulate", [True, False])
+def test_put(accumulate: bool) -> None:
+    put = Call(lambda x, index, source: x.put(index, source, accumulate=accumulate))
+    index = torch.tensor([[0, -1], [7, 4]]) if not accumulate else torch.tensor([[0, -1], [11, 0]])
+    assert_exports_and_matches(put, (values(3, 4, dtype=torch.int16), index, values(2, 2, dtype=torch.int16)))
+
+
+def test_put_0d() -> None:
+    put = Call(lambda x, index, source: x.put(index, source, accumulate=True))
+    assert_exports_and_matches(put, (torch.tensor(2.5), torch.tensor(0), torch.tensor(-1.0)))
+
+
+@pytest.mark.parametrize(
+    ("shape", "size", "stride", "offset"), [((3, 3), (2, 2), (1, 2), 1), ((16,), (2, 2, 2, 2), (8, 4, 2, 1), 0)]
+)
+def test_as_strided_scatter(
+    shape: tuple[int, ...], size: tuple[int, ...], stride: tuple[int, ...], offset: int
+) -> None:
+    scatter = Call(lambda x, src: torch.as_strided_scatter(x, src, size, stride, offset))
+    assert_exports_and_matches(scatter, (values(*shape, dtype=torch.bfloat16), values(*size, dtype=torch.bfloat16)))
+
+
+@pytest.mark.parametrize(
+    ("shape", "src_shape", "offset", "dim1", "dim2"), [((4, 5), (4,), 1, 0, 1), ((3, 4, 5), (4, 3), -1, 2, 0)]
+)
+def test_diagonal_scatter(
+    shape: tuple[int, ...], src_shape: tuple[int, ...], offset: int, dim1: int, dim2: int
+) -> None:
+    scatter = Call(lambda x, src: torch.diagonal_scatter(x, src, offset, dim1, dim2))
+    assert_exports_and_matches(scatter, (torch.zeros(shape, dtype=torch.bool), torch.ones(src_shape, dtype=torch.bool)))
+
+
+def test_squeeze_several_dims() -> None:
+    squeeze = Call(lambda x, y: (x.squeeze((1, 3)), y.squeeze((0, 1))))
+    assert_exports_and_matches(squeeze, (values(5, 1, 5, 1, dtype=torch.int8), values(5, 2)))
+
+
+def test_resize_as_() -> None:
+    resize = Call(lambda x, like: x.clone().resize_as_(like))
+    assert_exports_and_matches(resize, (values(5, 4), values(3, 2)))
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        torch.tensor(
+            [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 5e-324, 1e308, -2.5, 1 / 3, -1e-310]
+        ).double(),
+        values(3, 4, dtype=torch.bfloat16),
+        torch.tensor([[-128, 127, 0], [5, -1, 3]], dtype=torch.int8),
+        torch.tensor([True, False, True]),
+    ],
+    ids=["f64-edges", "bf16", "i8", "bool"],
+)
+def test_hash_tensor(x: torch.Tensor) -> None:
+    assert_exports_and_matches(Call(lambda a: torch.hash_tensor(a)), (x,))
+
+
+def test_hash_tensor_over_dims() -> None:
+    hashes = Call(lambda a: (torch.hash_tensor(a, 1, keepdim=True), torch.hash_tensor(a, (0, 2))))
+    assert_exports_and_matches(hashes, (values(3, 5, 2, dtype=torch.float16),))
+
+
+def test_pixel_shuffle_narrow_integers() -> None:
+    shuffle = Call(lambda x: torch.nn.functional.pixel_shuffle(x, 2))
+    assert_exports_and_matches(shuffle, (torch.arange(2 * 2 * 8 * 3 * 3, dtype=torch.int16).reshape(2, 2, 8, 3, 3),))
+
+
+# Eager returns an empty input unchanged where the graph records the shuffled shape: factor 1 agrees with both.
+@pytest.mark.parametrize(("shape", "factor"), [((1, 2, 6, 9), 3), ((1, 1, 0, 3), 1)])
+def test_pixel_unshuffle(shape: tuple[int, ...], factor: int) -> None:
+    unshuffle = Call(lambda x: torch.nn.functional.pixel_unshuffle(x, factor))
+    assert_exports_and_matches(unshuffle, (values(*shape, dtype=torch.uint8),))
+
+
+def test_untyped_outputs_of_legalized_nodes_are_cast_back() -> None:
+    """Type inference leaves bfloat16 TopK's and int8 MatMul's outputs untyped (the spec refuses the inputs);
+    legalization must still type them, or their consumers mix float32 with bfloat16 (an invalid model)."""
+    median = Call(lambda x, y: (torch.median(x), torch.median(y)))
+    assert_exports_and_matches(median, (torch.tensor(1.5, dtype=torch.bfloat16), values(4, 5, dtype=torch.bfloat16)))
+    bilinear = Call(torch.nn.functional.bilinear)
+    args = [
+        torch.randint(-3, 4, shape, generator=torch.Generator().manual_seed(2))
+        for shape in [(2, 3), (2, 4), (5, 3, 4), (5,)]
+    ]
+    assert_exports_and_matches(bilinear, tuple(a.to(torch.int8) for a in args))
