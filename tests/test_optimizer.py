@@ -1,4 +1,10 @@
-"""``fx2onnx.optimizer.optimize`` gives exactly what ``onnxscript.optimizer.optimize_ir`` gives."""
+"""``fx2onnx.optimizer.optimize`` gives the graph ``onnxscript.optimizer.optimize_ir`` gives.
+
+The same nodes, attributes and initializers; the recorded shapes of intermediate values may differ
+(fx2onnx's constant folding reuses the shapes recorded at emission instead of re-running ONNX
+inference), so ``value_info`` is left out of the comparison. The rules fx2onnx makes exact
+(``x + 0`` etc. only for an exact 0 or 1) cannot fire differently on these models.
+"""
 
 from __future__ import annotations
 
@@ -36,4 +42,7 @@ def test_same_model_as_onnxscript_optimize_ir(model: torch.nn.Module, args: tupl
     optimizer.optimize(ours)
     onnxscript.optimizer.optimize_ir(theirs)
     ours_proto, theirs_proto = ir.to_proto(ours), ir.to_proto(theirs)
+    for graph in (ours_proto.graph, theirs_proto.graph):
+        del graph.value_info[:]
+    assert len(ours_proto.graph.node) > 0
     assert ours_proto.SerializeToString(deterministic=True) == theirs_proto.SerializeToString(deterministic=True)

@@ -139,6 +139,10 @@ def cast_cost(src: ir.DataType, dst: ir.DataType) -> float:
     if dst == ir.DataType.BOOL or is_complex(src) != is_complex(dst):
         return IMPOSSIBLE
     size_step = max(dst.itemsize - src.itemsize, 0) / 64  # among equals, the narrowest sufficient type
+    if src not in _FLOATS and dst in _FLOATS and dst != ir.DataType.FLOAT:
+        # Integers and bools become eager's default float (float32) first: a narrower float would round
+        # the computation (int8 -> float16 is exact, but what is computed from it is not).
+        size_step += 0.125
     if is_lossless(src, dst):
         if src in _FLOATS:
             base = 1.0

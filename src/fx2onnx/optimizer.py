@@ -38,7 +38,7 @@ def optimize(model: ir.Model, num_iterations: int = 2) -> None:
         ir.passes.PassManager(
             [
                 _FoldConstants(),
-                _Rewrite(rules),
+                _Rewrite(_with_exact_no_ops(rules)),
                 common_passes.RemoveUnusedNodesPass(),
                 common_passes.RemoveUnusedFunctionsPass(),
                 common_passes.RemoveUnusedOpsetsPass(),
@@ -55,6 +55,45 @@ def optimize(model: ir.Model, num_iterations: int = 2) -> None:
         common_passes.NameFixPass(),
     )
     passes(model)
+
+
+def _with_exact_no_ops(rules: Sequence[pattern.RewriteRule]) -> list[pattern.RewriteRule]:
+    """`rules` with onnxscript's x + 0 / x - 0 / x * 1 / x / 1 rules made exact.
+
+    onnxscript's no-op rules match their constant within rel 1e-5 / abs 1e-8, so they also drop x + 3.4e-10
+    (a Cephes coefficient in a special function) or x * 1.000001, which changes results; here they fire
+    only for a scalar exactly 0 or 1.
+    """
+    from onnxscript.rewriter.rules.common import _no_op
+
+    dropout = (_no_op.dropout_zero_rule, _no_op.dropout_inference_rule)
+    inexact = {id(r) for r in _no_op.rules.rules if r not in dropout}
+    kept = [r for r in rules if id(r) not in inexact]
+    if len(kept) == len(rules):
+        return list(rules)  # another onnxscript: leave its rules as they are
+    return kept + _EXACT_NO_OP_RULES
+
+
+def _identity(op: Any, x: ir.Value, **_: Any) -> ir.Value:
+    return op.Identity(x)
+
+
+def _scalar_is(value: float) -> Any:
+    def condition(context: Any, x: ir.Value, c: ir.Value, **_: Any) -> bool:
+        constant = c.const_value
+        return constant is not None and constant.shape == () and float(constant.numpy()) == value
+
+    return condition
+
+
+_EXACT_NO_OP_RULES = [
+    pattern.RewriteRule(lambda op, x, c: op.Add(x, c), _identity, _scalar_is(0.0), name="AddExactZero"),
+    pattern.RewriteRule(lambda op, x, c: op.Add(c, x), _identity, _scalar_is(0.0), name="ExactZeroAdd"),
+    pattern.RewriteRule(lambda op, x, c: op.Sub(x, c), _identity, _scalar_is(0.0), name="SubExactZero"),
+    pattern.RewriteRule(lambda op, x, c: op.Mul(x, c), _identity, _scalar_is(1.0), name="MulExactOne"),
+    pattern.RewriteRule(lambda op, x, c: op.Mul(c, x), _identity, _scalar_is(1.0), name="ExactOneMul"),
+    pattern.RewriteRule(lambda op, x, c: op.Div(x, c), _identity, _scalar_is(1.0), name="DivExactOne"),
+]
 
 
 class _FoldConstants(ir.passes.InPlacePass):

@@ -1226,3 +1226,22 @@ def to_dtype(
 @lowering("aten::numpy_T")
 def numpy_t(self: TReal) -> TReal:
     return op.Transpose(self, perm=list(reversed(range(len(self.shape)))))
+
+
+@lowering("aten::squeeze.dims")
+def squeeze_dims(self: TReal, dim: Sequence[int]) -> TReal:
+    """Eager drops only the listed dims that have size 1 (others stay); a 0-d tensor stays as it is."""
+    rank = len(self.shape)
+    axes = sorted({d % rank for d in dim} if rank else set())
+    ones = [a for a in axes if isinstance(self.shape[a], int) and self.shape[a] == 1]
+    if any(not isinstance(self.shape[a], int) for a in axes):
+        raise NotImplementedError("squeeze of a dynamic dim: whether it is 1 is unknown at export")
+    if not ones:
+        return op.Identity(self)
+    return op.Squeeze(self, op.Constant(value_ints=ones))
+
+
+@lowering("aten::_conj_physical", "aten::conj_physical")
+def conj_physical_real(self: TReal) -> TReal:
+    """The conjugate of a real tensor is the tensor itself."""
+    return op.Identity(self)
