@@ -81,3 +81,12 @@ def test_benchmark_like_models_skip_decomposition() -> None:
     program = exported(model.eval(), *args)
     assert lowerable_as_captured(program, Registry.default())
     assert_exports_and_matches(model, args)
+
+
+def test_adaptive_average_keeps_nan_in_its_window() -> None:
+    x = torch.randn(1, 2, 7, 9)
+    x[0, 0, 0, 0] = float("nan")
+    x[0, 1, 6, 8] = float("inf")
+    model = torch.nn.AdaptiveAvgPool2d((3, 4))
+    assert_exports_and_matches(model, (x,))
+    assert_exports_and_matches(torch.nn.AdaptiveAvgPool2d((7, 3)), (torch.randn(2, 3, 14, 9),))

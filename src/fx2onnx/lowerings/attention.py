@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import onnx_ir as ir
-from onnxscript import BOOL
+from onnxscript import BOOL, opset23
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
@@ -46,3 +47,129 @@ def scaled_dot_product_attention_bool_mask(
     weights = op.Softmax(scores, axis=-1)
     weights = op.Where(op.IsNaN(weights), zero, weights)  # rows with no allowed key: 0/0 -> 0
     return op.MatMul(weights, value)
+
+
+@lowering("aten::scaled_dot_product_attention", opset=(23, None))
+def scaled_dot_product_attention_onnx23(
+    query: TFloat,
+    key: TFloat,
+    value: TFloat,
+    attn_mask: TFloat | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> TFloat:
+    """ONNX's own Attention (opset 23+) with no mask, a float mask, or a causal mask (boolean masks keep
+    the lowering above: eager gives zeros for a fully masked row).
+
+    ONNX's causal mask is aligned bottom-right and torch's top-left: they agree when queries and keys
+    are equally many; otherwise the top-left mask is built and passed as a boolean mask (no row of it is
+    fully masked). Grouped-query inputs (fewer key/value heads) are what Attention broadcasts natively.
+    3-D inputs get a heads axis of 1. Dropout is an identity at inference.
+    """
+    del dropout_p, enable_gqa
+    rank = len(query.shape)
+    if rank == 3:
+        heads_axis = op.Constant(value_ints=[1])
+        query, key, value = (
+            op.Unsqueeze(query, heads_axis),
+            op.Unsqueeze(key, heads_axis),
+            op.Unsqueeze(value, heads_axis),
+        )
+        if attn_mask is not None and len(attn_mask.shape) == 3:
+            attn_mask = op.Unsqueeze(attn_mask, heads_axis)
+    elif rank != 4:
+        raise NotImplementedError("ONNX Attention takes 3-D or 4-D inputs")
+    attributes: dict[str, float | int] = {}
+    if scale is not None:
+        attributes["scale"] = float(scale)
+    mask = attn_mask
+    if is_causal:
+        queries, keys = query.shape[-2], key.shape[-2]
+        if isinstance(queries, int) and isinstance(keys, int) and queries == keys:
+            attributes["is_causal"] = 1
+        else:  # query i attends key j <= i (top-left)
+            zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+            rows = op.Range(zero, op.Squeeze(op.Shape(query, start=-2, end=-1)), one)
+            columns = op.Range(zero, op.Squeeze(op.Shape(key, start=-2, end=-1)), one)
+            mask = op.GreaterOrEqual(op.Unsqueeze(rows, op.Constant(value_ints=[1])), columns)
+    result = opset23.Attention(query, key, value, mask, **attributes)
+    return op.Squeeze(result, op.Constant(value_ints=[1])) if rank == 3 else result
+
+
+def _repeat_heads(tensor: TFloat, groups: int) -> TFloat:
+    """repeat_interleave(groups, dim=-3): each key/value head serves `groups` consecutive query heads (GQA)."""
+    rank = len(tensor.shape)
+    expanded_axis = op.Constant(value_ints=[rank - 2])
+    unsqueezed = op.Unsqueeze(tensor, expanded_axis)  # [..., H, 1, S, E]
+    leading = op.Shape(tensor, start=0, end=rank - 3)
+    heads = op.Shape(tensor, start=rank - 3, end=rank - 2)
+    tail = op.Shape(tensor, start=rank - 2)
+    group = op.Constant(value_ints=[groups])
+    expanded = op.Expand(unsqueezed, op.Concat(leading, heads, group, tail, axis=0))
+    return op.Reshape(expanded, op.Concat(leading, op.Mul(heads, group), tail, axis=0))
+
+
+@lowering("aten::scaled_dot_product_attention")
+def scaled_dot_product_attention(
+    query: TFloat,
+    key: TFloat,
+    value: TFloat,
+    attn_mask: TFloat | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> TFloat:
+    """SDPA with no mask or an additive float mask, any rank, is_causal and GQA, as eager's math path.
+
+    torchlib's handles only 4-D inputs with is_causal. is_causal keeps key j for query i when j <= i (the
+    top-left aligned lower triangle, as eager). float16/bfloat16 compute in float32, as eager's CPU kernels.
+    Dropout is an identity at inference.
+    """
+    del dropout_p
+    dtype = query.dtype
+    low_precision = dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+    def compute(tensor: TFloat) -> TFloat:
+        return op.Cast(tensor, to=ir.DataType.FLOAT) if low_precision else tensor
+
+    q, k, v = compute(query), compute(key), compute(value)
+    if enable_gqa:
+        query_heads, key_heads = query.shape[-3], key.shape[-3]
+        if not (isinstance(query_heads, int) and isinstance(key_heads, int)):
+            raise ValueError("scaled_dot_product_attention with enable_gqa needs static head counts")
+        if query_heads != key_heads:
+            k, v = _repeat_heads(k, query_heads // key_heads), _repeat_heads(v, query_heads // key_heads)
+    key_rank = len(key.shape)
+    key_transposed = op.Transpose(k, perm=[*range(key_rank - 2), key_rank - 1, key_rank - 2])
+    if scale is None:
+        head_dim = query.shape[-1]
+        if isinstance(head_dim, int):
+            scale = 1.0 / math.sqrt(head_dim)
+    if scale is None:
+        scale_value = op.Div(op.CastLike(1.0, q), op.Sqrt(op.CastLike(op.Shape(q, start=-1), q)))
+    else:
+        scale_value = op.CastLike(scale, q)
+    scores = op.Mul(op.MatMul(q, key_transposed), scale_value)
+    static_lengths = isinstance(query.shape[-2], int) and isinstance(key.shape[-2], int)
+    if is_causal and static_lengths:  # a constant mask keeps every shape known
+        allowed = np.tril(np.ones((query.shape[-2], key.shape[-2]), dtype=bool))
+        minus_infinity = op.CastLike(-math.inf, q)
+        scores = op.Where(op.Constant(value=ir.tensor(allowed)), scores, minus_infinity)
+    elif is_causal:
+        queries = op.Shape(q, start=-2, end=-1)
+        keys = op.Shape(k, start=-2, end=-1)
+        rows = op.Unsqueeze(
+            op.Range(op.Constant(value_int=0), op.Squeeze(queries), op.Constant(value_int=1)),
+            op.Constant(value_ints=[1]),
+        )
+        columns = op.Range(op.Constant(value_int=0), op.Squeeze(keys), op.Constant(value_int=1))
+        minus_infinity = op.CastLike(-math.inf, q)
+        scores = op.Where(op.LessOrEqual(columns, rows), scores, minus_infinity)
+    if attn_mask is not None:
+        scores = op.Add(scores, compute(attn_mask))
+    weights = op.Softmax(scores, axis=-1)
+    attended = op.MatMul(weights, v)
+    return op.Cast(attended, to=dtype) if low_precision else attended

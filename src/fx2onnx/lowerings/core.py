@@ -1191,18 +1191,32 @@ def batch_norm(
     return output
 
 
-def _averaging_matrix(length: int, size: int, dtype: ir.DataType) -> np.ndarray:
-    """(size, length): row i averages eager's adaptive window [floor(i*L/S), ceil((i+1)*L/S))."""
-    matrix = np.zeros((size, length), dtype=np.float64)
-    for i in range(size):
-        start, end = (i * length) // size, -((-(i + 1) * length) // size)
-        matrix[i, start:end] = 1.0 / (end - start)
-    return matrix.astype(ir.DataType(dtype).numpy())
+def _adaptive_windows(length: int, size: int) -> list[tuple[int, int]]:
+    """Eager's adaptive windows: [floor(i*L/S), ceil((i+1)*L/S)) for each of the S outputs."""
+    return [((i * length) // size, -((-(i + 1) * length) // size)) for i in range(size)]
+
+
+def _adaptive_mean(x: TFloat, axis: int, length: int, size: int) -> TFloat:
+    """Average each adaptive window along `axis`: one ReduceMean per window (a NaN stays in its window)."""
+    windows = _adaptive_windows(length, size)
+    if all(end - start == windows[0][1] - windows[0][0] for start, end in windows) and length % size == 0:
+        width = length // size  # equal windows: a reshape and one ReduceMean
+        shape = op.Concat(
+            op.Shape(x, start=0, end=axis), op.Constant(value_ints=[size, width]), op.Shape(x, start=axis + 1), axis=0
+        )
+        return op.ReduceMean(op.Reshape(x, shape), op.Constant(value_ints=[axis + 1]), keepdims=False)
+    parts = []
+    for start, end in windows:
+        window = op.Slice(
+            x, op.Constant(value_ints=[start]), op.Constant(value_ints=[end]), op.Constant(value_ints=[axis])
+        )
+        parts.append(op.ReduceMean(window, op.Constant(value_ints=[axis]), keepdims=True))
+    return op.Concat(*parts, axis=axis)
 
 
 @lowering("aten::adaptive_avg_pool2d")
 def adaptive_avg_pool2d(self: TFloat, output_size: Sequence[int]) -> TFloat:
-    """Global pooling as a ReduceMean; other sizes as products with constant averaging matrices (linear in x)."""
+    """Global pooling as one ReduceMean; other sizes average each of eager's windows, rows then columns."""
     x = _in_float32(self)
     out_h, out_w = output_size
     height, width = self.shape[-2], self.shape[-1]
@@ -1210,9 +1224,9 @@ def adaptive_avg_pool2d(self: TFloat, output_size: Sequence[int]) -> TFloat:
         return _back(op.ReduceMean(x, op.Constant(value_ints=[-2, -1]), keepdims=True), self)
     if not isinstance(height, int) or not isinstance(width, int):
         raise NotImplementedError("adaptive_avg_pool2d to a size other than 1x1 needs static spatial dims")
-    rows = op.Constant(value=ir.tensor(_averaging_matrix(height, out_h, x.dtype)))
-    columns = op.Constant(value=ir.tensor(_averaging_matrix(width, out_w, x.dtype).T.copy()))
-    return _back(op.MatMul(op.MatMul(rows, x), columns), self)
+    rank = len(self.shape)
+    rows = _adaptive_mean(x, rank - 2, height, out_h)
+    return _back(_adaptive_mean(rows, rank - 1, width, out_w), self)
 
 
 @lowering("aten::to.dtype")
