@@ -1,0 +1,237 @@
+"""fx2onnx's lowerings of data-dependent ops and of dense linear algebra (src/fx2onnx/lowerings/linalg.py).
+
+Each export runs in ONNX Runtime and is compared with eager. The data-dependent ops (take, nonzero_static,
+unique_consecutive, combinations, narrow with a tensor start, cov, one_hot) used to fail in capture or
+had no lowering; the factorizations are unrolled for the static matrix size, with partial pivoting as
+LAPACK does, so that pivots, P, L and U agree with eager's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import assert_exports_and_matches
+
+
+class Call(torch.nn.Module):
+    def __init__(self, function: Callable[..., Any]) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.function(*args)
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype)
+
+
+def well_conditioned(*shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    n = shape[-1]
+    return (randn(*shape, dtype=torch.float64) + 3 * torch.eye(n, dtype=torch.float64)).to(dtype)
+
+
+def positive_definite(*shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    a = randn(*shape, dtype=torch.float64, seed=3)
+    return (a @ a.mT + shape[-1] * torch.eye(shape[-1], dtype=torch.float64)).to(dtype)
+
+
+# --- data-dependent ops ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int8, torch.bool])
+def test_take_wraps_negative_indices(dtype: torch.dtype) -> None:
+    x = randn(3, 4).mul(5).to(dtype)
+    index = torch.tensor([[0, -1], [11, -12], [5, 5]])
+    assert_exports_and_matches(Call(torch.take), (x, index))
+
+
+def test_nonzero_static_pads_and_truncates() -> None:
+    x = torch.tensor([[0.0, 1.0, float("nan")], [0.0, -0.0, 2.0]])
+    assert_exports_and_matches(Call(lambda t: torch.nonzero_static(t, size=5, fill_value=-7)), (x,))
+    assert_exports_and_matches(Call(lambda t: torch.nonzero_static(t, size=1)), (x,))
+    assert_exports_and_matches(Call(lambda t: torch.nonzero_static(t, size=2)), (torch.tensor(3),))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8, torch.bool])
+def test_unique_consecutive(dtype: torch.dtype) -> None:
+    x = torch.tensor([[1, 1, 0], [0, 2, 2]]).to(dtype)
+    function = Call(lambda t: torch.unique_consecutive(t, return_inverse=True, return_counts=True))
+    assert_exports_and_matches(function, (x,))
+    assert_exports_and_matches(Call(torch.unique_consecutive), (torch.tensor(5).to(dtype),))
+
+
+def test_unique_consecutive_nan_runs_split() -> None:
+    x = torch.tensor([float("nan"), float("nan"), 1.0, 1.0, float("inf")])
+    assert_exports_and_matches(Call(lambda t: torch.unique_consecutive(t, return_counts=True)), (x,))
+
+
+def test_unique_of_bools() -> None:
+    """ONNX Runtime has no Unique kernel for bool: the lowering goes through uint8."""
+    x = torch.tensor([[True, False, True], [True, True, True]])
+    function = Call(lambda t: torch.unique(t, return_inverse=True, return_counts=True))
+    assert_exports_and_matches(function, (x,))
+
+
+@pytest.mark.parametrize(("r", "with_replacement"), [(2, False), (3, True), (0, False), (5, False)])
+def test_combinations(r: int, with_replacement: bool) -> None:
+    x = torch.tensor([3, -1, 4, 7], dtype=torch.int16)
+    assert_exports_and_matches(Call(lambda t: torch.combinations(t, r, with_replacement)), (x,))
+
+
+@pytest.mark.parametrize("start", [1, -2, 0])
+def test_narrow_with_a_tensor_start(start: int) -> None:
+    x = randn(4, 5, 3)
+    program = assert_exports_and_matches(Call(lambda t, s: torch.narrow(t, 1, s, 2)), (x, torch.tensor(start)))
+    # The start is an input, read at run time: another start gives eager's other window.
+    other = torch.tensor(3)
+    assert program.verify(x, other)[0].passed
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+def test_cov_and_corrcoef(dtype: torch.dtype) -> None:
+    x = randn(3, 6).mul(4).to(dtype)
+    assert_exports_and_matches(Call(torch.cov), (x,))
+    assert_exports_and_matches(Call(torch.corrcoef), (x,))
+    assert_exports_and_matches(Call(torch.cov), (x[0],))  # one variable: a 0-d result
+
+
+def test_cov_with_weights_and_too_few_observations() -> None:
+    x = randn(2, 4)
+    fweights, aweights = torch.tensor([1, 2, 0, 3]), torch.tensor([0.5, 1.0, 2.0, 0.25])
+    function = Call(lambda t, f, a: torch.cov(t, correction=1, fweights=f, aweights=a))
+    assert_exports_and_matches(function, (x, fweights, aweights))
+    # correction >= the number of observations: eager's normalizer is clamped to 0 (inf/nan results)
+    assert_exports_and_matches(Call(lambda t: torch.cov(t, correction=4)), (x,))
+
+
+def test_one_hot_reads_the_class_count_at_run_time() -> None:
+    x = torch.tensor([[0, 3], [1, 1]])
+    program = assert_exports_and_matches(Call(torch.nn.functional.one_hot), (x,))
+    assert program.verify(torch.tensor([[0, 5], [2, 1]]))[0].passed  # another count of classes
+    assert_exports_and_matches(Call(lambda t: torch.nn.functional.one_hot(t, 4)), (torch.tensor(2),))
+
+
+@pytest.mark.parametrize("function", [torch.tril_indices, torch.triu_indices])
+def test_tril_triu_indices(function: Callable[..., torch.Tensor]) -> None:
+    class Indices(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            return function(4, 3, -1), function(0, 5), function(3, 3, 1, dtype=torch.int32) + x
+
+    assert_exports_and_matches(Indices(), (torch.tensor(1, dtype=torch.int32),))
+
+
+# --- linear algebra ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_solve_and_inverse(dtype: torch.dtype) -> None:
+    a, b = well_conditioned(2, 4, 4, dtype=dtype), randn(2, 4, 3, dtype=dtype)
+    assert_exports_and_matches(Call(torch.linalg.solve), (a, b))
+    assert_exports_and_matches(Call(lambda x, y: torch.linalg.solve(x, y, left=False)), (a, b.mT))
+    assert_exports_and_matches(Call(torch.linalg.solve), (a[0], randn(4, dtype=dtype)))  # a vector
+    assert_exports_and_matches(Call(torch.linalg.inv), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.inv_ex(x))), (a,))
+
+
+def test_pivoting_follows_lapack() -> None:
+    """A zero leading entry needs a row swap; the factors, pivots and P must be eager's."""
+    a = torch.tensor([[0.0, 2.0, 1.0], [1.0, 1.0, 0.0], [4.0, -1.0, 3.0]], dtype=torch.float64)
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.lu_factor(x))), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.lu_factor_ex(x))), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.lu(x))), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.slogdet(x))), (a,))
+
+
+def test_singular_matrix_reports_info() -> None:
+    a = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=torch.float64)
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.lu_factor_ex(x))), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.slogdet(x))), (a,))  # sign 0, -inf
+
+
+def test_rectangular_lu_and_unpack() -> None:
+    a = randn(2, 3, 5, dtype=torch.float64)
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.lu(x))), (a,))
+    lu, pivots = torch.linalg.lu_factor(a)
+    assert_exports_and_matches(Call(lambda x, p: tuple(torch.lu_unpack(x, p))), (lu, pivots))
+
+
+@pytest.mark.parametrize(("left", "adjoint"), [(True, False), (True, True), (False, False), (False, True)])
+def test_lu_solve(left: bool, adjoint: bool) -> None:
+    a = well_conditioned(4, 4)
+    lu, pivots = torch.linalg.lu_factor(a)
+    b = randn(4, 2, dtype=torch.float64) if left else randn(2, 4, dtype=torch.float64)
+    function = Call(lambda x, p, y: torch.linalg.lu_solve(x, p, y, left=left, adjoint=adjoint))
+    assert_exports_and_matches(function, (lu, pivots, b))
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_family(upper: bool) -> None:
+    a = positive_definite(2, 4, 4)
+    factor = torch.linalg.cholesky(a, upper=upper)
+    b = randn(2, 4, 3, dtype=torch.float64)
+    assert_exports_and_matches(Call(lambda x: torch.linalg.cholesky(x, upper=upper)), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.cholesky_ex(x, upper=upper))), (a,))
+    assert_exports_and_matches(Call(lambda y, f: torch.cholesky_solve(y, f, upper=upper)), (b, factor))
+    assert_exports_and_matches(Call(lambda f: torch.cholesky_inverse(f, upper=upper)), (factor[0],))
+
+
+def test_cholesky_ex_reports_the_failing_column() -> None:
+    a = torch.tensor([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]])  # singular at column 2
+    program = torch.linalg.cholesky_ex(a)
+    assert int(program.info) == 2
+    assert_exports_and_matches(Call(lambda x: torch.linalg.cholesky_ex(x).info), (a,))
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_triangular_solves(upper: bool) -> None:
+    a = well_conditioned(3, 3, dtype=torch.float32)
+    a = a.triu() if upper else a.tril()
+    b = randn(2, 3, 4)
+    assert_exports_and_matches(Call(lambda x, y: torch.linalg.solve_triangular(x, y, upper=upper)), (a, b))
+    right = Call(lambda x, y: torch.linalg.solve_triangular(x, y, upper=upper, left=False, unitriangular=True))
+    assert_exports_and_matches(right, (a, b.mT))
+    legacy = Call(lambda y, x: tuple(torch.triangular_solve(y, x, upper=upper, transpose=True)))
+    assert_exports_and_matches(legacy, (b, a))
+
+
+def test_tensorinv_and_tensorsolve() -> None:
+    a = well_conditioned(6, 6).reshape(2, 3, 6)
+    assert_exports_and_matches(Call(lambda x: torch.linalg.tensorinv(x, ind=2)), (a,))
+    assert_exports_and_matches(Call(torch.linalg.tensorsolve), (a, randn(2, 3, dtype=torch.float64)))
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.3, 20.0])
+def test_matrix_exp(scale: float) -> None:
+    """Small norms need no squaring, large ones many (the count is read from the input at run time)."""
+    a = randn(2, 4, 4, dtype=torch.float64) * scale
+    assert_exports_and_matches(Call(torch.linalg.matrix_exp), (a,))
+
+
+def test_singular_values_and_pseudo_inverse() -> None:
+    """Jacobi's singular values in float64; U and V only through sign-independent products (pinv)."""
+    a = randn(2, 4, 3, dtype=torch.float32)
+    assert_exports_and_matches(Call(torch.linalg.svdvals), (a.mT,))  # wide: through A^T
+    assert_exports_and_matches(Call(lambda x: torch.linalg.norm(x, "nuc", dim=(-2, -1))), (a,))
+    rank_two = randn(4, 2, dtype=torch.float64) @ randn(2, 4, dtype=torch.float64, seed=5)
+    assert_exports_and_matches(Call(torch.linalg.pinv), (rank_two,))  # zero singular values are cut off
+
+
+def test_symmetric_eigenvalues() -> None:
+    a = randn(2, 4, 4, dtype=torch.float64)
+    assert_exports_and_matches(Call(lambda x: torch.linalg.eigvalsh(x, UPLO="U")), (a,))  # the upper triangle
+    assert_exports_and_matches(Call(lambda x: torch.linalg.pinv(x, hermitian=True)), (a + a.mT,))
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 4)])
+def test_qr_follows_lapack_signs(shape: tuple[int, int]) -> None:
+    a = randn(2, *shape, dtype=torch.float64)
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.qr(x))), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.qr(x, mode="complete"))), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.geqrf(x))), (a,))
+    packed, tau = torch.geqrf(a)
+    if shape[0] >= shape[1]:  # orgqr wants at least as many rows as columns
+        assert_exports_and_matches(Call(torch.linalg.householder_product), (packed, tau))
+    c = randn(2, shape[0], 2, dtype=torch.float64)
+    assert_exports_and_matches(Call(lambda p, t, y: torch.ormqr(p, t, y, transpose=True)), (packed, tau, c))
