@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from fx2onnx.coverage.cases import Case, op_database
 
@@ -88,10 +89,14 @@ def prepare(op: Callable[..., Any], sample: Any, index: int) -> PreparedSample |
     module = SampleModule(op, structure, constants).eval()
     try:
         with torch.no_grad():
-            first = module(*(t.clone() for t in tensors))
+            with _RandomOpRecorder() as random_ops:
+                first = module(*(t.clone() for t in tensors))
             second = module(*(t.clone() for t in tensors))
     except Exception as error:
         return SkippedSample(index, f"eager fails: {type(error).__name__}: {first_line(str(error))}")
+    if random_ops.called:
+        # OpInfo seeds such samples (two eager runs agree), but no exporter can draw torch's random numbers.
+        return SkippedSample(index, f"nondeterministic: calls {', '.join(sorted(random_ops.called))}")
     first_flat, second_flat = _flat_outputs(first), _flat_outputs(second)
     if first_flat is None:
         return SkippedSample(index, f"output is not a tensor (or tuple of tensors): {type(first).__name__}")
@@ -102,6 +107,19 @@ def prepare(op: Callable[..., Any], sample: Any, index: int) -> PreparedSample |
     if not all(_identical(a, b) for a, b in zip(first_flat, second_flat)):
         return SkippedSample(index, "nondeterministic: two eager runs differ")
     return PreparedSample(index, module, tensors, [t.detach().clone() for t in first_flat])
+
+
+class _RandomOpRecorder(TorchDispatchMode):
+    """Records the random ATen ops (tagged nondeterministic_seeded: dropout, bernoulli, normal...) eager calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.called: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            self.called.add(str(func.overloadpacket.__name__))
+        return func(*args, **(kwargs or {}))
 
 
 def _flat_outputs(output: Any) -> list[torch.Tensor] | None:
