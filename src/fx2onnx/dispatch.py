@@ -20,7 +20,7 @@ import torch
 import torch.fx
 from onnx_ir import schemas
 
-from fx2onnx import dtypes
+from fx2onnx import complex_layout, dtypes
 from fx2onnx.errors import UnsupportedOperatorError, source_line
 from fx2onnx.registry import Implementation, Registry, qualified_name
 
@@ -213,6 +213,8 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
         found = _argument_dtypes(arguments[param.name])
         if not found:
             continue
+        if implementation.complex:  # complex values reach it as (..., 2) real tensors (complex_layout)
+            found = [complex_layout.real_component(d) for d in found]
         var = param.type_constraint.name
         allowed[var] = _allowed(param.type_constraint)
         groups.setdefault(var, []).extend((param.name, d) for d in found)

@@ -22,6 +22,7 @@ import onnx_ir as ir
 import torch
 import torch.fx
 
+from fx2onnx import complex_layout
 from fx2onnx.capture import CapturedGraph, flatten_inputs, from_exported_program
 from fx2onnx.errors import source_frame, source_line
 from fx2onnx.program import (
@@ -153,7 +154,10 @@ def compare_intermediates(
             note = "no ONNX value is named after this node (folded or renamed by the optimizer)"
             comparisons.append(NodeComparison(index, node.name, target, None, trace, None, note))
             continue
-        result = compare(node.name, eager, onnx_values[name], rtol=rtol, atol=atol)
+        actual = onnx_values[name]
+        if eager.is_complex() and actual.dim() == eager.dim() + 1:  # (..., 2) real layout (complex_layout)
+            actual = torch.view_as_complex(actual.contiguous())
+        result = compare(node.name, eager, actual, rtol=rtol, atol=atol)
         comparisons.append(NodeComparison(index, node.name, target, name, trace, result))
     return comparisons
 
@@ -262,7 +266,7 @@ def _run_onnx(program: ONNXProgram, names: Sequence[str], flat_inputs: Sequence[
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    tensors = [x for x in flat_inputs if isinstance(x, torch.Tensor)]
+    tensors = [complex_layout.as_real(x) for x in flat_inputs if isinstance(x, torch.Tensor)]
     with tempfile.TemporaryDirectory() as folder:
         large = program.weight_bytes > EXTERNAL_DATA_THRESHOLD
         if large:  # protobuf cannot hold it: go through a file with external data

@@ -15,7 +15,7 @@ import onnx_ir as ir
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx import dtypes, streaming
+from fx2onnx import complex_layout, dtypes, streaming
 from fx2onnx.capture import flatten_inputs
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float32: (1e-4, 1e-4),
     torch.float16: (1e-2, 1e-2),
     torch.bfloat16: (5e-2, 5e-2),
+    torch.complex64: (1e-4, 1e-4),  # as their component type
+    torch.complex128: (1e-5, 1e-6),
 }
 
 
@@ -142,12 +144,13 @@ class ONNXProgram:
             x for x in flatten_inputs(self._in_spec, args, kwargs) if isinstance(x, (torch.Tensor, int, float, bool))
         ]
         names = [i.name for i in session.get_inputs()]
-        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+        # Complex tensors travel as (..., 2) real ones (fx2onnx.complex_layout).
+        tensors = [complex_layout.as_real(x) for x in flat if isinstance(x, torch.Tensor)]
         if len(tensors) != len(names):
             raise ValueError(f"the model takes {len(names)} tensor inputs ({names}), got {len(tensors)}")
         feed = {name: _to_ortvalue(onnxruntime, tensor) for name, tensor in zip(names, tensors)}
         outputs = session.run_with_ort_values([o.name for o in session.get_outputs()], feed)
-        return [_to_torch(value) for value in outputs]
+        return complex_layout.restore_outputs(self.model, [_to_torch(value) for value in outputs])
 
     def verify(
         self,

@@ -222,6 +222,7 @@ def _default_registry() -> Registry:
                 source="fx2onnx",
                 opset_min=opset[0],
                 opset_max=opset[1],
+                complex=lowerings.takes_complex(impl),
             ),
         )
     for key, overloaded in registration.default_registry.items():

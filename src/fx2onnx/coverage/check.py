@@ -34,6 +34,7 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (1e-2, 1e-2),
     torch.bfloat16: (5e-2, 5e-2),
     torch.complex64: (1e-4, 1e-4),
+    torch.complex128: (1e-5, 1e-6),  # as float64, its component type (complex64 has float32's)
 }
 
 Phase = Callable[[str], None]

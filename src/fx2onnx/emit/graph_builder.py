@@ -23,7 +23,7 @@ import torch
 import torch.fx
 from onnx_ir.tensor_adapters import TorchTensor
 
-from fx2onnx import dtypes
+from fx2onnx import complex_layout, dtypes
 from fx2onnx.capture import CapturedGraph
 from fx2onnx.dispatch import DispatchDecision, Dispatcher, value_dtype
 from fx2onnx.emit.recorder import GraphRecorder
@@ -78,6 +78,9 @@ class GraphEmitter:
         self.casts: list[CastRecord] = []
         self._named: set[int] = set()  # ids of values named after an FX node
         self.skipped: list[str] = []  # FX nodes that need no ONNX (runtime assertions)
+        # Positions of graph inputs/outputs holding complex values as (..., 2) real tensors (complex_layout).
+        self.complex_inputs: list[int] = []
+        self.complex_outputs: list[int] = []
 
     # --- driver ---------------------------------------------------------------------------------
     def run(self) -> EmitResult:
@@ -96,12 +99,14 @@ class GraphEmitter:
             functions=list(self.recorder.functions.values()),
         )
         self.graph.opset_imports.update(self.opset_imports)
+        complex_layout.record(model, self.complex_inputs, self.complex_outputs)
         return EmitResult(model, self.dispatcher.decisions, self.casts)
 
     # --- node kinds -----------------------------------------------------------------------------
     def placeholder(self, node: torch.fx.Node) -> None:
         if node in self.captured.weights:
             name, tensor = self.captured.weights[node]
+            tensor = complex_layout.as_real(tensor)
             if not tensor.is_contiguous():
                 tensor = tensor.contiguous()
             value = ir.Value(
@@ -118,6 +123,8 @@ class GraphEmitter:
             name = self.input_names[index] if index < len(self.input_names) else node.name
             value = ir.Value(name=name)
             self._set_type(value, node.meta.get("val"))
+            if _is_complex(node.meta.get("val")):
+                self.complex_inputs.append(index)
             self.graph.inputs.append(value)
             self._named.add(id(value))
         self.env[node] = value
@@ -127,7 +134,7 @@ class GraphEmitter:
         for part in str(node.target).split("."):
             attribute = getattr(attribute, part)
         if isinstance(attribute, torch.Tensor):
-            tensor = attribute.detach().contiguous()
+            tensor = complex_layout.as_real(attribute.detach()).contiguous()
             value = ir.Value(
                 name=str(node.target),
                 type=ir.TensorType(dtypes.to_onnx(tensor.dtype)),
@@ -189,6 +196,8 @@ class GraphEmitter:
                     value = copy
                 used.add(id(value))
                 name = names[index] if index < len(names) else f"output_{index}"
+                if isinstance(arg, torch.fx.Node) and _is_complex(arg.meta.get("val")):
+                    self.complex_outputs.append(index)
                 value.name = name
                 self.graph.outputs.append(value)
 
@@ -207,7 +216,7 @@ class GraphEmitter:
         if isinstance(value, (torch.device, torch.layout, torch.memory_format)):
             return None
         if isinstance(value, torch.Tensor):  # a constant tensor baked into the graph
-            return self.recorder.constant(value.detach().numpy())
+            return self.recorder.constant(complex_layout.as_real(value.detach()).numpy())
         return value
 
     def _cast(self, node: torch.fx.Node, value: ir.Value, dtype: ir.DataType, reason: str) -> ir.Value:
@@ -237,6 +246,9 @@ class GraphEmitter:
 
     def _finish_value(self, node: torch.fx.Node, value: ir.Value, val: Any, name: str) -> ir.Value:
         expected = _meta_dtype(val)
+        if _is_complex(val) and value.dtype != expected:
+            with self.recorder.recording(self._metadata(node)):  # an implementation cast to ONNX's complex type
+                value = complex_layout.from_complex_cast(value) or value
         if expected is not None and value.dtype is not None and value.dtype != expected:
             value = self._cast(node, value, expected, "eager-dtype")
         self._set_type(value, val)
@@ -251,7 +263,7 @@ class GraphEmitter:
         if dtype is not None:
             value.dtype = dtype
         if isinstance(val, torch.Tensor):
-            value.shape = ir.Shape([self._dim(d) for d in val.shape])
+            value.shape = ir.Shape([self._dim(d) for d in val.shape] + ([2] if val.is_complex() else []))
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
             value.shape = ir.Shape([])
 
@@ -327,7 +339,7 @@ def _call(function: Any, kwargs: dict[str, Any]) -> Any:
 
 def _meta_dtype(val: Any) -> ir.DataType | None:
     if isinstance(val, torch.Tensor):
-        return dtypes.to_onnx(val.dtype)
+        return complex_layout.graph_dtype(val.dtype)  # complex values are (..., 2) real tensors in the graph
     if isinstance(val, (torch.SymBool, bool)):
         return ir.DataType.BOOL
     if isinstance(val, (torch.SymInt, int)):
@@ -335,6 +347,10 @@ def _meta_dtype(val: Any) -> ir.DataType | None:
     if isinstance(val, (torch.SymFloat, float)):
         return ir.DataType.FLOAT
     return None
+
+
+def _is_complex(val: Any) -> bool:
+    return isinstance(val, torch.Tensor) and val.is_complex()
 
 
 def symbol_names_for(

@@ -16,21 +16,31 @@ from onnxscript.values import TracedOnnxFunction
 DOMAIN = "pkg.fx2onnx"
 _OPSET = onnxscript.values.Opset(DOMAIN, 1)
 _RULES: list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]] = []
+_COMPLEX: set[int] = set()  # ids of lowerings for complex inputs, which reach them as (..., 2) real tensors
 _MODULES = ("core", "attention", "quantized", "dtype_fixes", "special", "spectral", "indexing", "nn", "linalg")
 
 
 def lowering(
-    *targets: str, opset: tuple[int, int | None] = (18, None)
+    *targets: str, opset: tuple[int, int | None] = (18, None), complex: bool = False
 ) -> Callable[[Callable[..., Any]], TracedOnnxFunction]:
-    """Register the decorated (traced) function as fx2onnx's implementation of `targets`."""
+    """Register the decorated (traced) function as fx2onnx's implementation of `targets`.
+
+    `complex=True`: it is for nodes with complex inputs (kept apart from real ones, as torchlib does).
+    """
 
     def decorate(function: Callable[..., Any]) -> TracedOnnxFunction:
         traced = TracedOnnxFunction(_OPSET, function)
+        if complex:
+            _COMPLEX.add(id(traced))
         for target in targets:
             _RULES.append((target, traced, opset))
         return traced
 
     return decorate
+
+
+def takes_complex(function: TracedOnnxFunction) -> bool:
+    return id(function) in _COMPLEX
 
 
 def own_lowerings() -> list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]]:
