@@ -238,3 +238,9 @@ def test_fft_with_a_dynamic_batch() -> None:
         dynamic_shapes={"x": {0: batch}},
         run_with=[((floats(5, 10, seed=7),), {})],
     )
+
+
+@pytest.mark.parametrize("opset", [20, 23])
+def test_fft_at_newer_opsets(opset: int) -> None:
+    """The version converter's DFT adapter adds Constants without types; export types them."""
+    assert_exports_and_matches(Call(lambda x: torch.fft.rfft(x).abs()), (floats(3, 16),), opset_version=opset)

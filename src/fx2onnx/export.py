@@ -208,6 +208,22 @@ def _export(
 FUSION_OPSET = 23
 
 
+def _type_new_constants(model: ir.Model) -> None:
+    """Type the Constants the version converter's adapters add untyped (DFT-17 -> 20 adds its axis as one)."""
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.outputs[0].type is not None:
+            continue
+        value = node.attributes.get("value")
+        if value is not None and value.type == ir.AttributeType.TENSOR:
+            tensor = value.as_tensor()
+            node.outputs[0].dtype, node.outputs[0].shape = tensor.dtype, ir.Shape(tensor.shape)
+        elif "value_int" in node.attributes:
+            node.outputs[0].dtype, node.outputs[0].shape = ir.DataType.INT64, ir.Shape([])
+        elif "value_ints" in node.attributes:
+            count = len(node.attributes["value_ints"].as_ints())
+            node.outputs[0].dtype, node.outputs[0].shape = ir.DataType.INT64, ir.Shape([count])
+
+
 def _every_value_typed(model: ir.Model) -> bool:
     """Whether emission and the passes left a dtype and a shape on every value (then ONNX inference adds nothing)."""
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
@@ -235,6 +251,7 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
             onnxscript.version_converter.convert_version(model, FUSION_OPSET)
             onnx_fusions.fuse(model)
         onnxscript.version_converter.convert_version(model, opset_version)
+        _type_new_constants(model)
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.RemoveUnusedOpsetsPass()(model)
     model.graph.opset_imports[""] = opset_version
