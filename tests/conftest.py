@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import onnx
@@ -12,6 +13,17 @@ import torch
 import fx2onnx
 
 warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+class Call(torch.nn.Module):
+    """A module that calls `function` on its inputs: one op (or a few) under test."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.function(*args)
 
 
 def assert_exports_and_matches(

@@ -14,16 +14,7 @@ import torch
 
 from fx2onnx.registry import Registry
 
-from conftest import assert_exports_and_matches
-
-
-class Call(torch.nn.Module):
-    def __init__(self, function: Callable[..., Any]) -> None:
-        super().__init__()
-        self.function = function
-
-    def forward(self, *args: torch.Tensor) -> Any:
-        return self.function(*args)
+from conftest import Call, assert_exports_and_matches
 
 
 def ints(*shape: int, dtype: torch.dtype = torch.int8, low: int = -5, high: int = 6) -> torch.Tensor:

@@ -8,23 +8,13 @@ src/fx2onnx/export.py). Every case runs in ONNX Runtime and is compared with eag
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import assert_exports_and_matches
-
-
-class Call(torch.nn.Module):
-    def __init__(self, function: Callable[..., Any]) -> None:
-        super().__init__()
-        self.function = function
-
-    def forward(self, *args: torch.Tensor) -> Any:
-        return self.function(*args)
+from conftest import Call, assert_exports_and_matches
 
 
 def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -9,24 +9,12 @@ negative indices, 0-d and empty tensors, narrow integers and float edge values.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 import torch
 
 from fx2onnx.legalize import get_target, probes
 
-from conftest import assert_exports_and_matches
-
-
-class Call(torch.nn.Module):
-    def __init__(self, function: Callable[..., Any]) -> None:
-        super().__init__()
-        self.function = function
-
-    def forward(self, *args: torch.Tensor) -> Any:
-        return self.function(*args)
+from conftest import Call, assert_exports_and_matches
 
 
 def values(*shape: int, dtype: torch.dtype = torch.float32, scale: float = 5.0) -> torch.Tensor:

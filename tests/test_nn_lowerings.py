@@ -17,16 +17,7 @@ import torch.nn.functional as F
 
 from fx2onnx.registry import Registry
 
-from conftest import assert_exports_and_matches
-
-
-class Call(torch.nn.Module):
-    def __init__(self, function: Callable[..., Any]) -> None:
-        super().__init__()
-        self.function = function
-
-    def forward(self, *args: torch.Tensor) -> Any:
-        return self.function(*args)
+from conftest import Call, assert_exports_and_matches
 
 
 def floats(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 1) -> torch.Tensor:

@@ -8,22 +8,11 @@ approximations, integer and bool inputs (which eager computes in float32), inf a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
 
-from conftest import assert_exports_and_matches
-
-
-class Call(torch.nn.Module):
-    def __init__(self, function: Callable[..., Any]) -> None:
-        super().__init__()
-        self.function = function
-
-    def forward(self, *args: torch.Tensor) -> Any:
-        return self.function(*args)
-
+from conftest import Call, assert_exports_and_matches
 
 # Tolerances of the coverage sweep (src/fx2onnx/coverage/check.py); float64 results must be float64-accurate.
 _TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-5, 1e-6)}

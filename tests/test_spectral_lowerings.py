@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
@@ -16,16 +15,7 @@ import torch
 from fx2onnx import complex_layout
 from fx2onnx.registry import Registry
 
-from conftest import assert_exports_and_matches
-
-
-class Call(torch.nn.Module):
-    def __init__(self, function: Callable[..., Any]) -> None:
-        super().__init__()
-        self.function = function
-
-    def forward(self, *args: torch.Tensor) -> Any:
-        return self.function(*args)
+from conftest import Call, assert_exports_and_matches
 
 
 def floats(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 1) -> torch.Tensor:
