@@ -16,7 +16,7 @@ from fx2onnx import examples
 from fx2onnx.capture import lowerable_as_captured
 from fx2onnx.registry import Registry
 
-from conftest import assert_exports_and_matches
+from conftest import Call, assert_exports_and_matches
 
 
 class PoolHead(torch.nn.Module):
@@ -90,3 +90,14 @@ def test_adaptive_average_keeps_nan_in_its_window() -> None:
     model = torch.nn.AdaptiveAvgPool2d((3, 4))
     assert_exports_and_matches(model, (x,))
     assert_exports_and_matches(torch.nn.AdaptiveAvgPool2d((7, 3)), (torch.randn(2, 3, 14, 9),))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_native_batch_norm(training: bool) -> None:
+    """Training mode updates the running statistics (capture then decomposes); eval mode returns empty stats."""
+
+    def norm(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.native_batch_norm(x, None, None, mean.clone(), var.clone(), training, 0.5, 1e-5)
+
+    args = (torch.randn(4, 3, 5), torch.randn(3), torch.rand(3) + 0.5)
+    assert_exports_and_matches(Call(norm), args)

@@ -74,6 +74,16 @@ def decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
     return dict(table.items())
 
 
+def _updates_statistics(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
+    """Batch norm in training mode updates its running statistics though its schema marks no mutation;
+    decomposition functionalizes that, so such a graph must be decomposed."""
+    for position, argument in enumerate(target._schema.arguments):
+        if argument.name == "training":
+            value = node.kwargs.get("training", node.args[position] if position < len(node.args) else False)
+            return bool(value)
+    return False
+
+
 class LazyDecompositionTable(Mapping[Any, Callable[..., Any]]):
     """:func:`decomposition_table`, built on first use: a capture that needs no decomposition never builds it."""
 
@@ -124,7 +134,7 @@ def lowerable_as_captured(program: ExportedProgram, registry: Registry) -> bool:
             continue
         target = node.target
         if isinstance(target, torch._ops.OpOverload):
-            if target._schema.is_mutable:
+            if target._schema.is_mutable or _updates_statistics(node, target):
                 return False
             if not target._schema.returns:
                 continue

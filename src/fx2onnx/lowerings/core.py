@@ -1259,3 +1259,24 @@ def squeeze_dims(self: TReal, dim: Sequence[int]) -> TReal:
 def conj_physical_real(self: TReal) -> TReal:
     """The conjugate of a real tensor is the tensor itself."""
     return op.Identity(self)
+
+
+@lowering("aten::native_batch_norm")
+def native_batch_norm(
+    input: TFloat,
+    weight: TFloat | None = None,
+    bias: TFloat | None = None,
+    running_mean: TFloat | None = None,
+    running_var: TFloat | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> tuple[TFloat, TFloat, TFloat]:
+    """(output, save_mean, save_rstd): the batch's statistics in training (or without running ones),
+    else the running ones with empty save_mean/save_rstd, as eager. Capture decomposes a graph that
+    trains (the running statistics' update), so this lowering never has to write them."""
+    batch_statistics = training or running_mean is None or running_var is None
+    output, save_mean, save_rstd, _, _ = _batch_norm(
+        input, weight, bias, running_mean, running_var, batch_statistics, momentum, eps
+    )
+    return output, save_mean, save_rstd
