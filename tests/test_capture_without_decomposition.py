@@ -101,3 +101,16 @@ def test_native_batch_norm(training: bool) -> None:
 
     args = (torch.randn(4, 3, 5), torch.randn(3), torch.rand(3) + 0.5)
     assert_exports_and_matches(Call(norm), args)
+
+
+def test_complex_only_implementations_do_not_keep_real_ops_whole() -> None:
+    """With only a complex implementation of squeeze.dims, a real graph decomposes it and still exports."""
+    registry = Registry.default()
+    for implementation in registry.overloads("aten::squeeze.dims"):
+        if not implementation.complex:
+            registry.unregister("aten::squeeze.dims", implementation.function)
+    assert registry.is_registered("aten::squeeze.dims") and not registry.lowers("aten::squeeze.dims")
+    model, args = Call(lambda x: x.squeeze((1, 3)) * 2), (torch.randn(2, 1, 3, 1),)
+    assert not lowerable_as_captured(exported(model, *args), registry)
+    program = assert_exports_and_matches(model, args, registry=registry)
+    assert "aten::squeeze.dims" in program.report.decomposed

@@ -66,12 +66,19 @@ class Extractor(Protocol):
 
 
 def decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
-    """torch's default decompositions, minus the overloads the registry can lower directly."""
+    """torch's default decompositions, minus the overloads the registry can lower directly (for real inputs:
+    an op with only complex implementations stays decomposable for the real graphs that need it)."""
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
-        if registry.is_registered(qualified_name(op)):
+        if registry.lowers(qualified_name(op)):
             table.pop(op)
     return dict(table.items())
+
+
+def _takes_complex(node: torch.fx.Node) -> bool:
+    """Whether any tensor argument of `node` is complex (its implementations are kept apart)."""
+    values = [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(v, torch.Tensor) and v.is_complex() for v in values)
 
 
 def _updates_statistics(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
@@ -115,7 +122,7 @@ def fallback_decompositions(graph_module: torch.fx.GraphModule, registry: Regist
     for node in graph_module.graph.nodes:
         target = node.target
         is_overload = node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
-        if is_overload and not registry.is_registered(target) and target in full_table:
+        if is_overload and not registry.lowers(target, complex=_takes_complex(node)) and target in full_table:
             needed[target] = full_table[target]
     return needed
 
@@ -139,7 +146,7 @@ def lowerable_as_captured(program: ExportedProgram, registry: Registry) -> bool:
             if not target._schema.returns:
                 continue
         try:
-            if not registry.is_registered(target):
+            if not registry.lowers(target, complex=_takes_complex(node)):
                 return False
         except TypeError:  # not a registry target at all
             return False

@@ -145,6 +145,10 @@ class Registry:
     def is_registered(self, target: Target) -> bool:
         return bool(self._table.get(qualified_name(target)))
 
+    def lowers(self, target: Target, *, complex: bool = False) -> bool:
+        """Whether an implementation of `target` takes real (or, with `complex=True`, complex) inputs."""
+        return any(impl.complex == complex for impl in self._table.get(qualified_name(target), []))
+
     def overloads(self, target: Target) -> list[Implementation]:
         """The implementations of `target`, in the order the dispatcher tries them."""
         return list(self._table.get(qualified_name(target), []))
