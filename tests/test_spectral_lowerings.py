@@ -234,3 +234,20 @@ def test_fft_with_a_dynamic_batch() -> None:
 def test_fft_at_newer_opsets(opset: int) -> None:
     """The version converter's DFT adapter adds Constants without types; export types them."""
     assert_exports_and_matches(Call(lambda x: torch.fft.rfft(x).abs()), (floats(3, 16),), opset_version=opset)
+
+
+def test_user_registered_complex_implementation() -> None:
+    """`register(..., complex=True)`: the implementation sees (..., 2) real tensors and returns that layout."""
+    from onnxscript import opset18 as op
+
+    def complex_exp(self):  # type: ignore[no-untyped-def]  # e^(a + ib) = e^a (cos b + i sin b)
+        real, imag = op.Split(self, axis=-1, num_outputs=2)
+        magnitude = op.Exp(real)
+        return op.Concat(op.Mul(magnitude, op.Cos(imag)), op.Mul(magnitude, op.Sin(imag)), axis=-1)
+
+    registry = Registry.default()
+    implementation = registry.register("aten::exp", complex_exp, complex=True)
+    assert implementation.complex and registry.lowers("aten::exp", complex=True)
+    x = complexes(3, 4)
+    assert_exports_and_matches(Call(torch.exp), (x,), registry=registry)
+    assert_exports_and_matches(Call(torch.exp), (floats(3, 4),), registry=registry)  # real inputs: the defaults

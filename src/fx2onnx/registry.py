@@ -113,10 +113,13 @@ class Registry:
         *,
         opset: int | tuple[int, int | None] | None = None,
         source: Source = "user",
+        complex: bool = False,
     ) -> Implementation:
         """Register `impl` for `target`. User implementations take precedence over the defaults.
 
         `opset` is the lowest opset the implementation is valid for, or a ``(min, max)`` range.
+        `complex=True`: `impl` is for nodes with complex inputs, which it receives as real tensors with a
+        trailing dim of 2 (real, imag) and returns in the same layout (see README, "Complex values").
         """
         function = as_onnx_function(impl)
         opset_min, opset_max = _opset_range(opset)
@@ -126,6 +129,7 @@ class Registry:
             source=source,
             opset_min=opset_min,
             opset_max=opset_max,
+            complex=complex,
         )
         self._insert(qualified_name(target), implementation)
         return implementation
@@ -254,8 +258,10 @@ def global_registry() -> Registry:
     return _global
 
 
-def register(target: Target, impl: Callable[..., Any] | OnnxCallable, *, opset: Any = None) -> Implementation:
-    return global_registry().register(target, impl, opset=opset)
+def register(
+    target: Target, impl: Callable[..., Any] | OnnxCallable, *, opset: Any = None, complex: bool = False
+) -> Implementation:
+    return global_registry().register(target, impl, opset=opset, complex=complex)
 
 
 def unregister(target: Target, impl: Any = None) -> None:
