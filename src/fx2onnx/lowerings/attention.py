@@ -89,13 +89,22 @@ def scaled_dot_product_attention_onnx23(
         queries, keys = query.shape[-2], key.shape[-2]
         if isinstance(queries, int) and isinstance(keys, int) and queries == keys:
             attributes["is_causal"] = 1
-        else:  # query i attends key j <= i (top-left)
-            zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
-            rows = op.Range(zero, op.Squeeze(op.Shape(query, start=-2, end=-1)), one)
-            columns = op.Range(zero, op.Squeeze(op.Shape(key, start=-2, end=-1)), one)
-            mask = op.GreaterOrEqual(op.Unsqueeze(rows, op.Constant(value_ints=[1])), columns)
+        else:
+            mask = _causal_mask(query, key)
     result = opset23.Attention(query, key, value, mask, **attributes)
     return op.Squeeze(result, op.Constant(value_ints=[1])) if rank == 3 else result
+
+
+def _causal_mask(query: TFloat, key: TFloat) -> BOOL:
+    """torch's causal mask, aligned top-left: query i attends key j <= i. A constant when both lengths are
+    static (every shape stays known), else built from the lengths at run time."""
+    queries, keys = query.shape[-2], key.shape[-2]
+    if isinstance(queries, int) and isinstance(keys, int):
+        return op.Constant(value=ir.tensor(np.tril(np.ones((queries, keys), dtype=bool))))
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    rows = op.Range(zero, op.Squeeze(op.Shape(query, start=-2, end=-1)), one)
+    columns = op.Range(zero, op.Squeeze(op.Shape(key, start=-2, end=-1)), one)
+    return op.GreaterOrEqual(op.Unsqueeze(rows, op.Constant(value_ints=[1])), columns)
 
 
 def _repeat_heads(tensor: TFloat, groups: int) -> TFloat:
@@ -153,21 +162,8 @@ def scaled_dot_product_attention(
     else:
         scale_value = op.CastLike(scale, q)
     scores = op.Mul(op.MatMul(q, key_transposed), scale_value)
-    static_lengths = isinstance(query.shape[-2], int) and isinstance(key.shape[-2], int)
-    if is_causal and static_lengths:  # a constant mask keeps every shape known
-        allowed = np.tril(np.ones((query.shape[-2], key.shape[-2]), dtype=bool))
-        minus_infinity = op.CastLike(-math.inf, q)
-        scores = op.Where(op.Constant(value=ir.tensor(allowed)), scores, minus_infinity)
-    elif is_causal:
-        queries = op.Shape(q, start=-2, end=-1)
-        keys = op.Shape(k, start=-2, end=-1)
-        rows = op.Unsqueeze(
-            op.Range(op.Constant(value_int=0), op.Squeeze(queries), op.Constant(value_int=1)),
-            op.Constant(value_ints=[1]),
-        )
-        columns = op.Range(op.Constant(value_int=0), op.Squeeze(keys), op.Constant(value_int=1))
-        minus_infinity = op.CastLike(-math.inf, q)
-        scores = op.Where(op.LessOrEqual(columns, rows), scores, minus_infinity)
+    if is_causal:
+        scores = op.Where(_causal_mask(query, key), scores, op.CastLike(-math.inf, q))
     if attn_mask is not None:
         scores = op.Add(scores, compute(attn_mask))
     weights = op.Softmax(scores, axis=-1)
