@@ -53,11 +53,14 @@ def _initializers(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
     return {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
 
 
+@pytest.mark.parametrize("direct_io", [None, True], ids=["buffered", "direct-io"])
 @pytest.mark.parametrize("external_data", [False, True])
-def test_saved_file_equals_protobuf_serialization(tmp_path: os.PathLike[str], external_data: bool) -> None:
+def test_saved_file_equals_protobuf_serialization(
+    tmp_path: os.PathLike[str], external_data: bool, direct_io: bool | None
+) -> None:
     model, x, program = _exported()
     path = os.path.join(tmp_path, "model.onnx")
-    program.save(path, external_data=external_data)
+    program.save(path, external_data=external_data, direct_io=direct_io)
     assert os.path.exists(path + ".data") == external_data
 
     saved = onnx.load(path)
@@ -76,6 +79,37 @@ def test_saved_file_equals_protobuf_serialization(tmp_path: os.PathLike[str], ex
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     (actual,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     torch.testing.assert_close(torch.from_numpy(actual), model(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_direct_io_writes_exact_bytes_across_buffer_boundaries(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(tmp_path, "blob")
+    rng = np.random.default_rng(0)
+    # Pieces smaller and larger than the aligned buffer, of odd lengths, so that blocks straddle pieces.
+    pieces = [rng.integers(0, 256, size, dtype=np.uint8) for size in (5, 3 * 2**20 + 7, 9 * 2**20 + 1, 4095, 1)]
+    file = streaming._open_for_writing(path, 0, direct_io=True)
+    if not isinstance(file, streaming._DirectFile):
+        file.close()
+        pytest.skip("the file system of tmp_path has no direct I/O")
+    with file:
+        for piece in pieces:
+            assert file.write(piece.data) == piece.nbytes
+        assert file.tell() == sum(p.nbytes for p in pieces)
+    with open(path, "rb") as written:
+        assert written.read() == b"".join(p.tobytes() for p in pieces)
+
+
+def test_direct_io_falls_back_to_buffered_writes_on_einval(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(tmp_path, "blob")
+    file = streaming._open_for_writing(path, 0, direct_io=True)
+    if not isinstance(file, streaming._DirectFile):
+        file.close()
+        pytest.skip("the file system of tmp_path has no direct I/O")
+    with file:
+        file.write(b"0123456789")
+        file._hand_over(10)  # an unaligned direct write: the kernel answers EINVAL, the file goes buffered
+        file.write(b"abc" * 5000)
+    with open(path, "rb") as written:
+        assert written.read() == b"0123456789" + b"abc" * 5000
 
 
 def test_bfloat16_weights_stream_bit_exact(tmp_path: os.PathLike[str]) -> None:

@@ -92,11 +92,20 @@ class ONNXProgram:
     def weight_bytes(self) -> int:
         return sum(v.const_value.nbytes for v in self.model.graph.initializers.values() if v.const_value is not None)
 
-    def save(self, path: str | os.PathLike[str], *, external_data: bool | str | None = None) -> None:
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        external_data: bool | str | None = None,
+        direct_io: bool | None = None,
+    ) -> None:
         """Write the model; weights go to ``<name>.data`` when asked or above 1.5 GB.
 
         The write is atomic: files are written in a temporary folder beside `path` and moved into
-        place only once complete, so a failure leaves no partial file.
+        place only once complete, so a failure leaves no partial file. Files of 64 MB and more are
+        written with direct I/O where the file system has it (``direct_io=None``), which bypasses the
+        page cache; ``direct_io=False`` always writes through the page cache (on a disk slower than
+        memory, e.g. a spinning disk, buffered writes return sooner), ``True`` also for small files.
         """
         path = os.path.abspath(os.fspath(path))
         directory, filename = os.path.split(path)
@@ -108,7 +117,7 @@ class ONNXProgram:
         try:
             staged_model = os.path.join(staging, filename)
             if streaming.writes_protobuf(filename):  # weights go from the torch tensors to the file, uncopied
-                streaming.save_model(self.model, staged_model, external_data=data_name)
+                streaming.save_model(self.model, staged_model, external_data=data_name, direct_io=direct_io)
             else:
                 ir.save(self.model, staged_model, external_data=data_name)
             if data_name is not None:

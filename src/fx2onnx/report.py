@@ -129,6 +129,8 @@ class ExportReport:
     decisions: list[DispatchDecision] = dataclasses.field(default_factory=list)
     casts: list[CastRecord] = dataclasses.field(default_factory=list)
     stage_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Within the "capture" stage: the tracer's own time ("torch.export") and decomposition's.
+    capture_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     fx_passes: list[str] = dataclasses.field(default_factory=list)
     verification: list[OutputVerification] | None = None  # a Verification (with intermediates) when asked
     error: str | None = None
@@ -292,6 +294,11 @@ class ExportReport:
         lines = ["## Stage times", "", "| stage | seconds | share |", "|---|---|---|"]
         for stage, seconds in self.stage_seconds.items():
             lines.append(f"| {stage} | {seconds:.3f} | {100 * seconds / total:.0f}% |")
+            if stage == "capture":
+                for part, part_seconds in self.capture_seconds.items():
+                    lines.append(
+                        f"| &nbsp;&nbsp;of which {part} | {part_seconds:.3f} | {100 * part_seconds / total:.0f}% |"
+                    )
         lines.append(f"| total | {sum(self.stage_seconds.values()):.3f} | 100% |")
         return [*lines, ""]
 
@@ -473,6 +480,7 @@ class ExportReport:
             "capture": {
                 "strategy": self.strategy,
                 "seconds": self.stage_seconds.get("capture", 0.0),
+                "secondsByPart": dict(self.capture_seconds),
                 "fxNodes": self.graph_nodes,
             },
             "decompositions": list(self.decomposed),

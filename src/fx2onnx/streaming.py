@@ -9,15 +9,25 @@ optimizer folded through a Transpose) goes through small contiguous blocks.
 In a single file, the bytes follow the protobuf wire format: fields may come in any order, so the
 large initializers are appended to the graph after its other fields, each as a ``TensorProto``
 whose ``raw_data`` is written last.
+
+Large files are written with direct I/O (``O_DIRECT``, Linux) through a small aligned buffer: the bytes
+go to the disk without first filling the page cache, whose page allocation and dirty-page throttling
+made buffered writes 3-4x slower than the disk on the machines we measured (475 MB: 1.2-1.3 s buffered,
+0.25-0.35 s direct). Where the file system refuses direct I/O (tmpfs, some network file systems), or
+with ``direct_io=False``, writes are buffered as usual.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import mmap
 import os
+import queue
 import sys
+import threading
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -35,6 +45,12 @@ _GRAPH_INITIALIZER = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].nu
 _TENSOR_RAW_DATA = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number
 _LENGTH_DELIMITED = 2
 _PROTOBUF_LIMIT = 2**31
+# Direct I/O pays off for large files only; below this, the page cache absorbs the write quickly.
+DIRECT_IO_THRESHOLD_BYTES = 64 * 2**20
+# Direct I/O needs buffer addresses, lengths and file offsets aligned to the device's logical block size:
+# 4096 covers every common one. The buffer is an anonymous mmap, hence page-aligned.
+_DIRECT_ALIGNMENT = 4096
+_DIRECT_BUFFER_BYTES = 8 * 2**20
 
 
 def writes_protobuf(path: str | os.PathLike[str]) -> bool:
@@ -43,18 +59,25 @@ def writes_protobuf(path: str | os.PathLike[str]) -> bool:
     return onnx.serialization.registry.get_format_from_file_extension(extension) in (None, "protobuf")
 
 
-def save_model(model: ir.Model, path: str | os.PathLike[str], external_data: str | None = None) -> None:
+def save_model(
+    model: ir.Model,
+    path: str | os.PathLike[str],
+    external_data: str | None = None,
+    *,
+    direct_io: bool | None = None,
+) -> None:
     """Write `model` to `path`; with `external_data` (a file name beside `path`), weights go there.
 
-    The model is unchanged afterwards.
+    `direct_io`: write the weights' file with direct I/O (None: when it is at least
+    ``DIRECT_IO_THRESHOLD_BYTES`` and the platform has it). The model is unchanged afterwards.
     """
     if external_data is not None:
-        _save_with_external_data(model, os.fspath(path), external_data)
+        _save_with_external_data(model, os.fspath(path), external_data, direct_io)
     else:
-        _save_single_file(model, os.fspath(path))
+        _save_single_file(model, os.fspath(path), direct_io)
 
 
-def _save_single_file(model: ir.Model, path: str) -> None:
+def _save_single_file(model: ir.Model, path: str, direct_io: bool | None) -> None:
     streamed = [v for v in model.graph.initializers.values() if _streamable(v.const_value)]
     tensors = {value.name: value.const_value for value in streamed}
     with _stand_ins(streamed, location=""):
@@ -85,7 +108,7 @@ def _save_single_file(model: ir.Model, path: str) -> None:
             "file: save it with external_data=True"
         )
 
-    with open(path, "wb") as file:
+    with _open_for_writing(path, len(model_bytes) + graph_length, direct_io) as file:
         file.write(model_bytes)
         file.write(_key(_MODEL_GRAPH) + _varint(graph_length))
         file.write(graph_bytes)
@@ -94,7 +117,7 @@ def _save_single_file(model: ir.Model, path: str) -> None:
             _write_tensor(file, tensor)
 
 
-def _save_with_external_data(model: ir.Model, path: str, data_name: str) -> None:
+def _save_with_external_data(model: ir.Model, path: str, data_name: str, direct_io: bool | None) -> None:
     if os.path.isabs(data_name):
         raise ValueError(f"the external data path must be relative to the model file, not {data_name!r}")
     external = [
@@ -105,7 +128,8 @@ def _save_with_external_data(model: ir.Model, path: str, data_name: str) -> None
         and v.const_value.nbytes >= STREAM_THRESHOLD_BYTES
     ]
     offsets: dict[str, int] = {}
-    with open(os.path.join(os.path.dirname(path), data_name), "wb") as file:
+    data_bytes = sum(value.const_value.nbytes for value in external if value.const_value is not None)
+    with _open_for_writing(os.path.join(os.path.dirname(path), data_name), data_bytes, direct_io) as file:
         for value in external:
             offsets[value.name] = file.tell()
             _write_tensor(file, value.const_value)
@@ -147,7 +171,7 @@ def _streamable(tensor: ir.TensorProtocol | None) -> bool:
     )
 
 
-def _write_tensor(file: BinaryIO, tensor: ir.TensorProtocol) -> None:
+def _write_tensor(file: _Sink, tensor: ir.TensorProtocol) -> None:
     if _streamable(tensor):
         written = _write_array(file, tensor.numpy())
     else:
@@ -158,7 +182,7 @@ def _write_tensor(file: BinaryIO, tensor: ir.TensorProtocol) -> None:
         raise OSError(f"wrote {written} bytes for initializer {tensor.name!r}, expected {tensor.nbytes}")
 
 
-def _write_array(file: BinaryIO, array: np.ndarray) -> int:
+def _write_array(file: _Sink, array: np.ndarray) -> int:
     """Write an array's bytes in C order: from its own memory, or through a small buffer if it is strided."""
     if array.dtype.itemsize in (1, 2, 4, 8):
         array = array.view(f"u{array.dtype.itemsize}")  # numpy copies custom dtypes (bfloat16) element by element
@@ -186,6 +210,120 @@ def _write_array(file: BinaryIO, array: np.ndarray) -> int:
     return written
 
 
+class _Sink(Protocol):
+    def write(self, data: Any, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+
+def _open_for_writing(path: str, expected_bytes: int, direct_io: bool | None) -> Any:
+    """A new file to write sequentially: direct I/O when asked (None: for large files) and available."""
+    if direct_io is None:
+        direct_io = expected_bytes >= DIRECT_IO_THRESHOLD_BYTES
+    if direct_io and hasattr(os, "O_DIRECT"):
+        try:
+            return _DirectFile(path)
+        except OSError as error:
+            if error.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # not "this file system has no direct I/O"
+                raise
+    return open(path, "wb")
+
+
+class _DirectFile:
+    """A write-only file written with ``O_DIRECT``; ``write``/``tell`` like a file.
+
+    Bytes are copied into one of two aligned buffers; a full buffer goes to a writer thread, so the
+    next one fills (and strided weights are transposed into it) while the disk takes the previous one.
+    The last block is padded to the alignment and the file truncated to its true length on close.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT | os.O_CLOEXEC, 0o666)
+        self._buffers = [mmap.mmap(-1, _DIRECT_BUFFER_BYTES) for _ in range(2)]
+        self._views = [memoryview(buffer) for buffer in self._buffers]
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._full: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+        for index in range(1, len(self._buffers)):
+            self._free.put(index)
+        self._current, self._filled, self._position = 0, 0, 0
+        self._error: BaseException | None = None
+        self._writer = threading.Thread(target=self._write_out, name="fx2onnx-direct-io", daemon=True)
+        self._writer.start()
+
+    def __enter__(self) -> _DirectFile:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        try:
+            if error is None:  # direct I/O writes whole blocks: pad the last one (truncated away below)
+                self._hand_over(-(-self._filled // _DIRECT_ALIGNMENT) * _DIRECT_ALIGNMENT, take_next=False)
+            self._full.put(None)
+            self._writer.join()
+            if error is None:
+                if self._error is not None:
+                    raise self._error
+                os.ftruncate(self._fd, self._position)
+        finally:
+            os.close(self._fd)
+            for view, buffer in zip(self._views, self._buffers):
+                view.release()
+                buffer.close()
+
+    def tell(self) -> int:
+        return self._position
+
+    def write(self, data: Any) -> int:
+        source = memoryview(data).cast("B")
+        length, offset = len(source), 0
+        while offset < length:
+            count = min(length - offset, _DIRECT_BUFFER_BYTES - self._filled)
+            self._views[self._current][self._filled : self._filled + count] = source[offset : offset + count]
+            self._filled += count
+            offset += count
+            if self._filled == _DIRECT_BUFFER_BYTES:
+                self._hand_over(_DIRECT_BUFFER_BYTES)
+        self._position += length
+        return length
+
+    def _hand_over(self, length: int, *, take_next: bool = True) -> None:
+        """Queue the current buffer's first `length` bytes for the writer; continue in a free buffer."""
+        self._full.put((self._current, length))
+        self._filled = 0
+        if take_next:
+            self._current = self._free.get()
+            if self._error is not None:
+                raise self._error
+
+    def _write_out(self) -> None:  # the writer thread
+        while (item := self._full.get()) is not None:
+            index, length = item
+            if self._error is None:
+                try:
+                    self._write_buffer(self._views[index], length)
+                except BaseException as error:  # re-raised in the caller's thread
+                    self._error = error
+            self._free.put(index)
+
+    def _write_buffer(self, view: memoryview, length: int) -> None:
+        written = 0
+        while written < length:
+            try:
+                written += os.write(self._fd, view[written:length])
+            except OSError as error:
+                if error.errno != errno.EINVAL or not self._stop_direct_io():
+                    raise
+
+    def _stop_direct_io(self) -> bool:
+        """Fall back to buffered writes on a file system that accepted O_DIRECT at open but not at write."""
+        import fcntl
+
+        flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+        if not flags & os.O_DIRECT:
+            return False
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
+        return True
+
+
 def _key(field_number: int) -> bytes:
     return _varint(field_number << 3 | _LENGTH_DELIMITED)
 
@@ -202,4 +340,4 @@ def _varint(number: int) -> bytes:
             return bytes(out)
 
 
-__all__ = ["STREAM_THRESHOLD_BYTES", "save_model", "writes_protobuf"]
+__all__ = ["DIRECT_IO_THRESHOLD_BYTES", "STREAM_THRESHOLD_BYTES", "save_model", "writes_protobuf"]
