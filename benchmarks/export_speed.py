@@ -285,6 +285,19 @@ def stages_table(all_figures: list[ModelFigures]) -> str:
     return "\n".join(rows)
 
 
+def _compile_fx2onnx() -> None:
+    """Byte-compile fx2onnx's sources, as ``pip install`` does for the reference's (torch's) modules.
+
+    An editable install leaves fx2onnx uncompiled; where PYTHONDONTWRITEBYTECODE is set (CI images),
+    every worker would otherwise compile its lowering modules from source during its first export.
+    """
+    import compileall
+
+    import fx2onnx
+
+    compileall.compile_dir(str(Path(fx2onnx.__file__).parent), quiet=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -311,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = options.runs or (1 if options.quick else 3)
     iterations = options.iterations or (5 if options.quick else 30)
 
+    _compile_fx2onnx()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{runs} run(s) per exporter, {iterations} latency iterations, load average {load:.1f}", file=sys.stderr)
     all_figures = []

@@ -149,7 +149,12 @@ def _argument_dtypes(value: Any) -> list[ir.DataType] | None:
     return [dtype] if dtype is not None else None
 
 
-def _allowed(constraint: schemas.TypeConstraintParam) -> set[ir.DataType]:
+def _allowed(constraint: schemas.TypeConstraintParam) -> frozenset[ir.DataType]:
+    # Cached by identity: signatures live as long as the registry, and isinstance on onnx_ir's
+    # protocol types is slow enough to show in an export's profile.
+    cached = _ALLOWED.get(id(constraint))
+    if cached is not None and cached[0] is constraint:
+        return cached[1]
     allowed = set()
     for type_ in constraint.allowed_types:
         if isinstance(type_, ir.SequenceType):
@@ -157,7 +162,11 @@ def _allowed(constraint: schemas.TypeConstraintParam) -> set[ir.DataType]:
         dtype = getattr(type_, "dtype", None)
         if dtype is not None:
             allowed.add(dtype)
-    return allowed
+    _ALLOWED[id(constraint)] = (constraint, frozenset(allowed))
+    return _ALLOWED[id(constraint)][1]
+
+
+_ALLOWED: dict[int, tuple[schemas.TypeConstraintParam, frozenset[ir.DataType]]] = {}
 
 
 # --- binding ----------------------------------------------------------------------------------------
@@ -206,7 +215,7 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
 
     # Group tensor inputs by type variable.
     groups: dict[str, list[tuple[str, ir.DataType]]] = {}
-    allowed: dict[str, set[ir.DataType]] = {}
+    allowed: dict[str, frozenset[ir.DataType]] = {}
     for param in params:
         if not isinstance(param, schemas.Parameter) or param.name not in arguments:
             continue
@@ -247,7 +256,7 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
     return Candidate(implementation, "perfect", "", {}, 0.0, arguments)
 
 
-def _cheapest_target(sources: Sequence[ir.DataType], legal: set[ir.DataType]) -> tuple[ir.DataType | None, float]:
+def _cheapest_target(sources: Sequence[ir.DataType], legal: frozenset[ir.DataType]) -> tuple[ir.DataType | None, float]:
     best: ir.DataType | None = None
     best_cost = math.inf
     ordered = sorted(legal, key=lambda d: (_PREFERENCE.index(d) if d in _PREFERENCE else len(_PREFERENCE), d.value))
