@@ -108,8 +108,28 @@ def test_direct_io_falls_back_to_buffered_writes_on_einval(tmp_path: os.PathLike
         file.write(b"0123456789")
         file._hand_over(10)  # an unaligned direct write: the kernel answers EINVAL, the file goes buffered
         file.write(b"abc" * 5000)
+    assert not file.direct
     with open(path, "rb") as written:
         assert written.read() == b"0123456789" + b"abc" * 5000
+
+
+def test_direct_io_goes_buffered_on_a_disk_slower_than_the_threshold(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No disk is this fast: the probe must switch to buffered writes after its first buffer.
+    monkeypatch.setattr(streaming, "DIRECT_IO_PROBE_BYTES", 1)
+    monkeypatch.setattr(streaming, "DIRECT_IO_MIN_BYTES_PER_SECOND", 2**60)
+    path = os.path.join(tmp_path, "blob")
+    data = np.random.default_rng(1).integers(0, 256, 20 * 2**20 + 3, dtype=np.uint8)
+    file = streaming._open_for_writing(path, 0, direct_io=True)
+    if not isinstance(file, streaming._DirectFile):
+        file.close()
+        pytest.skip("the file system of tmp_path has no direct I/O")
+    with file:
+        file.write(data.data)
+    assert not file.direct
+    with open(path, "rb") as written:
+        assert written.read() == data.tobytes()
 
 
 def test_bfloat16_weights_stream_bit_exact(tmp_path: os.PathLike[str]) -> None:

@@ -10,11 +10,11 @@ In a single file, the bytes follow the protobuf wire format: fields may come in 
 large initializers are appended to the graph after its other fields, each as a ``TensorProto``
 whose ``raw_data`` is written last.
 
-Large files are written with direct I/O (``O_DIRECT``, Linux) through a small aligned buffer: the bytes
+Large files are written with direct I/O (``O_DIRECT``, Linux) through small aligned buffers: the bytes
 go to the disk without first filling the page cache, whose page allocation and dirty-page throttling
 made buffered writes 3-4x slower than the disk on the machines we measured (475 MB: 1.2-1.3 s buffered,
-0.25-0.35 s direct). Where the file system refuses direct I/O (tmpfs, some network file systems), or
-with ``direct_io=False``, writes are buffered as usual.
+0.25-0.35 s direct). Where the file system refuses direct I/O, where its first 64 MB go slower than
+500 MB/s (a disk the page cache outruns), or with ``direct_io=False``, writes are buffered as usual.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -51,6 +52,10 @@ DIRECT_IO_THRESHOLD_BYTES = 64 * 2**20
 # 4096 covers every common one. The buffer is an anonymous mmap, hence page-aligned.
 _DIRECT_ALIGNMENT = 4096
 _DIRECT_BUFFER_BYTES = 8 * 2**20
+# Direct writes wait for the disk. Where the first 64 MB go slower than this (a spinning or network disk,
+# where the page cache would absorb the file sooner), the rest of the file is written buffered.
+DIRECT_IO_PROBE_BYTES = 64 * 2**20
+DIRECT_IO_MIN_BYTES_PER_SECOND = 500 * 2**20
 
 
 def writes_protobuf(path: str | os.PathLike[str]) -> bool:
@@ -247,6 +252,8 @@ class _DirectFile:
             self._free.put(index)
         self._current, self._filled, self._position = 0, 0, 0
         self._error: BaseException | None = None
+        self._probing, self._probed_bytes, self._probed_seconds = True, 0, 0.0
+        self.direct = True  # until the file system refuses it or the disk is found slow
         self._writer = threading.Thread(target=self._write_out, name="fx2onnx-direct-io", daemon=True)
         self._writer.start()
 
@@ -305,6 +312,7 @@ class _DirectFile:
             self._free.put(index)
 
     def _write_buffer(self, view: memoryview, length: int) -> None:
+        started = time.perf_counter()
         written = 0
         while written < length:
             try:
@@ -312,6 +320,13 @@ class _DirectFile:
             except OSError as error:
                 if error.errno != errno.EINVAL or not self._stop_direct_io():
                     raise
+        if self._probing:  # a disk slower than the page cache (spinning, network): go buffered
+            self._probed_bytes += length
+            self._probed_seconds += time.perf_counter() - started
+            if self._probed_bytes >= DIRECT_IO_PROBE_BYTES:
+                self._probing = False
+                if self._probed_bytes < DIRECT_IO_MIN_BYTES_PER_SECOND * self._probed_seconds:
+                    self._stop_direct_io()
 
     def _stop_direct_io(self) -> bool:
         """Fall back to buffered writes on a file system that accepted O_DIRECT at open but not at write."""
@@ -321,6 +336,7 @@ class _DirectFile:
         if not flags & os.O_DIRECT:
             return False
         fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
+        self.direct = False
         return True
 
 
