@@ -1,7 +1,8 @@
-"""At opset >= 23, attention and RMS norm become ONNX's own operators; below, the decomposed lowerings stay.
+"""At opset >= 23, attention, RMS norm and rotary embeddings become ONNX's own operators; below, they stay decomposed.
 
 ``scaled_dot_product_attention`` lowers to ``Attention`` (fx2onnx's lowering, src/fx2onnx/lowerings/
-attention.py) and onnxscript's fusions rewrite RMS-norm patterns into ``RMSNormalization`` (finalize in
+attention.py), onnxscript's fusions rewrite RMS-norm patterns into ``RMSNormalization``, and fx2onnx's rules
+(src/fx2onnx/fusions.py) rewrite ``x * cos + rotate_half(x) * sin`` into ``RotaryEmbedding`` (both in finalize,
 src/fx2onnx/export.py). Every case runs in ONNX Runtime and is compared with eager.
 """
 
@@ -82,3 +83,142 @@ class RMSNormBlock(torch.nn.Module):
 def test_rms_norm_fused_from_opset_23(opset: int) -> None:
     program = assert_exports_and_matches(RMSNormBlock().eval(), (randn(2, 5, 16),), opset_version=opset)
     assert op_counts(program)["RMSNormalization"] == (1 if opset >= 23 else 0)
+
+
+# --- rotary embeddings -> RotaryEmbedding (fx2onnx's rules in src/fx2onnx/fusions.py) -------------------------
+
+
+def rotate_half_chunk(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def rotate_half_slice(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary_angles(positions: torch.Tensor, width: int) -> torch.Tensor:
+    """``cat((f, f), -1)`` of the angles, as LLaMA computes them: [..., S, width]."""
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, width, 2, dtype=torch.float32) / width))
+    angles = positions.to(torch.float32)[..., None] * inv_freq
+    return torch.cat((angles, angles), dim=-1)
+
+
+class ConstantRotary(torch.nn.Module):
+    """q, k: [B, H, S, D]; cos/sin [S, D] from a static length (constants once folded)."""
+
+    def __init__(self, rotate_half: Any, cos_first: bool = True, width: int = 16) -> None:
+        super().__init__()
+        self.rotate_half, self.cos_first, self.width = rotate_half, cos_first, width
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = rotary_angles(torch.arange(q.shape[2]), self.width)
+        cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+        if self.cos_first:
+            return q * cos + self.rotate_half(q) * sin, k * cos + self.rotate_half(k) * sin
+        return sin * self.rotate_half(q) + cos * q, self.rotate_half(k) * sin + k * cos
+
+
+class RuntimeRotary(torch.nn.Module):
+    """HF style: cos/sin [B, S, D] computed from a positions input, unsqueezed at 1; rotation on the first `rotary`."""
+
+    def __init__(self, rotary: int | None = None) -> None:
+        super().__init__()
+        self.rotary = rotary
+
+    def forward(self, q: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        width = self.rotary or q.shape[-1]
+        if positions is None:  # [S, D] tables, the same for every batch row
+            angles = rotary_angles(torch.arange(q.shape[2]), width)
+            cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+        else:
+            angles = rotary_angles(positions, width)
+            cos, sin = angles.cos().unsqueeze(1).to(q.dtype), angles.sin().unsqueeze(1).to(q.dtype)
+        part, rest = q[..., :width], q[..., width:]
+        rotated = cos * part + sin * rotate_half_slice(part)
+        return torch.cat((rotated, rest), dim=-1) if self.rotary else rotated
+
+
+def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    """GPT-J's interleaved rotation: pairs (x[2i], x[2i+1]) -> (-x[2i+1], x[2i])."""
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "rotate_half, cos_first", [(rotate_half_chunk, True), (rotate_half_slice, False)], ids=["chunk", "slice, swapped"]
+)
+def test_rotary_with_constant_tables_fuses(rotate_half: Any, cos_first: bool, dtype: torch.dtype) -> None:
+    args = (randn(2, 4, 6, 16, dtype=dtype), randn(2, 2, 6, 16, dtype=dtype))
+    program = assert_exports_and_matches(ConstantRotary(rotate_half, cos_first), args, opset_version=23)
+    assert op_counts(program)["RotaryEmbedding"] == 2
+    assert op_counts(program)["Neg"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_from_runtime_positions_fuses(dtype: torch.dtype) -> None:
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 3, 9, 1, 0]])
+    program = assert_exports_and_matches(RuntimeRotary(), (randn(2, 3, 5, 8, dtype=dtype), positions), opset_version=23)
+    assert op_counts(program)["RotaryEmbedding"] == 1
+    assert op_counts(program)["Neg"] == 0
+
+
+def test_partial_rotary_and_dynamic_length_fuse() -> None:
+    """Rotation of the first 8 of 12 channels; batch and length dynamic: [S, D/2] caches computed and expanded."""
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    args, other = (randn(2, 3, 5, 12),), (randn(1, 3, 7, 12),)
+    program = assert_exports_and_matches(
+        RuntimeRotary(rotary=8),
+        args,
+        dynamic_shapes=({0: batch, 2: length},),
+        run_with=[(args, {}), (other, {})],
+        opset_version=23,
+    )
+    (rotary,) = [node for node in program.model.graph if node.op_type == "RotaryEmbedding"]
+    assert rotary.attributes["rotary_embedding_dim"].as_int() == 8
+    assert op_counts(program)["Neg"] == 0
+
+
+def test_interleaved_rotary_fuses() -> None:
+    """Constant tables with equal neighbours (repeat_interleave), scaled by a run-time factor."""
+
+    def interleaved(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        angles = rotary_angles(torch.arange(q.shape[2]), 8)[..., :4]
+        cos, sin = angles.cos().repeat_interleave(2, -1), angles.sin().repeat_interleave(2, -1)
+        return q * (cos * scale) + rotate_every_two(q) * (sin * scale)
+
+    program = assert_exports_and_matches(Call(interleaved), (randn(2, 3, 5, 8), torch.tensor(0.75)), opset_version=23)
+    (rotary,) = [node for node in program.model.graph if node.op_type == "RotaryEmbedding"]
+    assert rotary.attributes["interleaved"].as_int() == 1
+
+
+def test_rotary_left_unfused_when_not_provably_equal() -> None:
+    """Unequal halves of cos (runtime, constant), a rotation not by halves, an interleaved rotation with tables whose
+    neighbours differ: all stay decomposed, and still match eager."""
+
+    def unequal_runtime_halves(q: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        angles = rotary_angles(positions, 8)
+        cos = torch.cat((angles[..., :4], 2 * angles[..., 4:]), dim=-1).cos().unsqueeze(1)
+        return q * cos + rotate_half_slice(q) * angles.sin().unsqueeze(1)
+
+    def unequal_constant_halves(q: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        angles = rotary_angles(torch.arange(q.shape[2]), 8)
+        cos = angles.cos().clone()
+        cos[1, 5] = 0.25
+        return q * cos + rotate_half_chunk(q) * angles.sin() + positions[..., None, :, None]
+
+    def not_by_halves(q: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        angles = rotary_angles(positions, 8)
+        rotated = torch.cat((-q[..., 3:], q[..., :3]), dim=-1)
+        return q * angles.cos().unsqueeze(1) + rotated * angles.sin().unsqueeze(1)
+
+    def interleaved_with_halved_tables(q: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        angles = rotary_angles(torch.arange(q.shape[2]), 8)  # equal halves, unequal neighbours
+        return q * angles.cos() + rotate_every_two(q) * angles.sin()
+
+    args = (randn(2, 3, 5, 8), torch.arange(10).reshape(2, 5))
+    cases = (unequal_runtime_halves, unequal_constant_halves, not_by_halves, interleaved_with_halved_tables)
+    for function in cases:
+        program = assert_exports_and_matches(Call(function), args, opset_version=23)
+        assert op_counts(program)["RotaryEmbedding"] == 0, function.__name__

@@ -254,8 +254,11 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
             # onnxscript's fusions into ONNX's RMSNormalization and RotaryEmbedding apply to opset 23 graphs.
             from onnxscript.rewriter import onnx_fusions
 
+            from fx2onnx import fusions
+
             onnxscript.version_converter.convert_version(model, FUSION_OPSET)
             onnx_fusions.fuse(model)
+            fusions.fuse_rotary_embeddings(model)  # the rotary forms onnxscript's rule misses (fx2onnx/fusions.py)
         onnxscript.version_converter.convert_version(model, opset_version)
         _type_new_constants(model)
     common_passes.RemoveUnusedNodesPass()(model)
