@@ -269,9 +269,7 @@ def stages_table(all_figures: list[ModelFigures]) -> str:
             names += [stage for stage in run["stages"] if stage not in names and stage != "save"]
     names.append("save")
     rows = [
-        "| model | "
-        + " | ".join(names)
-        + " | total | after capture (target <= 10%) | after capture, save aside |",
+        "| model | " + " | ".join(names) + " | total | after capture (target <= 10%) | after capture, save aside |",
         "|---|" + "---:|" * (len(names) + 3),
     ]
     for f in all_figures:
