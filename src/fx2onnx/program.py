@@ -133,14 +133,20 @@ class ONNXProgram:
 
             options = onnxruntime.SessionOptions()
             options.log_severity_level = 3
+            disabled = _rounding_optimizers(self.model)
             if self.weight_bytes > EXTERNAL_DATA_THRESHOLD:
                 with tempfile.TemporaryDirectory() as folder:
                     path = os.path.join(folder, "model.onnx")
                     self.save(path, external_data=True)
-                    self._session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+                    self._session = onnxruntime.InferenceSession(
+                        path, options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
+                    )
             else:
                 self._session = onnxruntime.InferenceSession(
-                    self.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+                    self.model_proto.SerializeToString(),
+                    options,
+                    providers=["CPUExecutionProvider"],
+                    disabled_optimizers=disabled,
                 )
         return self._session
 
@@ -230,6 +236,18 @@ def compare(
         atol=atol,
         passed=same_shape and same_dtype and close,
     )
+
+
+def _rounding_optimizers(model: ir.Model) -> list[str] | None:
+    """ONNX Runtime graph optimizations that would round the model's float64 numbers to float32.
+
+    MatMulScaleFusion folds a Mul by a scalar constant around a MatMul (``x @ w * 0.1``, attention's scale, addmm's
+    alpha) into FusedMatMul's alpha attribute, a float32: a float64 model would lose its scale's precision.
+    """
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.op_type == "MatMul" and node.domain in ("", "ai.onnx") and node.outputs[0].dtype == ir.DataType.DOUBLE:
+            return ["MatMulScaleFusion"]
+    return None
 
 
 def _to_ortvalue(onnxruntime: Any, tensor: torch.Tensor) -> Any:

@@ -23,6 +23,9 @@ from onnxscript import evaluator
 from onnxscript.values import OnnxFunction, TracedOnnxFunction
 
 _PY_DEFAULT_DTYPES = {bool: ir.DataType.BOOL, int: ir.DataType.INT64, float: ir.DataType.FLOAT}
+# Cast/CastLike targets a Python number is converted to directly. Not float16, bfloat16, float8: eager converts a
+# Python float to those through float32 (c10's types take a float), as the Cast of a float32 constant does.
+_EXACT_FLOAT_TARGETS = frozenset({ir.DataType.DOUBLE, ir.DataType.FLOAT})
 
 
 class RecordingError(RuntimeError):
@@ -66,6 +69,9 @@ class GraphRecorder(evaluator.Evaluator):
             raise RecordingError(f"ONNX op {op.domain}::{op.name} has no schema in the installed onnx")
         kwargs = dict(kwargs)
         num_outputs = kwargs.pop("_num_outputs", None)
+        converted = self._converted_number(signature, args, kwargs)
+        if converted is not None:
+            return converted
         inputs, attributes = self._bind(signature, args, kwargs)
         if num_outputs is None:
             num_outputs = _num_outputs(op.op_schema, signature, inputs, attributes)
@@ -151,6 +157,33 @@ class GraphRecorder(evaluator.Evaluator):
             self._constants[key] = output
         return output
 
+    def _converted_number(
+        self, signature: schemas.OpSignature, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> ir.Value | None:
+        """``Cast``/``CastLike`` of a Python number: a constant of the target dtype, converted from the exact number.
+
+        Materialized first with its default dtype (float32 for a Python float), the number would be rounded
+        before the Cast: ``CastLike(0.1, x_float64)`` would hold 0.10000000149. None when this does not apply.
+        """
+        if signature.domain != "" or signature.name not in ("Cast", "CastLike") or not args:
+            return None
+        number = args[0]
+        if type(number) not in (bool, int, float) or set(kwargs) - {"to", "target_type"}:
+            return None
+        if signature.name == "Cast":
+            dtype = ir.DataType(int(kwargs["to"])) if "to" in kwargs else None
+        else:
+            like = args[1] if len(args) > 1 else kwargs.get("target_type")
+            dtype = like.dtype if isinstance(like, ir.Value) else None
+        if dtype is None or not (dtype in _EXACT_FLOAT_TARGETS or dtype.is_integer() or dtype == ir.DataType.BOOL):
+            return None
+        try:
+            with np.errstate(all="raise"):
+                np.asarray(number, dtype=dtype.numpy())
+        except (ArithmeticError, ValueError, TypeError):
+            return None  # out of the target's range (ONNX's Cast wraps or saturates): the Cast node decides
+        return self.constant(number, dtype)
+
     def cast(self, value: ir.Value, dtype: ir.DataType) -> ir.Value:
         if value.dtype == dtype:
             return value
@@ -196,7 +229,8 @@ class GraphRecorder(evaluator.Evaluator):
                 continue
             dtype = bindings.get(p.type_constraint.name) or _single_dtype(p.type_constraint)
             items = named[p.name] if p.variadic else [named[p.name]]
-            inputs.extend(self._as_input(item, dtype) for item in items)
+            weak = _weak_float_dtype(bindings, p.type_constraint) if dtype is None else None
+            inputs.extend(self._as_input(item, weak if type(item) is float and weak else dtype) for item in items)
         while inputs and inputs[-1] is None:
             inputs.pop()
 
@@ -271,6 +305,22 @@ def _python_dtype(value: Any) -> ir.DataType:
         if type(value) is kind:
             return dtype
     return ir.DataType.FLOAT
+
+
+def _weak_float_dtype(
+    bindings: Mapping[str, ir.DataType], constraint: schemas.TypeConstraintParam
+) -> ir.DataType | None:
+    """float64 for a Python float whose type variable nothing binds, when the call's float tensors are float64.
+
+    As in eager, where a Python number takes the dtype of the tensors it meets, not float32: ``Pow(x, 1.7)`` and
+    ``aten_fill(x, 0.3)`` (whose value has a type variable of its own) on float64 get float64 constants.
+    float16/bfloat16 calls keep float32 constants, which hold those numbers more precisely.
+    """
+    floats = {d for d in bindings.values() if d.is_floating_point()}
+    if floats != {ir.DataType.DOUBLE}:
+        return None
+    allowed = {getattr(t, "dtype", None) for t in constraint.allowed_types}
+    return ir.DataType.DOUBLE if ir.DataType.DOUBLE in allowed else None
 
 
 def _single_dtype(constraint: schemas.TypeConstraintParam) -> ir.DataType | None:

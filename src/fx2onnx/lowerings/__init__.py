@@ -17,7 +17,18 @@ DOMAIN = "pkg.fx2onnx"
 _OPSET = onnxscript.values.Opset(DOMAIN, 1)
 _RULES: list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]] = []
 _COMPLEX: set[int] = set()  # ids of lowerings for complex inputs, which reach them as (..., 2) real tensors
-_MODULES = ("core", "attention", "quantized", "dtype_fixes", "special", "spectral", "indexing", "nn", "linalg")
+_MODULES = (
+    "core",
+    "attention",
+    "quantized",
+    "dtype_fixes",
+    "special",
+    "spectral",
+    "indexing",
+    "nn",
+    "linalg",
+    "float64",
+)
 
 
 def lowering(

@@ -73,8 +73,9 @@ def _batch_norm(
             take = op.CastLike(momentum, x)
             new_mean = op.Add(op.Mul(running_mean, keep), op.Mul(save_mean, take))
             new_var = op.Add(op.Mul(running_var, keep), op.Mul(unbiased, take))
-    elif weight is not None and bias is not None and rank >= 2:
+    elif weight is not None and bias is not None and rank >= 2 and compute != ir.DataType.DOUBLE:
         # ONNX's own op: ONNX Runtime folds it into a preceding Conv, and it is one node instead of eight.
+        # (Not for float64: its epsilon attribute is a float32, eager's eps a double.)
         output = op.BatchNormalization(x, weight, bias, running_mean, running_var, epsilon=eps)
         empty = op.CastLike(op.ConstantOfShape(op.Constant(value_ints=[0])), x)
         return (op.Cast(output, to=dtype) if compute != dtype else output), empty, empty, None, None

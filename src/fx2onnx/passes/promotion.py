@@ -306,7 +306,9 @@ class _CastInserter:
         """A 0-d constant of `dtype` holding `value` as eager converts it (ints wrap into unsigned types)."""
         key = (type(value), value, dtype)
         if key not in self.cache:
-            self.cache[key] = self._get_attr(torch.tensor(value).to(dtype), consumer)
+            # A Python float is a double: torch.tensor(0.1) would round it to float32 before the conversion.
+            exact = torch.tensor(value, dtype=torch.float64 if type(value) is float else None)
+            self.cache[key] = self._get_attr(exact.to(dtype), consumer)
         return self.cache[key]
 
     def _constant_value(self, node: torch.fx.Node) -> torch.Tensor | None:
