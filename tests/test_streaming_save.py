@@ -81,6 +81,17 @@ def test_saved_file_equals_protobuf_serialization(
     torch.testing.assert_close(torch.from_numpy(actual), model(x).detach(), rtol=1e-5, atol=1e-5)
 
 
+def test_direct_io_by_default_only_beyond_the_dirty_page_throttling_point() -> None:
+    assert not streaming.direct_io_by_default(streaming.DIRECT_IO_THRESHOLD_BYTES - 1)
+    throttled_from = streaming._dirty_throttle_bytes()
+    if throttled_from is None or not hasattr(os, "O_DIRECT"):
+        pytest.skip("needs Linux's /proc/sys/vm and O_DIRECT")
+    assert throttled_from > 0
+    below = max(streaming.DIRECT_IO_THRESHOLD_BYTES, throttled_from)
+    assert not streaming.direct_io_by_default(below)
+    assert streaming.direct_io_by_default(below + 1)
+
+
 def test_direct_io_writes_exact_bytes_across_buffer_boundaries(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(tmp_path, "blob")
     rng = np.random.default_rng(0)

@@ -102,10 +102,11 @@ class ONNXProgram:
         """Write the model; weights go to ``<name>.data`` when asked or above 1.5 GB.
 
         The write is atomic: files are written in a temporary folder beside `path` and moved into
-        place only once complete, so a failure leaves no partial file. Files of 64 MB and more are
-        written with direct I/O where the file system has it (``direct_io=None``), which bypasses the
-        page cache; ``direct_io=False`` always writes through the page cache (on a disk slower than
-        memory, e.g. a spinning disk, buffered writes return sooner), ``True`` also for small files.
+        place only once complete, so a failure leaves no partial file. ``direct_io=None`` writes files
+        larger than Linux's dirty-page throttling point (several GB on most machines) with direct I/O,
+        bypassing the page cache, and smaller ones buffered, so that they are in the page cache for
+        the next load; ``True`` always writes directly (faster where the page cache is slow to fill, as
+        on some VMs, but the next load then reads from the disk), ``False`` never.
         """
         path = os.path.abspath(os.fspath(path))
         directory, filename = os.path.split(path)
