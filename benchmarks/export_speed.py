@@ -162,7 +162,10 @@ def run_export(exporter: str, model_name: str, folder: str, index: int, timeout:
 
 
 def measure_latency(paths: dict[str, str], model_name: str, iterations: int, threads: int) -> tuple[dict, float]:
-    """ONNX Runtime CPU latency of each exported model: same inputs, same options, interleaved runs."""
+    """ONNX Runtime CPU latency (median ms) of each model: same inputs, same options, interleaved runs.
+
+    Also the largest difference between the first model's outputs and each other's.
+    """
     import numpy as np
     import onnxruntime
 
@@ -171,25 +174,25 @@ def measure_latency(paths: dict[str, str], model_name: str, iterations: int, thr
 
     inputs = [t.numpy() for t in MODELS[model_name].inputs()]
     sessions = {}
-    for exporter, path in paths.items():
+    for label, path in paths.items():
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        sessions[exporter] = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    feeds = {e: dict(zip([i.name for i in s.get_inputs()], inputs)) for e, s in sessions.items()}
-    outputs = {e: s.run(None, feeds[e]) for e, s in sessions.items()}  # also the warm-up
-    for exporter, session in sessions.items():
-        session.run(None, feeds[exporter])
-    times: dict[str, list[float]] = {e: [] for e in sessions}
+        sessions[label] = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    feeds = {label: dict(zip([i.name for i in s.get_inputs()], inputs)) for label, s in sessions.items()}
+    outputs = {label: s.run(None, feeds[label]) for label, s in sessions.items()}  # also the warm-up
+    for label, session in sessions.items():
+        session.run(None, feeds[label])
+    times: dict[str, list[float]] = {label: [] for label in sessions}
     for _ in range(iterations):
-        for exporter, session in sessions.items():
+        for label, session in sessions.items():
             start = time.perf_counter()
-            session.run(None, feeds[exporter])
-            times[exporter].append(time.perf_counter() - start)
-    first, second = outputs.values()
-    difference = max(float(np.abs(a.astype(np.float64) - b).max()) for a, b in zip(first, second))
-    return {e: statistics.median(t) * 1000 for e, t in times.items()}, difference
+            session.run(None, feeds[label])
+            times[label].append(time.perf_counter() - start)
+    first, *others = outputs.values()
+    difference = max(float(np.abs(a.astype(np.float64) - b).max()) for other in others for a, b in zip(first, other))
+    return {label: statistics.median(t) * 1000 for label, t in times.items()}, difference
 
 
 def benchmark(model_name: str, runs: int, iterations: int, threads: int, timeout: float) -> ModelFigures:

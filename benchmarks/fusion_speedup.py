@@ -22,44 +22,14 @@ import argparse
 import collections
 import contextlib
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 FUSED = ("Attention", "RMSNormalization", "RotaryEmbedding")
-
-
-def measure_latencies(paths: dict[str, str], model_name: str, iterations: int, threads: int) -> tuple[dict, float]:
-    """Median ORT CPU latency (ms) of each model, runs interleaved; and the largest output difference to the first."""
-    import numpy as np
-    import onnxruntime
-
-    from models import MODELS
-
-    inputs = [t.numpy() for t in MODELS[model_name].inputs()]
-    sessions = {}
-    for label, path in paths.items():
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        sessions[label] = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    feeds = {label: dict(zip([i.name for i in s.get_inputs()], inputs)) for label, s in sessions.items()}
-    outputs = {label: s.run(None, feeds[label]) for label, s in sessions.items()}  # also the warm-up
-    times: dict[str, list[float]] = {label: [] for label in sessions}
-    for _ in range(iterations):
-        for label, session in sessions.items():
-            start = time.perf_counter()
-            session.run(None, feeds[label])
-            times[label].append(time.perf_counter() - start)
-    first, *others = outputs.values()
-    difference = max(float(np.abs(a.astype(np.float64) - b).max()) for other in others for a, b in zip(first, other))
-    return {label: statistics.median(t) * 1000 for label, t in times.items()}, difference
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
 
     import fx2onnx
+    from export_speed import measure_latency
     from models import MODELS
 
     variants = {  # label -> (opset, whether fx2onnx's rotary fusion runs)
@@ -95,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 program.save(path)
                 ops = collections.Counter(node.op_type for node in program.model.graph)
                 counts[label] = (sum(ops.values()), ", ".join(f"{op} {ops[op]}" for op in FUSED if ops[op]))
-            latency, difference = measure_latencies(paths, name, options.iterations, options.threads)
+            latency, difference = measure_latency(paths, name, options.iterations, options.threads)
             base, unrotated, fused = latency.values()
             cells = [f"{counts[label][0]} ({counts[label][1] or 'none'})" for label in variants]
             rows.append(
