@@ -28,6 +28,7 @@ _MODULES = (
     "nn",
     "linalg",
     "float64",
+    "accuracy",
 )
 
 

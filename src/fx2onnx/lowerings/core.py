@@ -683,14 +683,6 @@ def entr(self: TFloat) -> TFloat:
     return op.Where(op.IsNaN(self), self, result)
 
 
-@lowering("aten::special_xlog1py")
-def xlog1py(self: TFloat, other: TFloat) -> TFloat:
-    """x * log1p(y), and 0 where x is 0 (unless y is NaN)."""
-    zero = _const(0.0, self)
-    product = op.Mul(self, op.Log(op.Add(_const(1.0, other), other)))
-    return op.Where(op.And(op.Equal(self, zero), op.Not(op.IsNaN(other))), zero, product)
-
-
 @lowering("aten::special_spherical_bessel_j0")
 def spherical_bessel_j0(x: TFloat) -> TFloat:
     """sin(x) / x, 1 at 0."""

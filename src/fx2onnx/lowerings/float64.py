@@ -6,9 +6,10 @@ epsilon... torchlib passes an op's Python numbers there, its script functions (`
 constant in float32 (``Log(10.0)``, pi). Eager computes with the exact double, so a float64 graph would be off by
 about 1e-8 relative. These lowerings compute the same thing from ops that take each number as a float64
 constant, following eager's CPU kernels' formulas. They take float64 only: other dtypes still dispatch to torchlib
-(float32 attributes hold float32 numbers exactly). Several of the ONNX ops avoided here (LeakyRelu, Elu, Selu,
-Celu, HardSigmoid, HardSwish, Softplus, InstanceNormalization) have no float64 kernel in ONNX Runtime either, so
-legalization would have run them in float32.
+(float32 attributes hold float32 numbers exactly). Several of the ONNX ops avoided here (LeakyRelu, HardSigmoid,
+HardSwish, Softplus, InstanceNormalization) have no float64 kernel in ONNX Runtime either, so legalization would
+have run them in float32. elu, celu and selu, which need an accurate expm1 in every dtype, are lowered for all
+float dtypes in :mod:`fx2onnx.lowerings.accuracy`, which keeps float64's numbers exact too.
 
 Python numbers that reach torchlib as ONNX inputs (``CastLike(0.3, x)``) are kept exact by the recorder
 (:mod:`fx2onnx.emit.recorder`), and by type promotion (:mod:`fx2onnx.passes.promotion`).
@@ -27,10 +28,8 @@ from onnxscript.function_libs.torch_lib.ops.core import aten_arange_start_step
 from onnxscript.function_libs.torch_lib.tensor_typing import TTensor
 
 from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.accuracy import log1p
 
-# torch's constants for selu (torch/csrc/api/include/torch/nn/functional/activation.h, ATen's Activation.cpp).
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
 _FLOAT_RESULTS = (ir.DataType.DOUBLE, ir.DataType.FLOAT)
 
 
@@ -38,52 +37,11 @@ def _double(value: float) -> DOUBLE:
     return op.Constant(value=ir.tensor(float(value), dtype=ir.DataType.DOUBLE))
 
 
-def _expm1(x: DOUBLE) -> DOUBLE:
-    """exp(x) - 1 accurate near 0 (ONNX has no Expm1): (u - 1) * x / log(u) with u = exp(x) (Kahan's)."""
-    u = op.Exp(x)
-    below = op.Sub(u, _double(1.0))
-    result = op.Div(op.Mul(below, x), op.Log(u))
-    result = op.Where(op.Equal(u, _double(1.0)), x, result)  # |x| below half an ulp of 1
-    result = op.Where(op.Equal(below, _double(-1.0)), below, result)  # exp underflows: -1
-    return op.Where(op.IsInf(u), u, result)  # exp overflows: inf
-
-
-def _log1p(x: DOUBLE) -> DOUBLE:
-    """log(1 + x) accurate near 0 (ONNX has no Log1p): log(u) * x / (u - 1) with u = 1 + x (Goldberg's)."""
-    u = op.Add(x, _double(1.0))
-    result = op.Div(op.Mul(op.Log(u), x), op.Sub(u, _double(1.0)))
-    result = op.Where(op.Equal(u, _double(1.0)), x, result)
-    return op.Where(op.IsInf(u), op.Log(u), result)
-
-
 # --- activations ----------------------------------------------------------------------------------------------
 @lowering("aten::leaky_relu")
 def leaky_relu(self: DOUBLE, negative_slope: float = 0.01) -> DOUBLE:
     """x > 0 ? x : x * negative_slope."""
     return op.Where(op.Greater(self, _double(0.0)), self, op.Mul(self, _double(negative_slope)))
-
-
-def _elu(x: DOUBLE, alpha: float, scale: float, input_scale: float) -> DOUBLE:
-    """eager's elu kernel: x <= 0 ? expm1(x * input_scale) * (alpha * scale) : x * scale."""
-    negative = op.Mul(_expm1(op.Mul(x, _double(input_scale))), _double(alpha * scale))
-    positive = x if scale == 1 else op.Mul(x, _double(scale))
-    return op.Where(op.LessOrEqual(x, _double(0.0)), negative, positive)
-
-
-@lowering("aten::elu")
-def elu(self: DOUBLE, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> DOUBLE:
-    return _elu(self, alpha, scale, input_scale)
-
-
-@lowering("aten::celu")
-def celu(self: DOUBLE, alpha: float = 1.0) -> DOUBLE:
-    """eager: elu(x, alpha, 1, 1 / alpha)."""
-    return _elu(self, alpha, 1.0, 1.0 / alpha)
-
-
-@lowering("aten::selu")
-def selu(self: DOUBLE) -> DOUBLE:
-    return _elu(self, _SELU_ALPHA, _SELU_SCALE, 1.0)
 
 
 @lowering("aten::hardtanh")
@@ -108,7 +66,7 @@ def hardswish(self: DOUBLE) -> DOUBLE:
 def softplus(self: DOUBLE, beta: float = 1.0, threshold: float = 20.0) -> DOUBLE:
     """x * beta > threshold ? x : log1p(exp(x * beta)) / beta."""
     scaled = op.Mul(self, _double(beta))
-    smooth = op.Div(_log1p(op.Exp(scaled)), _double(beta))
+    smooth = op.Div(log1p(op.Exp(scaled)), _double(beta))
     return op.Where(op.Greater(scaled, _double(threshold)), self, smooth)
 
 

@@ -1,0 +1,224 @@
+"""Lowerings for ops whose torchlib implementation loses accuracy, or is wrong, in every float dtype.
+
+ONNX has neither Log1p nor Expm1, and torchlib writes ``Log(1 + x)`` and ``Exp(x) - 1``: both lose every digit
+below float's epsilon (log1p(1e-10) is 0 in float32, 1.00000008e-10 in float64). Its ``log_sigmoid``
+(``Log(Sigmoid(x))``) and ``logaddexp`` (``Log(Exp(a) + Exp(b))``) also overflow or underflow where eager's
+formulas do not, its ``elu`` multiplies the positive side by ``input_scale``, which eager does not, and its
+``embedding_renorm`` rounds max_norm to float32 and has no inf-norm. The lowerings here follow eager's CPU kernels
+(ATen's Activation.cpp, Elu.h, BinaryOpsKernel.cpp, Embedding.cpp): float16 and bfloat16 compute in float32 and
+round once, as eager's kernels do; float32 and float64 compute in their own dtype, with each Python number a
+constant of that dtype (float64 keeps the exact double).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeVar
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT64
+from onnxscript import opset18 as op
+
+from fx2onnx.lowerings import lowering
+
+TFloat = TypeVar("TFloat", BFLOAT16, DOUBLE, FLOAT, FLOAT16)
+
+_NUMPY = {ir.DataType.FLOAT: np.float32, ir.DataType.DOUBLE: np.float64}
+# torch's constants for selu (ATen's Activation.cpp).
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+# --- dtype helpers -----------------------------------------------------------------------------------------------
+def _compute(x: TFloat) -> TFloat:
+    """x in the dtype eager's kernel computes in: float32 for float16/bfloat16, else its own."""
+    if x.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return op.Cast(x, to=ir.DataType.FLOAT)
+    return x
+
+
+def _as(value: TFloat, dtype: ir.DataType) -> TFloat:
+    return op.Cast(value, to=dtype) if value.dtype != dtype else value
+
+
+def _back(result: TFloat, like: TFloat) -> TFloat:
+    return _as(result, like.dtype)
+
+
+def _const(value: float, like: TFloat) -> TFloat:
+    return op.Constant(value=ir.tensor(value, dtype=like.dtype))
+
+
+def _scalar(value: float, like: TFloat) -> float:
+    """`value` as eager's kernel holds it: a double for float64, else rounded to float32."""
+    return float(value) if like.dtype == ir.DataType.DOUBLE else float(np.float32(value))
+
+
+# --- log1p and expm1 (for float32/float64 values) -----------------------------------------------------------------
+# ONNX Runtime's Where (0.5-1 ms per million float32 elements) and Log (0.9 ms) cost several times a Mul, Exp or
+# Tanh (~0.1 ms): log1p has no Where, elu's expm1 neither.
+def log1p(x: TFloat) -> TFloat:
+    """log(1 + x) accurate near 0, without branches: log(u) + d / u, with u = 1 + x rounded and d = x - (u - 1) its
+    rounding error, exact for |x| <= 1 (Fast2Sum); d / u is log(1 + d / u) to first order, d / u being below an ulp.
+
+    Above 1 the correction is left out (d taken as 0; Log(1 + x) is within a few ulps there); at -1 (u = 0) d is
+    0 and is divided by the smallest normal instead of 0, leaving Log's -inf. inf gives inf; below -1 and -inf
+    give NaN, from Log. (-0 gives +0; eager -0.)
+    """
+    one = _const(1.0, x)
+    u = op.Add(x, one)
+    clamped = op.Min(x, one)
+    error = op.Sub(clamped, op.Sub(op.Add(clamped, one), one))
+    smallest = _const(float(np.finfo(_NUMPY[x.dtype]).tiny), x)
+    return op.Add(op.Log(u), op.Div(error, op.Max(u, smallest)))
+
+
+def expm1(x: TFloat, nonpositive: bool = False) -> TFloat:
+    """exp(x) - 1 accurate near 0: (u - 1) * (x / log(u)) with u = exp(x) rounded (Kahan's trick).
+
+    The ratio x / log(u) corrects u's rounding; it is taken first so that (u - 1) * x cannot overflow where u is
+    near the largest float. x itself where u is 1; -1 where u - 1 rounds to -1 (exp underflows, -inf included);
+    inf where exp overflows (left out when the caller promises x <= 0: `nonpositive`). NaN stays NaN.
+    """
+    one = _const(1.0, x)
+    u = op.Exp(x)
+    below = op.Sub(u, one)
+    result = op.Mul(below, op.Div(x, op.Log(u)))
+    result = op.Where(op.Equal(u, one), x, result)
+    result = op.Where(op.Equal(below, _const(-1.0, x)), below, result)
+    return result if nonpositive else op.Where(op.IsInf(u), u, result)
+
+
+def _expm1_of_nonpositive(x: TFloat) -> TFloat:
+    """expm1 for x <= 0, for activations, where speed matters: in float32 2t / (1 - t) with t = tanh(x / 2), which
+    cannot cancel for x <= 0 (-inf: t = -1, giving -1). Five cheap nodes, about ONNX Runtime's own Elu's time;
+    Kahan's trick takes five times that (its Log and three Wheres), but float64 keeps it: ONNX Runtime's float64
+    Tanh is off by up to 3.5 ulps. ONNX Runtime's float32 Tanh loses relative accuracy below about 1e-36 in
+    magnitude (absolute error under 1e-42), and so does this there.
+    """
+    if x.dtype == ir.DataType.DOUBLE:
+        return expm1(x, nonpositive=True)
+    t = op.Tanh(op.Mul(x, _const(0.5, x)))
+    return op.Div(op.Add(t, t), op.Sub(_const(1.0, x), t))
+
+
+@lowering("aten::log1p", "aten::special_log1p")
+def log1p_lowering(self: TFloat) -> TFloat:
+    return _back(log1p(_compute(self)), self)
+
+
+@lowering("aten::expm1", "aten::special_expm1")
+def expm1_lowering(self: TFloat) -> TFloat:
+    return _back(expm1(_compute(self)), self)
+
+
+@lowering("aten::special_xlog1py")
+def xlog1py(self: TFloat, other: TFloat) -> TFloat:
+    """x * log1p(y); 0 where x is 0 unless y is NaN."""
+    x, y = _compute(self), _compute(other)
+    zero = _const(0.0, x)
+    product = op.Mul(x, log1p(y))
+    return _back(op.Where(op.And(op.Equal(x, zero), op.Not(op.IsNaN(y))), zero, product), self)
+
+
+# --- activations --------------------------------------------------------------------------------------------------
+def _elu(self: TFloat, alpha: float, scale: float, input_scale: float) -> TFloat:
+    """eager's kernel: x < 0 ? expm1(x * input_scale) * (alpha * scale) : x * scale, coefficients in the compute
+    dtype (alpha * scale rounded there too). torchlib scales the positive side by input_scale as well.
+
+    Written as the sum of the two sides, each computed on its half of the line (min(x, 0), max(x, 0)) and 0 on
+    the other: no Where, which would cost more than the rest together.
+    """
+    x = _compute(self)
+    alpha, scale, input_scale = (_scalar(v, x) for v in (alpha, scale, input_scale))
+    negative_coefficient = _scalar(alpha * scale, x)  # float32 * float32 is exact in double, then rounded once
+    zero = _const(0.0, x)
+    below, above = op.Min(x, zero), op.Max(x, zero)
+    scaled = below if input_scale == 1 else op.Mul(below, _const(input_scale, x))
+    negative_side = _expm1_of_nonpositive(scaled) if input_scale >= 0 else expm1(scaled)
+    negative = op.Mul(negative_side, _const(negative_coefficient, x))
+    positive = above if scale == 1 else op.Mul(above, _const(scale, x))
+    return _back(op.Add(negative, positive), self)
+
+
+@lowering("aten::elu")
+def elu(self: TFloat, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> TFloat:
+    return _elu(self, alpha, scale, input_scale)
+
+
+@lowering("aten::celu")
+def celu(self: TFloat, alpha: float = 1.0) -> TFloat:
+    """eager: elu(x, alpha, 1, 1 / alpha), 1 / alpha taken in double."""
+    return _elu(self, alpha, 1.0, 1.0 / alpha)
+
+
+@lowering("aten::selu")
+def selu(self: TFloat) -> TFloat:
+    return _elu(self, _SELU_ALPHA, _SELU_SCALE, 1.0)
+
+
+@lowering("aten::log_sigmoid")
+def log_sigmoid(self: TFloat) -> TFloat:
+    """min(x, 0) - log1p(exp(-|x|)): no overflow or underflow on either side (torchlib's Log(Sigmoid(x)) is -inf
+    below about -88 in float32 and 0 above about 17)."""
+    x = _compute(self)
+    smooth = log1p(op.Exp(op.Neg(op.Abs(x))))
+    return _back(op.Sub(op.Min(x, _const(0.0, x)), smooth), self)
+
+
+# --- logaddexp ----------------------------------------------------------------------------------------------------
+def _logaddexp(self: TFloat, other: TFloat, base2: bool) -> TFloat:
+    """max(a, b) + log1p(exp(-|a - b|)) (base 2: log1p(2^-|a - b|) / ln 2), and a where a == b is infinite."""
+    a, b = _compute(self), _compute(other)
+    gap = op.Neg(op.Abs(op.Sub(a, b)))
+    if base2:
+        tail = op.Mul(log1p(op.Pow(_const(2.0, a), gap)), _const(_scalar(1.0 / math.log(2.0), a), a))
+    else:
+        tail = log1p(op.Exp(gap))
+    result = op.Add(op.Max(a, b), tail)
+    both_infinite = op.And(op.Equal(a, b), op.IsInf(a))
+    return _back(op.Where(both_infinite, a, result), self)
+
+
+@lowering("aten::logaddexp")
+def logaddexp(self: TFloat, other: TFloat) -> TFloat:
+    return _logaddexp(self, other, base2=False)
+
+
+@lowering("aten::logaddexp2")
+def logaddexp2(self: TFloat, other: TFloat) -> TFloat:
+    return _logaddexp(self, other, base2=True)
+
+
+# --- embedding_renorm ---------------------------------------------------------------------------------------------
+def _row_norms(rows: TFloat, norm_type: float) -> TFloat:
+    """Each row's p-norm (keepdims), as ``row.norm(p)``: 0 counts the nonzeros, +-inf the largest/smallest |x|."""
+    axes = op.Constant(value_ints=[1])
+    if norm_type == 1:
+        return op.ReduceL1(rows, axes, keepdims=True)
+    if norm_type == 2:
+        return op.ReduceL2(rows, axes, keepdims=True)
+    if norm_type == math.inf:
+        return op.ReduceMax(op.Abs(rows), axes, keepdims=True)
+    if norm_type == -math.inf:
+        return op.ReduceMin(op.Abs(rows), axes, keepdims=True)
+    if norm_type == 0:
+        nonzero = op.Cast(op.Not(op.Equal(rows, _const(0.0, rows))), to=rows.dtype)
+        return op.ReduceSum(nonzero, axes, keepdims=True)
+    powers = op.ReduceSum(op.Pow(op.Abs(rows), _const(norm_type, rows)), axes, keepdims=True)
+    return op.Pow(powers, _const(1.0 / norm_type, rows))
+
+
+@lowering("aten::embedding_renorm")
+def embedding_renorm(weight: TFloat, indices: INT64, max_norm: float, norm_type: float = 2.0) -> TFloat:
+    """eager's loop over the distinct indices: a row whose norm (in the weight's dtype) exceeds max_norm is
+    multiplied by max_norm / (norm + 1e-7), taken in double and rounded to the weight's dtype."""
+    unique = op.Unique(indices)[0]
+    rows = _compute(op.Gather(weight, unique))
+    norms = _as(_back(_row_norms(rows, norm_type), weight), ir.DataType.DOUBLE)
+    limit = op.Constant(value=ir.tensor(float(max_norm), dtype=ir.DataType.DOUBLE))
+    scale = op.Div(limit, op.Add(norms, op.Constant(value=ir.tensor(1e-7, dtype=ir.DataType.DOUBLE))))
+    scaled = op.Mul(rows, _compute(_as(scale, weight.dtype)))
+    renormed = _back(op.Where(op.Greater(norms, limit), scaled, rows), weight)
+    return op.ScatterND(weight, op.Unsqueeze(unique, op.Constant(value_ints=[1])), renormed)
