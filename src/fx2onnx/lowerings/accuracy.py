@@ -13,16 +13,14 @@ constant of that dtype (float64 keeps the exact double).
 from __future__ import annotations
 
 import math
-from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT64
+from onnxscript import INT64
 from onnxscript import opset18 as op
 
 from fx2onnx.lowerings import lowering
-
-TFloat = TypeVar("TFloat", BFLOAT16, DOUBLE, FLOAT, FLOAT16)
+from fx2onnx.lowerings.core import TFloat, _back, _const, _in_float32
 
 _NUMPY = {ir.DataType.FLOAT: np.float32, ir.DataType.DOUBLE: np.float64}
 # torch's constants for selu (ATen's Activation.cpp).
@@ -31,23 +29,8 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 # --- dtype helpers -----------------------------------------------------------------------------------------------
-def _compute(x: TFloat) -> TFloat:
-    """x in the dtype eager's kernel computes in: float32 for float16/bfloat16, else its own."""
-    if x.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
-        return op.Cast(x, to=ir.DataType.FLOAT)
-    return x
-
-
 def _as(value: TFloat, dtype: ir.DataType) -> TFloat:
     return op.Cast(value, to=dtype) if value.dtype != dtype else value
-
-
-def _back(result: TFloat, like: TFloat) -> TFloat:
-    return _as(result, like.dtype)
-
-
-def _const(value: float, like: TFloat) -> TFloat:
-    return op.Constant(value=ir.tensor(value, dtype=like.dtype))
 
 
 def _scalar(value: float, like: TFloat) -> float:
@@ -105,18 +88,18 @@ def _expm1_of_nonpositive(x: TFloat) -> TFloat:
 
 @lowering("aten::log1p", "aten::special_log1p")
 def log1p_lowering(self: TFloat) -> TFloat:
-    return _back(log1p(_compute(self)), self)
+    return _back(log1p(_in_float32(self)), self)
 
 
 @lowering("aten::expm1", "aten::special_expm1")
 def expm1_lowering(self: TFloat) -> TFloat:
-    return _back(expm1(_compute(self)), self)
+    return _back(expm1(_in_float32(self)), self)
 
 
 @lowering("aten::special_xlog1py")
 def xlog1py(self: TFloat, other: TFloat) -> TFloat:
     """x * log1p(y); 0 where x is 0 unless y is NaN."""
-    x, y = _compute(self), _compute(other)
+    x, y = _in_float32(self), _in_float32(other)
     zero = _const(0.0, x)
     product = op.Mul(x, log1p(y))
     return _back(op.Where(op.And(op.Equal(x, zero), op.Not(op.IsNaN(y))), zero, product), self)
@@ -130,7 +113,7 @@ def _elu(self: TFloat, alpha: float, scale: float, input_scale: float) -> TFloat
     Written as the sum of the two sides, each computed on its half of the line (min(x, 0), max(x, 0)) and 0 on
     the other: no Where, which would cost more than the rest together.
     """
-    x = _compute(self)
+    x = _in_float32(self)
     alpha, scale, input_scale = (_scalar(v, x) for v in (alpha, scale, input_scale))
     negative_coefficient = _scalar(alpha * scale, x)  # float32 * float32 is exact in double, then rounded once
     zero = _const(0.0, x)
@@ -162,7 +145,7 @@ def selu(self: TFloat) -> TFloat:
 def log_sigmoid(self: TFloat) -> TFloat:
     """min(x, 0) - log1p(exp(-|x|)): no overflow or underflow on either side (torchlib's Log(Sigmoid(x)) is -inf
     below about -88 in float32 and 0 above about 17)."""
-    x = _compute(self)
+    x = _in_float32(self)
     smooth = log1p(op.Exp(op.Neg(op.Abs(x))))
     return _back(op.Sub(op.Min(x, _const(0.0, x)), smooth), self)
 
@@ -170,7 +153,7 @@ def log_sigmoid(self: TFloat) -> TFloat:
 # --- logaddexp ----------------------------------------------------------------------------------------------------
 def _logaddexp(self: TFloat, other: TFloat, base2: bool) -> TFloat:
     """max(a, b) + log1p(exp(-|a - b|)) (base 2: log1p(2^-|a - b|) / ln 2), and a where a == b is infinite."""
-    a, b = _compute(self), _compute(other)
+    a, b = _in_float32(self), _in_float32(other)
     gap = op.Neg(op.Abs(op.Sub(a, b)))
     if base2:
         tail = op.Mul(log1p(op.Pow(_const(2.0, a), gap)), _const(_scalar(1.0 / math.log(2.0), a), a))
@@ -215,10 +198,10 @@ def embedding_renorm(weight: TFloat, indices: INT64, max_norm: float, norm_type:
     """eager's loop over the distinct indices: a row whose norm (in the weight's dtype) exceeds max_norm is
     multiplied by max_norm / (norm + 1e-7), taken in double and rounded to the weight's dtype."""
     unique = op.Unique(indices)[0]
-    rows = _compute(op.Gather(weight, unique))
+    rows = _in_float32(op.Gather(weight, unique))
     norms = _as(_back(_row_norms(rows, norm_type), weight), ir.DataType.DOUBLE)
     limit = op.Constant(value=ir.tensor(float(max_norm), dtype=ir.DataType.DOUBLE))
     scale = op.Div(limit, op.Add(norms, op.Constant(value=ir.tensor(1e-7, dtype=ir.DataType.DOUBLE))))
-    scaled = op.Mul(rows, _compute(_as(scale, weight.dtype)))
+    scaled = op.Mul(rows, _in_float32(_as(scale, weight.dtype)))
     renormed = _back(op.Where(op.Greater(norms, limit), scaled, rows), weight)
     return op.ScatterND(weight, op.Unsqueeze(unique, op.Constant(value_ints=[1])), renormed)
