@@ -149,26 +149,6 @@ def _argument_dtypes(value: Any) -> list[ir.DataType] | None:
     return [dtype] if dtype is not None else None
 
 
-def _allowed(constraint: schemas.TypeConstraintParam) -> frozenset[ir.DataType]:
-    # Cached by identity: signatures live as long as the registry, and isinstance on onnx_ir's
-    # protocol types is slow enough to show in an export's profile.
-    cached = _ALLOWED.get(id(constraint))
-    if cached is not None and cached[0] is constraint:
-        return cached[1]
-    allowed = set()
-    for type_ in constraint.allowed_types:
-        if isinstance(type_, ir.SequenceType):
-            type_ = type_.elem_type
-        dtype = getattr(type_, "dtype", None)
-        if dtype is not None:
-            allowed.add(dtype)
-    _ALLOWED[id(constraint)] = (constraint, frozenset(allowed))
-    return _ALLOWED[id(constraint)][1]
-
-
-_ALLOWED: dict[int, tuple[schemas.TypeConstraintParam, frozenset[ir.DataType]]] = {}
-
-
 # --- binding ----------------------------------------------------------------------------------------
 def bind(implementation: Implementation, named: list[tuple[str, Any]], given: set[str], opset: int) -> Candidate:
     """Bind one node's arguments to one implementation's constraints."""
@@ -225,7 +205,7 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
         if implementation.complex:  # complex values reach it as (..., 2) real tensors (complex_layout)
             found = [complex_layout.real_component(d) for d in found]
         var = param.type_constraint.name
-        allowed[var] = _allowed(param.type_constraint)
+        allowed[var] = dtypes.allowed_dtypes(param.type_constraint)
         groups.setdefault(var, []).extend((param.name, d) for d in found)
 
     casts: dict[str, ir.DataType] = {}

@@ -154,3 +154,25 @@ def cast_cost(src: ir.DataType, dst: ir.DataType) -> float:
             base = 4.0
         return base + size_step
     return LOSSY + size_step
+
+
+def allowed_dtypes(constraint: ir.schemas.TypeConstraintParam) -> frozenset[ir.DataType]:
+    """The tensor dtypes a type constraint of an op signature allows (a sequence's element dtype included)."""
+    # Cached by identity: signatures live as long as the registry, and isinstance on onnx_ir's protocol
+    # types is slow enough to show in an export's profile (dispatch and the recorder ask per node).
+    cached = _ALLOWED.get(id(constraint))
+    if cached is not None and cached[0] is constraint:
+        return cached[1]
+    allowed = set()
+    for type_ in constraint.allowed_types:
+        if isinstance(type_, ir.SequenceType):
+            type_ = type_.elem_type
+        dtype = getattr(type_, "dtype", None)
+        if dtype is not None:
+            allowed.add(dtype)
+    result = frozenset(allowed)
+    _ALLOWED[id(constraint)] = (constraint, result)
+    return result
+
+
+_ALLOWED: dict[int, tuple[ir.schemas.TypeConstraintParam, frozenset[ir.DataType]]] = {}

@@ -22,6 +22,8 @@ from onnx_ir import schemas
 from onnxscript import evaluator
 from onnxscript.values import OnnxFunction, TracedOnnxFunction
 
+from fx2onnx import dtypes
+
 _PY_DEFAULT_DTYPES = {bool: ir.DataType.BOOL, int: ir.DataType.INT64, float: ir.DataType.FLOAT}
 # Cast/CastLike targets a Python number is converted to directly. Not float16, bfloat16, float8: eager converts a
 # Python float to those through float32 (c10's types take a float), as the Cast of a float32 constant does.
@@ -319,8 +321,7 @@ def _weak_float_dtype(
     floats = {d for d in bindings.values() if d.is_floating_point()}
     if floats != {ir.DataType.DOUBLE}:
         return None
-    allowed = {getattr(t, "dtype", None) for t in constraint.allowed_types}
-    return ir.DataType.DOUBLE if ir.DataType.DOUBLE in allowed else None
+    return ir.DataType.DOUBLE if ir.DataType.DOUBLE in dtypes.allowed_dtypes(constraint) else None
 
 
 def _single_dtype(constraint: schemas.TypeConstraintParam) -> ir.DataType | None:
