@@ -31,6 +31,7 @@ from fx2onnx.program import (
     _to_ortvalue,
     _to_torch,
     compare,
+    cpu_session,
 )
 from fx2onnx.registry import qualified_name
 
@@ -264,8 +265,6 @@ def _run_onnx(program: ONNXProgram, names: Sequence[str], flat_inputs: Sequence[
     if not to_run:
         return results
 
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
     tensors = [complex_layout.as_real(x) for x in flat_inputs if isinstance(x, torch.Tensor)]
     with tempfile.TemporaryDirectory() as folder:
         large = program.weight_bytes > EXTERNAL_DATA_THRESHOLD
@@ -282,7 +281,7 @@ def _run_onnx(program: ONNXProgram, names: Sequence[str], flat_inputs: Sequence[
         if large:
             onnx.save(proto, path)
         source = path if large else proto.SerializeToString()
-        session = onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        session = cpu_session(source, program.model)
         input_names = [i.name for i in session.get_inputs()]
         feed = {name: _to_ortvalue(onnxruntime, tensor) for name, tensor in zip(input_names, tensors)}
         outputs = session.run_with_ort_values(to_run, feed)

@@ -130,25 +130,13 @@ class ONNXProgram:
     # --- running --------------------------------------------------------------------------------
     def session(self) -> onnxruntime.InferenceSession:
         if self._session is None:
-            import onnxruntime
-
-            options = onnxruntime.SessionOptions()
-            options.log_severity_level = 3
-            disabled = _rounding_optimizers(self.model)
             if self.weight_bytes > EXTERNAL_DATA_THRESHOLD:
                 with tempfile.TemporaryDirectory() as folder:
                     path = os.path.join(folder, "model.onnx")
                     self.save(path, external_data=True)
-                    self._session = onnxruntime.InferenceSession(
-                        path, options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
-                    )
+                    self._session = cpu_session(path, self.model)
             else:
-                self._session = onnxruntime.InferenceSession(
-                    self.model_proto.SerializeToString(),
-                    options,
-                    providers=["CPUExecutionProvider"],
-                    disabled_optimizers=disabled,
-                )
+                self._session = cpu_session(self.model_proto.SerializeToString(), self.model)
         return self._session
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
@@ -236,6 +224,18 @@ def compare(
         rtol=rtol,
         atol=atol,
         passed=same_shape and same_dtype and close,
+    )
+
+
+def cpu_session(source: str | bytes, model: ir.Model) -> onnxruntime.InferenceSession:
+    """An ONNX Runtime CPU session of `model` (a path or serialized bytes of it), quiet, without the graph
+    optimizations that would change its numbers."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(
+        source, options, providers=["CPUExecutionProvider"], disabled_optimizers=_rounding_optimizers(model)
     )
 
 
