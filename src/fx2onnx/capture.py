@@ -289,6 +289,7 @@ class SymbolicTraceExtractor:
                 constants[node] = value
         output = next(n for n in aten.graph.nodes if n.op == "output")
         user_outputs = list(pytree.tree_leaves(output.args[0]))
+        seconds = time.perf_counter() - start
         return CapturedGraph(
             graph_module=aten,
             user_inputs=user_inputs,
@@ -299,8 +300,8 @@ class SymbolicTraceExtractor:
             out_spec=out_spec,
             exported_program=None,
             strategy=self.name,
-            seconds=time.perf_counter() - start,
-            trace_seconds=time.perf_counter() - start,  # make_fx traces and decomposes in one go
+            seconds=seconds,
+            trace_seconds=seconds,  # make_fx traces and decomposes in one go
         )
 
 
