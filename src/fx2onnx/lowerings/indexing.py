@@ -281,6 +281,13 @@ def _dims(x: TReal, start: int, end: int) -> INT64:
     return op.Shape(x, start=start, end=end)
 
 
+def _image_dims(x: TReal) -> tuple[int, tuple[INT64, INT64, INT64, INT64]]:
+    """How many batch dims lead (*, C, H, W), and the shapes of the batch dims, C, H and W."""
+    rank = len(x.shape)
+    lead = rank - 3
+    return lead, (_dims(x, 0, lead), _dims(x, lead, lead + 1), _dims(x, -2, -1), _dims(x, -1, rank))
+
+
 def _times(dim: INT64, factor: int) -> INT64:
     return op.Mul(dim, op.Constant(value_ints=[factor]))
 
@@ -292,14 +299,8 @@ def _over(dim: INT64, factor: int) -> INT64:
 @lowering("aten::pixel_shuffle")
 def pixel_shuffle(self: TReal, upscale_factor: int) -> TReal:
     """(*, C*r*r, H, W) -> (*, C, H*r, W*r)."""
-    r, rank = upscale_factor, len(self.shape)
-    lead = rank - 3
-    batch, channels, height, width = (
-        _dims(self, 0, lead),
-        _dims(self, lead, lead + 1),
-        _dims(self, -2, -1),
-        _dims(self, -1, rank),
-    )
+    r = upscale_factor
+    lead, (batch, channels, height, width) = _image_dims(self)
     factor = op.Constant(value_ints=[r])
     split = op.Concat(batch, _over(channels, r * r), factor, factor, height, width, axis=0)
     x = op.Reshape(self, split, allowzero=1)
@@ -315,14 +316,8 @@ def pixel_unshuffle(self: TReal, downscale_factor: int) -> TReal:
     Eager returns an empty input unchanged, where torch's shape function (which the graph records) gives
     the shape below; both agree for downscale_factor 1.
     """
-    r, rank = downscale_factor, len(self.shape)
-    lead = rank - 3
-    batch, channels, height, width = (
-        _dims(self, 0, lead),
-        _dims(self, lead, lead + 1),
-        _dims(self, -2, -1),
-        _dims(self, -1, rank),
-    )
+    r = downscale_factor
+    lead, (batch, channels, height, width) = _image_dims(self)
     factor = op.Constant(value_ints=[r])
     split = op.Concat(batch, channels, _over(height, r), factor, _over(width, r), factor, axis=0)
     x = op.Reshape(self, split, allowzero=1)
