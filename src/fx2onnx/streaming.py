@@ -15,10 +15,10 @@ Files larger than the kernel lets writers dirty before throttling them are writt
 speed anyway once the dirty-page limit is reached, and then also evict the user's page cache; direct
 writes skip the copy into the page cache (7B LLaMA, 12.55 GiB on this machine: 46 s buffered, 24 s direct).
 Smaller files are buffered by default, since a buffered file is in the page cache for the next load: on
-the machine we measured, a 475 MB GPT-2 saved in 0.3 s direct against 1.1 s buffered, but ONNX Runtime
-then loaded it in 1.8 s against 0.9 s, the same total. ``direct_io=True`` asks for direct writes anyway
-(exports in a loop that are not loaded at once); where the file system refuses ``O_DIRECT``, or its first
-64 MB go slower than 500 MB/s (a disk the page cache outruns), writes go buffered.
+the machine we measured, a 475 MB GPT-2 saved in 0.43 s direct against 1.26 s buffered, but ONNX Runtime
+then loaded it in 2.06 s against 0.90 s, more in all (benchmarks/save_modes.py). ``direct_io=True`` asks
+for direct writes anyway (exports in a loop that are not loaded at once); where the file system refuses
+``O_DIRECT``, or its first 64 MB go slower than 500 MB/s (a disk the page cache outruns), writes go buffered.
 """
 
 from __future__ import annotations
