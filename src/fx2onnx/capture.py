@@ -194,8 +194,7 @@ class TorchExportExtractor:
                     f"{_first_lines(str(error))}\n"
                     + (f"  from: {frame}\n" if frame else "")
                     + f"  inputs: {_describe_inputs(args, kwargs)}\n"
-                    f"  remedy: try strict={not self.strict}, "
-                    "extractor='symbolic_trace', or fix the graph break named above.",
+                    f"  remedy: {_capture_remedy(error, self.strict)}",
                     frame=frame,
                 ) from error
         before = _overloads(program.graph_module)
@@ -470,6 +469,19 @@ def _describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     return ", ".join(
         f"{x.dtype} {tuple(x.shape)}".replace("torch.", "") if isinstance(x, torch.Tensor) else repr(x) for x in leaves
     )
+
+
+def _capture_remedy(error: Exception, strict: bool) -> str:
+    """What to try after torch.export failed with `error`."""
+    if "data-dependent" in str(error) or "DataDependent" in type(error).__name__:
+        # Neither mode nor symbolic_trace can follow Python control flow on a tensor's value.
+        return (
+            "the model decides something in Python from a tensor's value (the line above). Make it a graph op: "
+            "torch.where(...) for an elementwise choice, torch.cond(pred, true_fn, false_fn, operands) for a branch "
+            "(exported as an ONNX If), or state the assumption with torch._check(...) (see torch.export's "
+            "'data-dependent' documentation)."
+        )
+    return f"try strict={not strict}, extractor='symbolic_trace', or fix the graph break named above."
 
 
 def _first_lines(text: str, count: int = 6) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import linecache
 import os
 import re
 import traceback
@@ -159,14 +160,23 @@ def source_line(node_or_trace: torch.fx.Node | str | None) -> str | None:
 # torch, the standard library and fx2onnx itself.
 _LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (torch.__file__, traceback.__file__))
 _LIBRARY_DIRS += (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+# Installed packages that run the export rather than define the model. Other installed packages
+# (transformers, timm, diffusers...) hold model code: a line there is where the model did what failed.
+_EXPORT_STACK_PACKAGES = ("torch", "functorch", "onnx", "onnx_ir", "onnxscript", "onnxruntime", "numpy", "sympy")
 
 
 def is_user_file(path: str) -> bool:
-    """Whether a frame's file is the user's code rather than torch, fx2onnx or an installed package."""
-    path = os.path.abspath(path)
-    if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
+    """Whether a frame's file is the model's code (the user's, or a model library's) rather than the exporter's."""
+    if path.startswith("<"):  # <string>, <frozen ...>: no file to show
         return False
-    return not path.startswith(_LIBRARY_DIRS)
+    path = os.path.abspath(path)
+    if path.startswith(_LIBRARY_DIRS):
+        return False
+    for marker in (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}"):
+        if marker in path:
+            package = path.split(marker, 1)[1].split(os.sep, 1)[0]
+            return package.removesuffix(".py") not in _EXPORT_STACK_PACKAGES
+    return True
 
 
 def user_frame(error: BaseException) -> SourceFrame | None:
@@ -184,7 +194,7 @@ def user_frame(error: BaseException) -> SourceFrame | None:
         current = current.__cause__ or current.__context__
     for item in chain:
         frames = [
-            SourceFrame(m["path"], int(m["line"]), m["function"], "")
+            SourceFrame(m["path"], int(m["line"]), m["function"], linecache.getline(m["path"], int(m["line"])).strip())
             for m in (_FRAME.match(line) for line in str(item).splitlines())
             if m and is_user_file(m["path"])
         ]

@@ -16,7 +16,9 @@ emitting instead of running ONNX shape inference again on every node.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -29,6 +31,45 @@ from onnxscript.rewriter.rules.common import slice_split_rule
 
 def optimize(model: ir.Model, num_iterations: int = 2) -> None:
     """What ``onnxscript.optimizer.optimize_ir(model)`` does, without the quadratic rule where it cannot match."""
+    with _without_unactionable_warnings():
+        _optimize(model, num_iterations)
+
+
+# Warnings the passes log that say nothing wrong about the model: a constant the ONNX reference evaluator
+# cannot fold (its GatherElements handles at most 64 distinct values, say) stays a node and runs in the
+# runtime; a graph output that is also an initializer is not deduplicated.
+_UNACTIONABLE_WARNINGS = {
+    "onnxscript.optimizer._constant_folding": ("Evaluation failed",),
+    "onnx_ir.passes.common.initializer_deduplication": ("as it is a graph input or output",),
+}
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, fragments: tuple[str, ...]) -> None:
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(fragment in str(record.msg) for fragment in self.fragments)
+
+
+@contextlib.contextmanager
+def _without_unactionable_warnings() -> Iterator[None]:
+    """Keep those warnings off the user's terminal, unless the user turned their logger up to INFO or DEBUG."""
+    installed = []
+    for name, fragments in _UNACTIONABLE_WARNINGS.items():
+        logger = logging.getLogger(name)
+        if not logger.isEnabledFor(logging.INFO):
+            installed.append((logger, _DropMessages(fragments)))
+            logger.addFilter(installed[-1][1])
+    try:
+        yield
+    finally:
+        for logger, message_filter in installed:
+            logger.removeFilter(message_filter)
+
+
+def _optimize(model: ir.Model, num_iterations: int) -> None:
     rules: Sequence[pattern.RewriteRule] | None = getattr(onnxscript.rewriter, "_DEFAULT_REWRITE_RULES", None)
     if not rules or slice_split_rule not in rules:  # another onnxscript: use its optimizer as it is
         onnxscript.optimizer.optimize_ir(model)

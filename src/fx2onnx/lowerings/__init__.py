@@ -29,6 +29,7 @@ _MODULES = (
     "linalg",
     "float64",
     "accuracy",
+    "symbolic",
 )
 
 

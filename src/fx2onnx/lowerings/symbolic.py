@@ -1,0 +1,70 @@
+"""Lowerings for the symbolic-scalar functions torch.export leaves in a graph (``torch.sym_max`` & co.).
+
+A dynamic dimension, or a value read with ``.item()``, reaches the graph as a SymInt/SymFloat/SymBool;
+arithmetic on them is traced as calls of ``operator``/``math`` functions (torchlib lowers those) and of
+``torch.sym_*`` (lowered here). In the ONNX graph each is a 0-d tensor: INT64, BOOL, or FLOAT for
+SymFloat (fx2onnx's convention, see ``emit/graph_builder._meta_dtype``). Python numbers mixed in
+(``torch.sym_max(n, 3)``) become constants of the other operand's type through the dispatcher's casts.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from onnxscript import BOOL, FLOAT, INT64
+from onnxscript import opset18 as op
+
+from fx2onnx.lowerings import lowering
+
+TScalar = TypeVar("TScalar", BOOL, FLOAT, INT64)
+TNumber = TypeVar("TNumber", FLOAT, INT64)
+
+
+@lowering("torch::sym_max")
+def sym_max(a: TNumber, b: TNumber) -> TNumber:
+    return op.Max(a, b)
+
+
+@lowering("torch::sym_min")
+def sym_min(a: TNumber, b: TNumber) -> TNumber:
+    return op.Min(a, b)
+
+
+@lowering("torch::sym_ite")
+def sym_ite(b: BOOL, t: TScalar, f: TScalar) -> TScalar:
+    """``t if b else f``: both branches are already computed values, so a Where, not an If."""
+    return op.Where(b, t, f)
+
+
+@lowering("torch::sym_not")
+def sym_not(a: BOOL) -> BOOL:
+    return op.Not(a)
+
+
+@lowering("torch::sym_float")
+def sym_float(a: TScalar) -> FLOAT:
+    return op.Cast(a, to=FLOAT.dtype)
+
+
+@lowering("torch::sym_int")
+def sym_int(a: FLOAT) -> INT64:
+    """Python's ``int()`` of a float truncates toward zero, as Cast does."""
+    return op.Cast(a, to=INT64.dtype)
+
+
+@lowering("torch::_sym_sqrt")
+def sym_sqrt(a: TNumber) -> FLOAT:
+    return op.Sqrt(op.Cast(a, to=FLOAT.dtype))
+
+
+@lowering("_operator::floordiv")
+def floordiv(a: TNumber, b: TNumber) -> TNumber:
+    """Python's ``a // b``, which rounds toward -inf (torchlib's lowering truncates: wrong for negative operands,
+    as in the ceil-division idiom ``-(-n // k)``)."""
+    if a.dtype == FLOAT.dtype:
+        return op.Floor(op.Div(a, b))
+    zero = op.CastLike(0, a)
+    quotient = op.Div(a, b)  # truncates toward zero
+    inexact = op.Not(op.Equal(op.Mul(quotient, b), a))
+    signs_differ = op.Xor(op.Less(a, zero), op.Less(b, zero))
+    return op.Sub(quotient, op.Cast(op.And(inexact, signs_differ), to=INT64.dtype))
