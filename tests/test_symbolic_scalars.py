@@ -123,3 +123,14 @@ def test_sym_sqrt_matches_python() -> None:
     )
     (output,) = program(torch.ones(10))
     assert torch.allclose(output, torch.full((10,), math.sqrt(10)))
+
+
+def test_dynamic_shapes_the_model_constrains_get_torchs_fix_in_the_remedy() -> None:
+    class NeedsFour(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[:4] * 2  # guards x.shape[0] >= 4
+
+    with pytest.raises(fx2onnx.CaptureError) as raised:
+        fx2onnx.export(NeedsFour(), (torch.randn(6),), dynamic_shapes=({0: torch.export.Dim("n", min=1, max=50)},))
+    message = str(raised.value)
+    assert "Suggested fixes" in message and "Dim.AUTO" in message and "strict=True" not in message

@@ -58,3 +58,42 @@ def test_llama_with_cache_outputs() -> None:
     program = check(llama(), (ids,), {"use_cache": True})
     names = [v.name for v in program.model.graph.outputs]
     assert names == ["logits"] + [f"past_key_values_{i}" for i in range(4)]
+
+
+def llama_step_inputs(config: transformers.LlamaConfig, batch: int, new: int, past: int, dtype: torch.dtype) -> dict:
+    """One decoding step's inputs: `new` tokens after a cache of `past` (random keys/values)."""
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache(config=config)
+    head_dim = config.hidden_size // config.num_attention_heads
+    for layer in range(config.num_hidden_layers):
+        shape = (batch, config.num_key_value_heads, past, head_dim)
+        cache.update(torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype), layer)
+    return {
+        "input_ids": torch.randint(0, 300, (batch, new)),
+        "attention_mask": torch.ones(batch, past + new, dtype=torch.long),
+        "past_key_values": cache,
+        "use_cache": True,
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_llama_decoding_step_with_cache_input_and_dynamic_sizes(dtype: torch.dtype) -> None:
+    """The usual export for generation: a KV cache as input. Eager appends to the cache it is given, so this
+    also checks that verification runs ONNX Runtime on the inputs as given, not as eager left them."""
+    model = llama().to(dtype)
+    config = model.config
+    batch, new, past = (torch.export.Dim(n, min=1, max=32) for n in ("batch", "new", "past"))
+    total = torch.export.Dim("total", min=4, max=64)
+    layers = config.num_hidden_layers
+    check(
+        model,
+        (),
+        llama_step_inputs(config, 2, 3, 5, dtype),
+        dynamic_shapes={
+            "input_ids": {0: batch, 1: new},
+            "attention_mask": {0: batch, 1: total},
+            "past_key_values": [{0: batch, 2: past}] * (2 * layers),
+        },
+        run_with=[((), llama_step_inputs(config, b, n, p, dtype)) for b, n, p in [(3, 1, 7), (1, 4, 4), (2, 3, 5)]],
+    )

@@ -481,6 +481,13 @@ def _capture_remedy(error: Exception, strict: bool) -> str:
             "(exported as an ONNX If), or state the assumption with torch._check(...) (see torch.export's "
             "'data-dependent' documentation)."
         )
+    if "Constraints violated" in str(error):
+        # The model's code constrains a dynamic dim more than `dynamic_shapes` says; torch prints the fixed Dims.
+        return (
+            "the dims in `dynamic_shapes` admit sizes the model's code does not: apply torch.export's "
+            "'Suggested fixes' (printed by torch.export; TORCH_LOGS='+dynamic' shows where each guard comes from), "
+            "or give those dims as torch.export.Dim.AUTO."
+        )
     return f"try strict={not strict}, extractor='symbolic_trace', or fix the graph break named above."
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import dataclasses
 import os
@@ -175,8 +176,11 @@ class ONNXProgram:
             from fx2onnx.intermediates import verify_with_intermediates
 
             return verify_with_intermediates(self, args, kwargs, rtol=rtol, atol=atol)
+        # Eager may update its inputs (a KV cache appends this step's keys): it gets its own copy, so that ONNX
+        # Runtime, and the caller, see the inputs as they were given.
+        eager_args, eager_kwargs = copy.deepcopy((args, kwargs))
         with torch.no_grad():
-            expected = self._module(*args, **kwargs)
+            expected = self._module(*eager_args, **eager_kwargs)
         expected_flat = [x for x in pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
         actual = self(*args, **kwargs)
         names = [v.name or f"output_{i}" for i, v in enumerate(self.model.graph.outputs)]
