@@ -321,9 +321,13 @@ def _target_name(target: Any) -> str:
         return str(target)
 
 
-def _is_runtime_check(node: torch.fx.Node) -> bool:
+def is_runtime_check(node: torch.fx.Node) -> bool:
+    """An op that returns nothing and feeds nothing (a shape/dtype/value assertion): the emitter skips it."""
     schema = getattr(node.target, "_schema", None)
     return schema is not None and not schema.returns and not node.users
+
+
+_is_runtime_check = is_runtime_check  # the former private name
 
 
 def _call(function: Any, kwargs: dict[str, Any]) -> Any:
@@ -377,4 +381,4 @@ def _version() -> str:
     return __version__
 
 
-__all__ = ["CastRecord", "EmitResult", "GraphEmitter", "symbol_names_for", "value_dtype"]
+__all__ = ["CastRecord", "EmitResult", "GraphEmitter", "is_runtime_check", "symbol_names_for", "value_dtype"]

@@ -30,6 +30,7 @@ _MODULES = (
     "float64",
     "accuracy",
     "symbolic",
+    "integer_ops",
 )
 
 
