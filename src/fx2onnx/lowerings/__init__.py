@@ -31,6 +31,7 @@ _MODULES = (
     "accuracy",
     "symbolic",
     "integer_ops",
+    "integer_pooling",
 )
 
 
