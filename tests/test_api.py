@@ -234,3 +234,13 @@ def test_symbolic_trace_failure_is_a_capture_error() -> None:
 
     with pytest.raises(fx2onnx.CaptureError, match="symbolic_trace could not trace DataDependent"):
         fx2onnx.export(DataDependent(), (torch.randn(3),), extractor="symbolic_trace")
+
+
+def test_verification_compares_integers_exactly_beyond_float64s_precision() -> None:
+    from fx2onnx.program import compare
+
+    expected = torch.tensor([2**62, -(2**60), 7], dtype=torch.int64)
+    off_by_100 = expected + torch.tensor([100, 0, 0])  # the same value once both are rounded to float64
+    assert not compare("x", expected, off_by_100).passed
+    assert compare("x", expected, off_by_100).max_abs_error == 100
+    assert compare("x", expected, expected.clone()).passed

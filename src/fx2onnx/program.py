@@ -215,6 +215,11 @@ def compare(
             rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
             max_rel = float(rel.max())
             close = bool(((diff <= atol + rtol * e.abs()) | both_nan | same_inf).all())  # NaN in e: NaN tolerance
+            if _is_exact(expected) and _is_exact(actual) and atol == 0 and rtol == 0:
+                # float64 holds integers exactly only up to 2**53: an int64 near 2**62 off by 1000 would compare equal
+                exact_diff = (expected.detach().to(torch.int64) - actual.detach().to(torch.int64)).abs()
+                close = not bool(exact_diff.any())
+                max_abs = max(max_abs, float(exact_diff.max()))
         else:
             close = True
     return OutputVerification(
@@ -229,6 +234,11 @@ def compare(
         atol=atol,
         passed=same_shape and same_dtype and close,
     )
+
+
+def _is_exact(tensor: torch.Tensor) -> bool:
+    """An integer or bool tensor whose values int64 holds exactly (uint64 above 2**63 would wrap)."""
+    return not tensor.dtype.is_floating_point and not tensor.dtype.is_complex and tensor.dtype != torch.uint64
 
 
 def cpu_session(source: str | bytes, model: ir.Model) -> onnxruntime.InferenceSession:
