@@ -4,7 +4,12 @@ far out and at inf/-inf/NaN (src/fx2onnx/lowerings/accuracy.py).
 torchlib's ``Log(1 + x)`` and ``Exp(x) - 1`` give 0 for log1p(1e-10) in float32 (eager 1e-10), its
 ``Log(Sigmoid(x))`` and ``Log(Exp(a) + Exp(b))`` overflow to inf or underflow to 0 where eager's results are
 finite, and its elu scales the positive side by input_scale. Each case compares with eager at a few ulps of its
-dtype, and the smallest subnormal absolute (a subnormal result may differ in its last bit).
+dtype, and the smallest subnormal absolute (a subnormal result may differ in its last bit). Each also checks NaN,
++-inf and the sign of zeros exactly (`assert_special_values_match`): ``verify``'s tolerance accepts any value
+where eager's is infinite (rtol * inf), and 0 == -0.
+
+logcumsumexp (torchlib: max + Log(CumSum(Exp(x - max))), NaN at +-inf, -inf far below the maximum) is checked
+at +-inf, NaN, all -inf prefixes and +-1e4 along each dim, and with a dim of run-time length (an ONNX Loop).
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils import _pytree as pytree
+
+import fx2onnx
 
 from conftest import Call, assert_exports_and_matches
 
@@ -90,9 +98,28 @@ def _params(cases: dict[str, Case]) -> list[Any]:
     ]
 
 
+def assert_special_values_match(program: fx2onnx.ONNXProgram, model: torch.nn.Module, args: tuple[Any, ...]) -> None:
+    """NaN, +-inf and the sign of zeros in every output exactly as eager's."""
+    with torch.no_grad():
+        expected = [t for t in pytree.tree_leaves(model(*args)) if isinstance(t, torch.Tensor)]
+    for index, (e, a) in enumerate(zip(expected, program(*args))):
+        e, a = e.to(torch.float64), a.to(torch.float64)
+        assert torch.equal(e.isnan(), a.isnan()), f"output {index}: NaN at {e.isnan().nonzero().tolist()}, {a}"
+        infinite = e.isinf() | a.isinf()
+        assert torch.equal(e[infinite], a[infinite]), f"output {index}: infinities {e[infinite]} vs {a[infinite]}"
+        zeros = (e == 0) & (a == 0)
+        signs = (torch.signbit(e[zeros]), torch.signbit(a[zeros]))
+        assert torch.equal(*signs), f"output {index}: signs of zeros {e[zeros].tolist()} vs {a[zeros].tolist()}"
+
+
+def check_values(model: torch.nn.Module, args: tuple[Any, ...], rtol: float, atol: float, **options: Any) -> None:
+    program = assert_exports_and_matches(model, args, rtol=rtol, atol=atol, **options)
+    assert_special_values_match(program, model, args)
+
+
 def _check(case: Case, dtype: torch.dtype, ulps: int = 4) -> None:
     rtol, atol = tolerances(dtype, ulps)
-    assert_exports_and_matches(Call(case), (values(dtype),), rtol=rtol, atol=atol)
+    check_values(Call(case), (values(dtype),), rtol, atol)
 
 
 @pytest.mark.parametrize(("name", "dtype"), _params(CASES))
@@ -133,3 +160,80 @@ def test_embedding_renorm(dtype: torch.dtype, norm_type: float) -> None:
     rtol, atol = tolerances(dtype)
     indices = torch.tensor([[0, 2], [3, 2]])
     assert_exports_and_matches(_Renormed(dtype, norm_type), (indices,), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_signed_zeros(dtype: torch.dtype) -> None:
+    """-0 in, -0 out (as eager) for log1p and expm1 (whose 0 was +0: log(1) + (-0) and ONNX Runtime's Where, which
+    turns a -0 in its first branch into +0), and the elu family (eager's x * scale there)."""
+    functions = (
+        torch.log1p,
+        torch.special.log1p,
+        torch.expm1,
+        lambda x: torch.special.xlog1py(torch.full_like(x, 2.0), x),
+        lambda x: torch.ops.aten.elu(x, 0.3, -1.7, 0.9),
+        lambda x: F.elu(x, alpha=-0.5),
+        lambda x: F.celu(x, alpha=0.3),
+        F.selu,
+    )
+    x = torch.tensor([-0.0, 0.0, -1e-30, 1e-30, 2.0, -2.0, INF, -INF, NAN], dtype=dtype)
+    rtol, atol = tolerances(dtype, ulps=6)
+    check_values(Call(lambda t: tuple(function(t) for function in functions)), (x,), rtol, atol)
+
+
+# --- logcumsumexp ---------------------------------------------------------------------------------------------
+# Rows: infinities (-inf prefixes, +inf from there on, then NaN), magnitudes far apart each way, all -inf.
+LOGCUMSUMEXP_SPECIAL = [
+    [-INF, -INF, 1.0, -1e4, 1e4, INF, 5.0, NAN, 2.0],
+    [1e-10, 2e-10, -20.0, -1e4, -INF, 1e4, -INF, INF, INF],
+    [-1e4, 1e4, -1e4, 3.0, -INF, 0.5, 1e4, 1e4, -2.0],
+    [-INF] * 9,
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_logcumsumexp(dtype: torch.dtype) -> None:
+    """Along dim 1, 0 (across the special rows), -1 of a long random row and the middle of a 3-d tensor, and a 0-d
+    tensor. float32 is within an ulp of eager (which accumulates in double), float64 within 6."""
+    generator = torch.Generator().manual_seed(0)
+    special = torch.tensor(LOGCUMSUMEXP_SPECIAL, dtype=torch.float64).to(dtype)
+    wide = (torch.randn(3, 257, generator=generator, dtype=torch.float64) * 30).to(dtype)
+    cube = torch.randn(2, 5, 3, generator=generator, dtype=torch.float64).to(dtype)
+    scalar = torch.tensor(0.75, dtype=dtype)
+
+    def scans(s: torch.Tensor, w: torch.Tensor, c: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.logcumsumexp(s, 1),
+            torch.logcumsumexp(s, 0),
+            torch.logcumsumexp(w, -1),
+            torch.logcumsumexp(c, -2),
+            torch.logcumsumexp(z, 0),
+        )
+
+    rtol, atol = tolerances(dtype, ulps=16 if dtype == torch.float64 else 4)
+    check_values(Call(scans), (special, wide, cube, scalar), rtol, atol)
+
+
+class _RunningLogSumExp(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.logcumsumexp(x, 1)
+
+
+def test_logcumsumexp_of_dynamic_length() -> None:
+    """A dim whose length is known only at run time: the doubling steps run in an ONNX Loop."""
+    generator = torch.Generator().manual_seed(1)
+
+    def rows(length: int) -> torch.Tensor:
+        x = torch.randn(3, length, generator=generator) * 20
+        x[0, 0], x[1, length // 2], x[2, -1] = -INF, INF, NAN
+        return x
+
+    length = torch.export.Dim("length", min=2, max=4096)
+    runs = [((rows(n),), {}) for n in (2, 3, 8, 9, 300)]
+    rtol, atol = tolerances(torch.float32)
+    program = assert_exports_and_matches(
+        _RunningLogSumExp(), runs[0][0], dynamic_shapes=({1: length},), run_with=runs, rtol=rtol, atol=atol
+    )
+    assert "Loop" in {node.op_type for node in program.model_proto.graph.node}
+    for args, _ in runs:
+        assert_special_values_match(program, _RunningLogSumExp(), args)

@@ -3,6 +3,11 @@
 The inputs cover what the coverage sweep samples and the special cases of eager's algorithms (Math.h): degrees
 below 0, 0, 1 and above the switch to trigonometric forms, |x| = 1, the branch points of the Bessel and Airy
 approximations, integer and bool inputs (which eager computes in float32), inf and NaN.
+
+The gamma family (lgamma, digamma, polygamma, mvlgamma), erfinv, ndtri and log_ndtr are also checked at float64's
+own accuracy (rtol 1e-13 or tighter, against eager's ~1e-15) over their hard regions: near 0 and +-1 for erfinv,
+probabilities down to 1e-300 for ndtri, negative non-integers next to the poles, lgamma's zeros at 1 and 2, large
+arguments, +-0, +-inf and NaN, whose values (and zeros' signs) must be eager's exactly.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from collections.abc import Callable
 
 import pytest
 import torch
+
+from test_accuracy_lowerings import check_values
 
 from conftest import Call, assert_exports_and_matches
 
@@ -212,3 +219,113 @@ def test_optimizer_keeps_tiny_additions_and_near_one_factors() -> None:
     x = torch.tensor([1e-10, 2e-10], dtype=torch.float64)
     program = assert_exports_and_matches(Call(lambda t: (t * 0.5 + 3.4e-10) * 1.000001), (x,), rtol=1e-7, atol=0.0)
     assert [node.op_type for node in program.model_proto.graph.node].count("Add") == 1
+
+
+# --- float64-accurate gamma family, erfinv, ndtri and log_ndtr ------------------------------------------------
+INF, NAN = float("inf"), float("nan")
+
+
+def _gamma_arguments(dtype: torch.dtype) -> torch.Tensor:
+    """A grid over [-30, 40] (no integers), both sides of the poles -1..-5 and of lgamma's zeros, tiny and huge
+    arguments, -100.3 (eager's zeta sums over 100 direct terms there), +-0, negative integers, +-inf and NaN."""
+    poles = torch.arange(1, 6, dtype=torch.float64)
+    edges = [1e-8, 1 - 1e-7, 1 + 1e-8, 2 - 1e-9, 2 + 1e-7, 1.4616321449683622, 1e3, 1e6, 1e15, 1e200, -0.5]
+    edges += [-1e-9, -2.457024738220797, -2.7476826467274127, -100.3, -1000.7, 0.0, -0.0, -1.0, -7.0, INF, -INF, NAN]
+    values = [torch.linspace(-30.29, 40.13, 701, dtype=torch.float64), -poles + 1e-5, -poles - 1e-5]
+    return torch.cat([*values, torch.tensor(edges, dtype=torch.float64)]).to(dtype)
+
+
+def _gamma_family(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (
+        torch.lgamma(x),
+        torch.digamma(x),
+        torch.special.psi(x),
+        *(torch.polygamma(n, x) for n in (1, 2, 3)),
+        torch.mvlgamma(x.abs() + 2.0, 3),
+    )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rtol", "atol"),
+    # atol: psi has a zero at 1.46 and between poles, lgamma at 1, 2 and between poles, where both cancel.
+    [(torch.float64, 1e-13, 1e-14), (torch.float32, 2e-6, 2e-6)],
+    ids=["float64", "float32"],
+)
+def test_gamma_family(dtype: torch.dtype, rtol: float, atol: float) -> None:
+    """float64 was ~1e-10 off (digamma's series stopped at y^-10 from y = 6.5) and 1e-3 next to the poles (tan of
+    pi x in float32); polygamma wrong below -8 (a recurrence to x + 16); lgamma 2e-6 relative next to 1 and 2."""
+    check_values(Call(_gamma_family), (_gamma_arguments(dtype),), rtol, atol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_lgamma_near_its_zeros_at_one_and_two(dtype: torch.dtype) -> None:
+    """Relative accuracy where lgamma is small (Lanczos' sum alone is ~1e-15 absolute: 1e-7 relative at 1 + 1e-8)."""
+    offsets = torch.logspace(-12, -0.7, 40, dtype=torch.float64)
+    x = torch.cat([1 + offsets, 1 - offsets, 2 + offsets, 2 - offsets, torch.tensor([1.0, 2.0], dtype=torch.float64)])
+    rtol = 1e-13 if dtype == torch.float64 else 4e-6
+    check_values(Call(torch.lgamma), (x.to(dtype),), rtol, 0.0)
+
+
+def _probabilities(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(erfinv's arguments in [-1, 1] with both ends and tiny ones, ndtri's in [0, 1] down to 1e-300), each with
+    +-0, the ends, outside values and NaN."""
+    generator = torch.Generator().manual_seed(0)
+    near_one = 1 - torch.logspace(-16, -1, 46, dtype=torch.float64)
+    small = torch.logspace(-300, -1, 47, dtype=torch.float64)
+    ends = torch.tensor([0.0, -0.0, 1.0, -1.0, 1.5, -1.5, NAN], dtype=torch.float64)
+    v = torch.cat([torch.linspace(-1, 1, 801, dtype=torch.float64)[1:-1], near_one, -near_one, small, -small, ends])
+    uniform = torch.rand(400, generator=generator, dtype=torch.float64)
+    p = torch.cat([uniform, small, near_one, torch.tensor([0.0, 1.0, 0.5, -0.5, 1.5, NAN], dtype=torch.float64)])
+    return v.to(dtype), p.to(dtype)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rtol"),
+    [(torch.float64, 1e-14), (torch.float32, 1e-6)],  # measured: 4 ulps of eager in both
+    ids=["float64", "float32"],
+)
+def test_erfinv_and_ndtri(dtype: torch.dtype, rtol: float) -> None:
+    """float64 was Giles' float32 approximation (6e-8); ndtri was sqrt(2) erfinv(2p - 1), -inf below p = 1e-16
+    (3e-8 in float32); erfinv(+-1) was -+inf. Now ndtri follows eager's Cephes ndtri, and float64 erfinv too."""
+    v, p = _probabilities(dtype)
+    model = Call(lambda a, b: (torch.erfinv(a), torch.special.erfinv(a), torch.special.ndtri(b)))
+    check_values(model, (v, p), rtol, 0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float16, torch.bfloat16], ids=str)
+def test_gamma_family_and_erfinv_of_other_dtypes(dtype: torch.dtype) -> None:
+    """Integers and bool compute in float32 as eager (not through float16, the cheapest lossless cast);
+    float16/bfloat16 in float32, rounded once."""
+    if dtype.is_floating_point:
+        x = torch.tensor([-2.5, -0.5, 0.0, 0.25, 1.0, 1.5, 3.5, 12.0, 40.0, INF, NAN]).to(dtype)
+        v = torch.tensor([-1.0, -0.999, -0.3, 0.0, 0.5, 0.9999, 1.0]).to(dtype)
+        tolerance = torch.finfo(dtype).eps * 2
+    else:
+        x = torch.tensor([-3, -1, 0, 1, 2, 3, 7, 100]).to(dtype)
+        v = torch.tensor([-1, 0, 1, 1, 0, 0, 1, -1]).to(dtype)
+        tolerance = 2e-6
+
+    def functions(t: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        results = (torch.lgamma(t), torch.digamma(t), torch.polygamma(1, t), torch.erfinv(u))
+        return results if dtype.is_floating_point else (*results, torch.special.ndtri(u))  # no f16/bf16 ndtri
+
+    check_values(Call(functions), (x, v), tolerance, tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_log_ndtr_tails(dtype: torch.dtype) -> None:
+    """The upper tail, log1p(-erfc(t) / 2): erfc(t) = erfcx(t) exp(-t^2) had the rounding of t^2 in it (7e-14 at
+    t = 25), and -0 where erfc underflows came out +0."""
+    x = torch.cat([torch.linspace(-40, 40, 801, dtype=torch.float64), torch.tensor([0.0, -0.0, 60.0, INF, -INF, NAN])])
+    tiny = torch.finfo(dtype).tiny
+    rtol = 1e-14 if dtype == torch.float64 else 1e-6
+    check_values(Call(torch.special.log_ndtr), (x.to(dtype),), rtol, tiny)
+
+
+def test_zeta_far_below_zero() -> None:
+    """q below -38 (eager sums q + k up to 9): the direct sum continues in an ONNX Loop; the first term in the
+    input's type for float32, as eager's pow."""
+    q = torch.tensor([-100.3, -1000.7, -38.5, -39.5, -2.5, 0.5, 3.0, 1e3], dtype=torch.float64)
+    x = torch.tensor([3.0, 4.0, 2.0, 5.0, 3.0, 1.5, 7.0, 2.0], dtype=torch.float64)
+    model = Call(lambda a, b: (torch.special.zeta(a, b), torch.special.zeta(a.float(), b.float())))
+    check_values(model, (x, q), 1e-13, 0.0)

@@ -16,9 +16,10 @@ import math
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript import INT64
+from onnxscript import INT64, evaluator
 from onnxscript import opset18 as op
 
+from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.core import TFloat, _back, _const, _in_float32
 
@@ -47,14 +48,15 @@ def log1p(x: TFloat) -> TFloat:
 
     Above 1 the correction is left out (d taken as 0; Log(1 + x) is within a few ulps there); at -1 (u = 0) d is
     0 and is divided by the smallest normal instead of 0, leaving Log's -inf. inf gives inf; below -1 and -inf
-    give NaN, from Log. (-0 gives +0; eager -0.)
+    give NaN, from Log. The sum is formed negated, -(-(d / u) - log(u)), which rounds the same but keeps -0 for
+    -0 (at x = +-0, log(u) is +0 and d / u is x, and +0 + -0 would be +0).
     """
     one = _const(1.0, x)
     u = op.Add(x, one)
     clamped = op.Min(x, one)
     error = op.Sub(clamped, op.Sub(op.Add(clamped, one), one))
     smallest = _const(float(np.finfo(_NUMPY[x.dtype]).tiny), x)
-    return op.Add(op.Log(u), op.Div(error, op.Max(u, smallest)))
+    return op.Neg(op.Sub(op.Neg(op.Div(error, op.Max(u, smallest))), op.Log(u)))
 
 
 def expm1(x: TFloat, nonpositive: bool = False) -> TFloat:
@@ -63,20 +65,24 @@ def expm1(x: TFloat, nonpositive: bool = False) -> TFloat:
     The ratio x / log(u) corrects u's rounding; it is taken first so that (u - 1) * x cannot overflow where u is
     near the largest float. x itself where u is 1; -1 where u - 1 rounds to -1 (exp underflows, -inf included);
     inf where exp overflows (left out when the caller promises x <= 0: `nonpositive`). NaN stays NaN.
+
+    x is the last Where's second branch, selected where |u - 1| > 0 is false, so that -0 stays -0: ONNX Runtime's
+    Where turns a -0 in its first branch into +0 (and its NotWhereFusion would swap the branches of a Not(u == 1)).
     """
     one = _const(1.0, x)
     u = op.Exp(x)
     below = op.Sub(u, one)
     result = op.Mul(below, op.Div(x, op.Log(u)))
-    result = op.Where(op.Equal(u, one), x, result)
     result = op.Where(op.Equal(below, _const(-1.0, x)), below, result)
-    return result if nonpositive else op.Where(op.IsInf(u), u, result)
+    if not nonpositive:
+        result = op.Where(op.IsInf(u), u, result)
+    return op.Where(op.Greater(op.Abs(below), _const(0.0, x)), result, x)
 
 
 def _expm1_of_nonpositive(x: TFloat) -> TFloat:
     """expm1 for x <= 0, for activations, where speed matters: in float32 2t / (1 - t) with t = tanh(x / 2), which
     cannot cancel for x <= 0 (-inf: t = -1, giving -1). Five cheap nodes, about ONNX Runtime's own Elu's time;
-    Kahan's trick takes five times that (its Log and three Wheres), but float64 keeps it: ONNX Runtime's float64
+    Kahan's trick takes five times that (its Log and Wheres), but float64 keeps it: ONNX Runtime's float64
     Tanh is off by up to 3.5 ulps. ONNX Runtime's float32 Tanh loses relative accuracy below about 1e-36 in
     magnitude (absolute error under 1e-42), and so does this there.
     """
@@ -110,19 +116,19 @@ def _elu(self: TFloat, alpha: float, scale: float, input_scale: float) -> TFloat
     """eager's kernel: x < 0 ? expm1(x * input_scale) * (alpha * scale) : x * scale, coefficients in the compute
     dtype (alpha * scale rounded there too). torchlib scales the positive side by input_scale as well.
 
-    Written as the sum of the two sides, each computed on its half of the line (min(x, 0), max(x, 0)) and 0 on
-    the other: no Where, which would cost more than the rest together.
+    One Where picks the side (it costs about what the Min, Max and Add of a branchless sum of both sides would):
+    x * scale is its second branch, so that -0 gives -0 * scale as in eager (ONNX Runtime's Where turns a -0 in
+    its first branch into +0, and Min(x, 0) / Max(x, 0) return either zero at x = +-0).
     """
     x = _in_float32(self)
     alpha, scale, input_scale = (_scalar(v, x) for v in (alpha, scale, input_scale))
     negative_coefficient = _scalar(alpha * scale, x)  # float32 * float32 is exact in double, then rounded once
-    zero = _const(0.0, x)
-    below, above = op.Min(x, zero), op.Max(x, zero)
-    scaled = below if input_scale == 1 else op.Mul(below, _const(input_scale, x))
+    scaled = x if input_scale == 1 else op.Mul(x, _const(input_scale, x))
+    # Over the whole line; the positive half (inf or NaN there) is not selected.
     negative_side = _expm1_of_nonpositive(scaled) if input_scale >= 0 else expm1(scaled)
     negative = op.Mul(negative_side, _const(negative_coefficient, x))
-    positive = above if scale == 1 else op.Mul(above, _const(scale, x))
-    return _back(op.Add(negative, positive), self)
+    positive = x if scale == 1 else op.Mul(x, _const(scale, x))
+    return _back(op.Where(op.Less(x, _const(0.0, x)), negative, positive), self)
 
 
 @lowering("aten::elu")
@@ -205,3 +211,82 @@ def embedding_renorm(weight: TFloat, indices: INT64, max_norm: float, norm_type:
     scaled = op.Mul(rows, _in_float32(_as(scale, weight.dtype)))
     renormed = _back(op.Where(op.Greater(norms, limit), scaled, rows), weight)
     return op.ScatterND(weight, op.Unsqueeze(unique, op.Constant(value_ints=[1])), renormed)
+
+
+# --- logcumsumexp -------------------------------------------------------------------------------------------------
+# torchlib's is max + Log(CumSum(Exp(x - max))) with one max over the whole dim: NaN once an input is +-inf (inf - inf),
+# -inf (or a few digits) for a prefix far below the later maximum. Eager folds each element into a running
+# log-sum-exp (ReduceOpsKernel.cpp's _log_add_exp_helper, in double for float32). Here a prefix scan in
+# ceil(log2(n)) doubling steps (Hillis-Steele): step k combines each partial with the one 2^k places before it.
+# A partial is a pair (peak, excess) standing for peak + log1p(excess), excess = sum(exp(x_j - peak)) - 1: no Log
+# in the steps, and the sum keeps relative accuracy where it is small. Infinities need no special case: peak is x
+# clamped to the finite range and each element starts with excess exp(x - peak) - 1, which is 0 for finite x, -1
+# for -inf (nothing to add; an all -inf prefix ends as -inf) and inf for +inf (inf from there on). NaN propagates
+# through Max, Exp and Add. Padding holds the empty partial (lowest float, -1).
+def _scan_step(peak: TFloat, excess: TFloat, pads: INT64, axes: INT64) -> tuple[TFloat, TFloat]:
+    lowest = _const(float(-np.finfo(_NUMPY[peak.dtype]).max), peak)
+    earlier_peak = op.Pad(peak, pads, lowest, axes)
+    earlier_excess = op.Pad(excess, pads, _const(-1.0, excess), axes)
+    new_peak = op.Max(peak, earlier_peak)
+    own = op.Exp(op.Sub(peak, new_peak))
+    other = op.Exp(op.Sub(earlier_peak, new_peak))
+    # One of own/other is 1 (the larger peak's), so own + other - 1 is exactly the smaller of them.
+    combined = op.Add(op.Add(op.Mul(excess, own), op.Mul(earlier_excess, other)), op.Min(own, other))
+    return new_peak, combined
+
+
+def _doubling_loop(length: INT64, peak: TFloat, excess: TFloat, axes: INT64, direction: INT64) -> tuple[TFloat, TFloat]:
+    """The doubling steps for a dim whose length is known only at run time: an ONNX Loop while 2^k < length."""
+    outer = evaluator.default()
+    assert isinstance(outer, GraphRecorder), "fx2onnx's lowerings are recorded by its GraphRecorder"
+
+    def body_input(hint: str, dtype: ir.DataType, scalar: bool) -> ir.Value:
+        value = ir.Value(name=outer.fresh_name(hint), type=ir.TensorType(dtype))
+        if scalar:
+            value.shape = ir.Shape([])
+        return value
+
+    iteration = body_input("scan_iteration", ir.DataType.INT64, scalar=True)
+    condition = body_input("scan_condition", ir.DataType.BOOL, scalar=True)
+    shift = body_input("scan_shift", ir.DataType.INT64, scalar=True)
+    peak_in = body_input("scan_peak", peak.dtype, scalar=False)
+    excess_in = body_input("scan_excess", excess.dtype, scalar=False)
+    body = ir.Graph([iteration, condition, shift, peak_in, excess_in], [], nodes=[], name=outer.fresh_name("scan"))
+    inner = GraphRecorder(body, outer.opset_imports)
+    inner._names = outer._names  # one name space: ONNX forbids a subgraph reusing an outer name
+    with inner.recording(outer._metadata), evaluator.default_as(inner):
+        peak_out, excess_out = _scan_step(peak_in, excess_in, op.Mul(direction, shift), axes)
+        doubled = op.Add(shift, shift)
+        more = op.Less(doubled, length)
+    outer._names = inner._names
+    body.outputs.extend([more, doubled, peak_out, excess_out])
+    one = op.Constant(value=ir.tensor(1, dtype=ir.DataType.INT64))
+    _, final_peak, final_excess = op.Loop(length, op.Less(one, length), one, peak, excess, body=body)
+    final_peak.dtype, final_excess.dtype = peak.dtype, excess.dtype  # the recorder does not infer Loop's outputs
+    return final_peak, final_excess
+
+
+@lowering("aten::logcumsumexp")
+def logcumsumexp(self: TFloat, dim: int) -> TFloat:
+    """log(cumsum(exp(x))) along `dim`, stable for any magnitudes and at +-inf/NaN; float16/bfloat16 in float32.
+    ceil(log2(n)) steps of a dozen elementwise nodes over the whole tensor: about 5 to 10 times torchlib's time."""
+    x = _in_float32(self)
+    rank = len(x.shape)
+    if rank == 0:
+        return self
+    dim = dim % rank
+    largest = float(np.finfo(_NUMPY[x.dtype]).max)
+    peak = op.Clip(x, _const(-largest, x), _const(largest, x))  # NaN stays NaN
+    excess = op.Sub(op.Exp(op.Sub(x, peak)), _const(1.0, x))
+    axes = op.Constant(value_ints=[dim])
+    length = x.shape[dim]
+    if isinstance(length, int):
+        shift = 1
+        while shift < length:
+            peak, excess = _scan_step(peak, excess, op.Constant(value_ints=[shift, -shift]), axes)
+            shift *= 2
+    else:
+        direction = op.Constant(value_ints=[1, -1])  # pads: `shift` before, -`shift` (cut) after
+        size = op.Squeeze(op.Shape(x, start=dim, end=dim + 1))
+        peak, excess = _doubling_loop(size, peak, excess, axes, direction)
+    return _back(op.Add(peak, log1p(excess)), self)

@@ -13,14 +13,15 @@ import math
 from collections.abc import Callable
 from typing import TypeVar
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, evaluator
 from onnxscript import opset18 as op
 
 from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.lowerings import _cephes as _c
-from fx2onnx.lowerings import core as _core
 from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.accuracy import log1p
 from fx2onnx.lowerings.core import _const, _polynomial
 
 TReal = TypeVar("TReal", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
@@ -514,28 +515,153 @@ def airy_ai(self: TReal) -> TReal:
     return op.Where(op.IsInf(x), _const(float("nan"), x), result)
 
 
-# --- integer and bool inputs of core.py's float-only lowerings -------------------------------------------
-# core.py declares these for float types only, so the dispatcher would cast an int8/uint8/bool input to the
-# cheapest lossless float, float16, and round the result to it; eager computes them in float32.
-@lowering("aten::polygamma")
-def polygamma_of_integers(n: int, self: TReal) -> TReal:
-    """As eager: digamma for n = 0, its trigamma for n = 1 (huge but finite at negative integers, where
-    float32 sin(pi x) is not 0), and (-1)^(n+1) n! zeta(n + 1, x) above."""
-    x = _float(self)
-    if n == 0:
-        return _core.digamma(x)
-    if n == 1:
-        return _trigamma(x)
-    sign = 1.0 if n % 2 == 1 else -1.0
-    return op.Mul(_const(sign * math.factorial(n), x), zeta(op.Expand(_const(float(n + 1), x), op.Shape(x)), x))
+# --- the gamma function's logarithm and its derivatives ---------------------------------------------------------
+# Eager's algorithms (Math.h's calc_digamma, trigamma and calc_polygamma, which follow Cephes' psi.c and zeta.c;
+# glibc's lgamma), each with every constant in the compute dtype, so that float64 is float64-accurate. Integer
+# and bool inputs compute in float32, float16/bfloat16 in float32, as eager does.
+_PI = 3.141592653589793
+# log|Gamma(z)| for z >= 0.5: Lanczos' series (g = 7, 9 terms).
+_LANCZOS = (
+    0.99999999999980993,
+    676.5203681218851,
+    -1259.1392167224028,
+    771.32342877765313,
+    -176.61502916214059,
+    12.507343278686905,
+    -0.13857109526572012,
+    9.9843695780195716e-6,
+    1.5056327351493116e-7,
+)
+# psi(y) ~ log(y) - 1 / (2y) - sum_k B_2k / (2k y^2k): B_2k / 2k for k = 7 .. 1 (Cephes' psi.c, as eager).
+_DIGAMMA_ASYMPTOTIC = (1.0 / 12, -691.0 / 32760, 1.0 / 132, -1.0 / 240, 1.0 / 252, -1.0 / 120, 1.0 / 12)
+_DIGAMMA_STEPS = 10  # eager recurs up to y >= 10, where seven terms of the series are within 5e-17
+
+
+def _is_nonpositive_integer(x: ir.Value) -> ir.Value:
+    return op.And(op.LessOrEqual(x, _const(0.0, x)), op.Equal(x, op.Floor(x)))
+
+
+def _lgamma_lanczos(z: ir.Value) -> ir.Value:
+    shifted = op.Sub(z, _const(1.0, z))
+    series = _const(_LANCZOS[0], z)
+    for index, coefficient in enumerate(_LANCZOS[1:], start=1):
+        series = op.Add(series, op.Div(_const(coefficient, z), op.Add(shifted, _const(float(index), z))))
+    t = op.Add(shifted, _const(7.5, z))
+    half_log_two_pi = _const(0.91893853320467274, z)
+    power = op.Mul(op.Add(shifted, _const(0.5, z)), op.Log(t))
+    return op.Add(op.Add(half_log_two_pi, op.Sub(power, t)), op.Log(series))
+
+
+def _lgamma_right(z: ir.Value) -> ir.Value:
+    """log|Gamma(z)| for z >= 0.5. Lanczos' sum is within about 1e-15 absolute in float64 (its large alternating
+    terms leave float32 about 1e-6), which is no relative accuracy near lgamma's zeros at 1 and 2: within 1/4 of
+    them a Taylor series around 2 takes over,
+    lgamma(2 + t) = (1 - euler_gamma) t + sum_k c_k t^k, and lgamma(1 + t) = lgamma(2 + t) - log1p(t) (t = z - 1
+    or z - 2 is exact there). 18 terms for float64, 9 for float32."""
+    one = _const(1.0, z)
+    near_one = op.Less(z, _const(1.5, z))
+    t = op.Sub(z, op.Where(near_one, one, _const(2.0, z)))
+    terms = len(_c.LGAMMA_AROUND_TWO) if z.dtype == ir.DataType.DOUBLE else 9
+    series = _polynomial(t, (*_c.LGAMMA_AROUND_TWO[:terms][::-1], 0.42278433509846713939))  # 1 - euler_gamma
+    series = op.Mul(t, series)
+    series = op.Sub(series, op.Where(near_one, log1p(t), _const(0.0, z)))
+    near = op.LessOrEqual(op.Abs(t), _const(0.25, z))
+    return op.Where(near, series, _lgamma_lanczos(z))
+
+
+def _lgamma(x: ir.Value) -> ir.Value:
+    """Below 0.5 by reflection, log(pi / |sin(pi x)|) - lgamma(1 - x), the sine's argument reduced to
+    [-pi/2, pi/2] (exactly: pi (x - round(x))); inf at 0, -1, -2... and at +-inf."""
+    half = _const(0.5, x)
+    reflect = op.Less(x, half)
+    z = op.Where(reflect, op.Sub(_const(1.0, x), x), x)
+    right = _lgamma_right(z)
+    pi = _const(_PI, x)
+    sine = op.Abs(op.Sin(op.Mul(pi, op.Sub(x, op.Round(x)))))
+    reflected = op.Sub(op.Log(op.Div(pi, sine)), right)
+    result = op.Where(reflect, reflected, right)
+    infinity = _const(float("inf"), x)
+    return op.Where(op.Or(op.IsInf(x), _is_nonpositive_integer(x)), infinity, result)
+
+
+@lowering("aten::lgamma")
+def lgamma(self: TReal) -> TReal:
+    return _lgamma(_float(self))
+
+
+# ONNX Runtime's float64 Sin and Cos are within a few ulps only on about [-pi/2, pi/2] (Cos on [-pi/4, pi/4]):
+# elsewhere their error is about an ulp of the argument, which is no relative accuracy near their zeros. Where
+# eager takes the sine or tangent of pi x rounded, the float64 graphs reduce that angle first, by Cody and Waite's
+# method: pi (or pi/2) in parts whose products with the (small) integer k are exact.
+_PI_PARTS = (3.141592502593994, 1.5099578831723193e-07, 1.0780605716316238e-14)  # 24, 24 and 53 bits of pi
+_HALF_PI_PARTS = (1.5707963267948966, 6.123233995736766e-17)
+
+
+def _minus_multiples(theta: ir.Value, k: ir.Value, parts: tuple[float, ...]) -> ir.Value:
+    for part in parts:
+        theta = op.Sub(theta, op.Mul(k, _const(part, theta)))
+    return theta
+
+
+def _sin_of_angle(theta: ir.Value) -> ir.Value:
+    """+-sin(theta), the sign dropped for float64 (theta - k pi, k = round(theta / pi), is the argument)."""
+    if theta.dtype != ir.DataType.DOUBLE:
+        return op.Sin(theta)
+    k = op.Round(op.Div(theta, _const(_PI, theta)))
+    return op.Sin(_minus_multiples(theta, k, _PI_PARTS))
+
+
+def _pi_over_tan_pi(r: ir.Value) -> ir.Value:
+    """pi / tan(pi r) for r in (-1, 0), as eager's digamma has it. float64: tan of pi r rounded, as eager's
+    (theta = pi r reduced to t = theta - k pi/2, |t| <= pi/4, for Sin and Cos: tan(theta) is tan(t) for even k,
+    -1 / tan(t) for odd k). float32, which eager computes in double: from r moved into (-1/2, 1/2] (exactly), so
+    that pi r keeps its relative accuracy next to -1 too, and ONNX Runtime's float32 Tan (within an ulp)."""
+    pi = _const(_PI, r)
+    if r.dtype != ir.DataType.DOUBLE:
+        r = op.Where(op.Less(r, _const(-0.5, r)), op.Add(r, _const(1.0, r)), r)
+        return op.Div(pi, op.Tan(op.Mul(pi, r)))
+    theta = op.Mul(pi, r)
+    k = op.Round(op.Div(theta, _const(_PI / 2, r)))
+    t = _minus_multiples(theta, k, _HALF_PI_PARTS)
+    sine, cosine = op.Sin(t), op.Cos(t)
+    odd = op.Equal(k, _const(-1.0, r))
+    return op.Div(op.Mul(pi, op.Where(odd, op.Neg(sine), cosine)), op.Where(odd, cosine, sine))
+
+
+def _digamma(x: ir.Value) -> ir.Value:
+    """psi(x): below 0 by reflection, psi(1 - x) - pi / tan(pi r), r = x - trunc(x); for y >= 0 the recurrence
+    psi(y) = psi(y + 10) - sum_k 1 / (y + k) (eager's stops at 10, this always takes ten steps) and the asymptotic
+    series. -inf at +0, +inf at -0, NaN at negative integers and -inf, inf at inf."""
+    one = _const(1.0, x)
+    negative = op.Less(x, _const(0.0, x))
+    y = op.Where(negative, op.Sub(one, x), x)
+    total = _const(0.0, x)
+    for _ in range(_DIGAMMA_STEPS):
+        total = op.Sub(total, op.Reciprocal(y))
+        y = op.Add(y, one)
+    inverse_square = op.Reciprocal(op.Mul(y, y))
+    tail = op.Mul(inverse_square, _polynomial(inverse_square, _DIGAMMA_ASYMPTOTIC))
+    right = op.Sub(op.Sub(op.Add(total, op.Log(y)), op.Div(_const(0.5, x), y)), tail)
+    reflected = op.Sub(right, _pi_over_tan_pi(op.Sub(x, op.Ceil(x))))
+    result = op.Where(negative, reflected, right)
+    result = op.Where(_is_nonpositive_integer(x), _const(float("nan"), x), result)
+    result = op.Where(op.Equal(x, _const(0.0, x)), op.Neg(op.Reciprocal(x)), result)  # 1/+0 = inf, 1/-0 = -inf
+    return op.Where(op.IsInf(x, detect_negative=0), x, result)
+
+
+@lowering("aten::digamma", "aten::special_digamma", "aten::special_psi")
+def digamma(self: TReal) -> TReal:
+    return _digamma(_float(self))
 
 
 def _trigamma(x: ir.Value) -> ir.Value:
-    """Math.h's trigamma: reflection below 0.5, six steps of the recurrence, then the asymptotic series."""
-    pi = _const(math.pi, x)
+    """Math.h's trigamma: reflection below 0.5 (sin(pi x) of pi x rounded, as eager's), six steps of the recurrence,
+    then the asymptotic series (which eager truncates at y^-7, about 1e-10 from the true value: this follows it
+    term for term)."""
+    pi = _const(_PI, x)
     one = _const(1.0, x)
     reflect = op.Less(x, _const(0.5, x))
-    sine = op.Sin(op.Mul(pi, x))
+    sine = _sin_of_angle(op.Mul(pi, x))
     total = op.Where(reflect, op.Neg(op.Div(op.Mul(pi, pi), op.Mul(sine, sine))), _const(0.0, x))
     y = op.Where(reflect, op.Sub(one, x), x)
     for _ in range(6):
@@ -547,6 +673,120 @@ def _trigamma(x: ir.Value) -> ir.Value:
     series = op.Add(op.Add(one, op.Reciprocal(op.Mul(_const(2.0, x), y))), op.Mul(inverse_square, series))
     total = op.Add(total, op.Div(series, y))
     return op.Where(reflect, op.Neg(total), total)
+
+
+@lowering("aten::polygamma")
+def polygamma(n: int, self: TReal) -> TReal:
+    """As eager: digamma for n = 0, its trigamma for n = 1 (huge but finite at negative integers, where
+    float32 sin(pi x) is not 0), and (-1)^(n+1) n! zeta(n + 1, x) above (zeta in float64, as eager's)."""
+    x = _float(self)
+    if n == 0:
+        return _digamma(x)
+    if n == 1:
+        return _trigamma(x)
+    sign = 1.0 if n % 2 == 1 else -1.0
+    return op.Mul(_const(sign * math.factorial(n), x), zeta(op.Expand(_const(float(n + 1), x), op.Shape(x)), x))
+
+
+# --- erfinv and ndtri (Cephes' ndtri.c, as Math.h's calc_ndtri) ------------------------------------------------
+_EXP_MINUS_TWO = 0.13533528323661269189
+_SQRT_TWO_PI = 2.50662827463100050242
+_SQRT_PI_OVER_TWO = 0.88622692545275801365  # sqrt(pi) / 2
+_ONE_OVER_SQRT_TWO = 0.70710678118654752440
+
+
+def _ndtri_middle(w: ir.Value, square: ir.Value) -> ir.Value:
+    """ndtri(1/2 + w) / sqrt(2 pi) for |w| < 1/2 - exp(-2), given square = w^2: w + w w^2 P0(w^2) / Q0(w^2)."""
+    ratio = op.Div(op.Mul(square, _polynomial(square, _c.NDTRI_P0)), _polynomial(square, _c.NDTRI_Q0))
+    return op.Add(w, op.Mul(w, ratio))
+
+
+def _ndtri_tail(y: ir.Value) -> ir.Value:
+    """-ndtri(y) for 0 <= y <= exp(-2): t - log(t) / t - P(1/t) / (t Q(1/t)) with t = sqrt(-2 log y); inf at 0
+    (t is clamped to the largest float inside the logarithm and the ratio, which are then 0)."""
+    t = op.Sqrt(op.Mul(_const(-2.0, y), op.Log(y)))
+    finite = op.Min(t, _const(float(_LARGEST[y.dtype]), y))
+    z = op.Reciprocal(finite)
+    leading = op.Sub(t, op.Div(op.Log(finite), finite))
+    near = op.Div(_polynomial(z, _c.NDTRI_P1), _polynomial(z, _c.NDTRI_Q1))
+    far = op.Div(_polynomial(z, _c.NDTRI_P2), _polynomial(z, _c.NDTRI_Q2))
+    return op.Sub(leading, op.Mul(z, op.Where(op.Less(finite, _const(8.0, y)), near, far)))
+
+
+@lowering("aten::special_ndtri")
+def ndtri(self: TReal) -> TReal:
+    """The standard normal quantile, as eager: the middle rational between exp(-2) and 1 - exp(-2), the tail
+    expansions in y = p or 1 - p outside (-inf at 0, inf at 1, NaN outside [0, 1])."""
+    p = _float(self)
+    one = _const(1.0, p)
+    upper = op.Greater(p, _const(_rounded(1.0, p) - _rounded(_EXP_MINUS_TWO, p), p))  # as eager's T arithmetic
+    y = op.Where(upper, op.Sub(one, p), p)
+    w = op.Sub(p, _const(0.5, p))
+    middle = op.Mul(_ndtri_middle(w, op.Mul(w, w)), _const(_SQRT_TWO_PI, p))
+    tail = _ndtri_tail(y)
+    tail = op.Where(upper, tail, op.Neg(tail))
+    return op.Where(op.Greater(y, _const(_EXP_MINUS_TWO, p)), middle, tail)
+
+
+def _rounded(value: float, like: ir.Value) -> float | np.floating:
+    """`value` as a number of `like`'s dtype (float32 or float64), for arithmetic that eager does in that dtype."""
+    return float(value) if like.dtype == ir.DataType.DOUBLE else np.float32(value)
+
+
+def _erfinv_from_ndtri(v: ir.Value) -> ir.Value:
+    """erfinv(v) = ndtri((1 + v) / 2) / sqrt(2), with the quantile's arguments formed exactly: its middle
+    w = v / 2 (written as v (1 + v^2/4 P0/Q0) sqrt(pi)/2), its tail y = (1 - |v|) / 2, exact for |v| >= 1/2
+    (ndtri's own 1 - p would lose the tail's digits)."""
+    one = _const(1.0, v)
+    middle = op.Mul(_ndtri_middle(v, op.Mul(op.Mul(v, v), _const(0.25, v))), _const(_SQRT_PI_OVER_TWO, v))
+    y = op.Mul(op.Sub(one, op.Abs(v)), _const(0.5, v))
+    tail = op.Mul(op.Mul(_ndtri_tail(y), op.Sign(v)), _const(_ONE_OVER_SQRT_TWO, v))
+    # `middle` is the second branch: ONNX Runtime's Where turns a -0 in its first into +0.
+    return op.Where(op.Less(y, _const(_EXP_MINUS_TWO, v)), tail, middle)
+
+
+# Giles (2010), "Approximating the erfinv function": w = -log(1 - v^2), a polynomial in w below 5, one in sqrt(w) above.
+_GILES_MIDDLE = (
+    2.81022636e-08,
+    3.43273939e-07,
+    -3.5233877e-06,
+    -4.39150654e-06,
+    0.00021858087,
+    -0.00125372503,
+    -0.00417768164,
+    0.246640727,
+    1.50140941,
+)
+_GILES_TAIL = (
+    -0.000200214257,
+    0.000100950558,
+    0.00134934322,
+    -0.00367342844,
+    0.00573950773,
+    -0.0076224613,
+    0.00943887047,
+    1.00167406,
+    2.83297682,
+)
+
+
+def _erfinv_giles(v: ir.Value) -> ir.Value:
+    """The polynomial in sqrt(w) goes to -inf at w = inf: +-1 give +-inf by a Where."""
+    one = _const(1.0, v)
+    w = op.Neg(op.Log(op.Mul(op.Sub(one, v), op.Add(one, v))))
+    middle = _polynomial(op.Sub(w, _const(2.5, v)), _GILES_MIDDLE)
+    tail = _polynomial(op.Sub(op.Sqrt(w), _const(3.0, v)), _GILES_TAIL)
+    result = op.Mul(op.Where(op.Less(w, _const(5.0, v)), middle, tail), v)
+    return op.Where(op.Equal(op.Abs(v), one), op.Mul(v, _const(float("inf"), v)), result)
+
+
+@lowering("aten::erfinv", "aten::special_erfinv")
+def erfinv(self: TReal) -> TReal:
+    """float64 from the normal quantile (within 4 ulps of eager, which refines a rational guess by Newton steps
+    on erf), float32 by Giles' polynomials (within 2.5 ulps of eager, cheaper: no second Log, one polynomial
+    pair); +-inf at +-1, NaN outside [-1, 1]."""
+    v = _float(self)
+    return _erfinv_from_ndtri(v) if v.dtype == ir.DataType.DOUBLE else _erfinv_giles(v)
 
 
 # --- logit, tan ---------------------------------------------------------------------------------------------
@@ -583,28 +823,48 @@ _ZETA_A = (
     1.8152105401943546773e17,
     -7.1661652561756670113e18,
 )
-_ZETA_TERMS = 48  # direct terms: eager sums until q + i > 9 (and at least 9), so q down to -38 is exact here
+_ZETA_MAX_TERMS = 1_000_000  # direct terms beyond the first nine: q down to about -10^6 (eager: any q)
 
 
 @lowering("aten::special_zeta")
 def zeta(self: TReal, other: TDegree) -> TReal:
     """zeta(x, q) = sum_k (q + k)^-x: direct terms, then the Euler-Maclaurin tail; in float64 (eager
     accumulates float32 in double too). inf at x = 1 or at integer q <= 0, NaN for x < 1 or for q <= 0 with
-    x not an integer."""
+    x not an integer.
+
+    Eager sums the direct terms while fewer than 9 or q + k <= 9: nine here, then an ONNX Loop for elements
+    with q below 0, as long as any needs more (at most _ZETA_MAX_TERMS; eager has no bound).
+    """
     result_dtype = _compute_dtype(self, other)
     x = _as(self, ir.DataType.DOUBLE)
     q = _as(other, ir.DataType.DOUBLE)
     one = _const(1.0, x)
+    nine = _const(9.0, x)
+    shape = op.Shape(op.Add(x, q))
+    x, q = op.Expand(x, shape), op.Expand(q, shape)
     minus_x = op.Neg(x)
-    total = op.Pow(q, minus_x)
+    # Eager's first term is pow(q, -x) in the input's type (the rest in double): for float32 too, here.
+    single = ir.DataType.FLOAT
+    first = op.Pow(q, minus_x) if result_dtype == ir.DataType.DOUBLE else op.Pow(_as(q, single), _as(minus_x, single))
+    total = _as(first, ir.DataType.DOUBLE)
     a = q
     b = _const(0.0, x)
-    needed = op.Max(_const(9.0, x), op.Add(op.Floor(op.Sub(_const(9.0, x), q)), one))
-    for i in range(1, _ZETA_TERMS + 1):
-        active = op.LessOrEqual(_const(float(i), x), needed)
-        a = op.Where(active, op.Add(a, one), a)
-        b = op.Where(active, op.Pow(a, minus_x), b)
-        total = op.Where(active, op.Add(total, b), total)
+    for _ in range(9):
+        a = op.Add(a, one)
+        b = op.Pow(a, minus_x)
+        total = op.Add(total, b)
+    nonpositive_q = op.LessOrEqual(q, _const(0.0, x))
+    integer_q = op.Equal(q, op.Floor(q))
+    answered = op.Or(op.And(nonpositive_q, op.Or(integer_q, op.Not(op.Equal(x, op.Floor(x))))), op.Less(x, one))
+
+    def step(k: ir.Value, states: list[ir.Value]) -> tuple[list[ir.Value], ir.Value]:
+        a, _, total = states
+        a = op.Add(a, one)
+        b = op.Pow(a, minus_x)
+        return [a, b, op.Add(total, b)], op.Greater(a, nine)
+
+    more = op.And(op.LessOrEqual(a, nine), op.Not(answered))
+    a, b, total = _iterate(more, [a, op.Expand(b, shape), total], step, _ZETA_MAX_TERMS)
     w = a
     total = op.Add(total, op.Div(op.Mul(b, w), op.Sub(x, one)))
     total = op.Sub(total, op.Mul(_const(0.5, x), b))
@@ -617,8 +877,6 @@ def zeta(self: TReal, other: TDegree) -> TReal:
         factor = op.Mul(factor, op.Add(x, _const(k + 1.0, x)))
         b = op.Div(b, w)
         k += 2.0
-    nonpositive_q = op.LessOrEqual(q, _const(0.0, x))
-    integer_q = op.Equal(q, op.Floor(q))
     total = op.Where(op.And(nonpositive_q, op.Not(op.Equal(x, op.Floor(x)))), _const(float("nan"), x), total)
     total = op.Where(op.And(nonpositive_q, integer_q), _const(float("inf"), x), total)
     total = op.Where(op.Less(x, one), _const(float("nan"), x), total)
@@ -805,20 +1063,34 @@ def _log1p(z: ir.Value) -> ir.Value:
     return op.Where(exact, z, op.Mul(op.Log(u), ratio))
 
 
+def _exp_minus_square(t: ir.Value) -> ir.Value:
+    """exp(-t^2) for t >= 0 to an ulp or two: with t = h + l, h holding the top half of the significand (t
+    clamped to 32, where this is 0 anyway), h^2 is exact and exp(-h^2) exp(-(2h + l) l) loses nothing; exp of t^2
+    rounded would be off by t^2 ulps (7e-14 at t = 25, as in Cephes' expx2)."""
+    fraction_bits = 21 if t.dtype == ir.DataType.DOUBLE else 7  # 5 bits above the point: h^2 fits the significand
+    scale = _const(float(2**fraction_bits), t)
+    t = op.Min(t, _const(32.0, t))
+    high = op.Div(op.Floor(op.Mul(t, scale)), scale)
+    low = op.Sub(t, high)
+    return op.Mul(op.Exp(op.Neg(op.Mul(high, high))), op.Exp(op.Neg(op.Mul(op.Add(op.Add(high, high), low), low))))
+
+
 @lowering("aten::special_log_ndtr")
 def log_ndtr(self: TReal) -> TReal:
-    """log Phi(x): log(erfcx(-t) / 2) - t^2 below -1, log1p(-erfc(t) / 2) above, with t = x / sqrt(2) (as eager)."""
+    """log Phi(x): log(erfcx(-t) / 2) - t^2 below -1, log1p(-erfc(t) / 2) above, with t = x / sqrt(2) (as eager);
+    -0 where erfc(t) underflows, as eager."""
     x = _float(self)
     t = op.Mul(x, _const(0.70710678118654752440, x))
     square = op.Mul(t, t)
     lower_tail = op.Sub(op.Log(op.Div(_erfcx(op.Neg(t)), _const(2.0, x))), square)
     # erfc(t) = erfcx(t) exp(-t^2) for t >= 0 (relative accuracy kept in the tail), 1 + erf(|t|) below.
+    magnitude = op.Abs(t)
     erfc = op.Where(
         op.Less(t, _const(0.0, x)),
-        op.Add(_const(1.0, x), _erf_small(op.Abs(t))),
-        op.Mul(_erfcx_nonnegative(op.Abs(t)), op.Exp(op.Neg(square))),
+        op.Add(_const(1.0, x), _erf_small(magnitude)),
+        op.Mul(_erfcx_nonnegative(magnitude), _exp_minus_square(magnitude)),
     )
-    upper = _log1p(op.Neg(op.Div(erfc, _const(2.0, x))))
+    upper = log1p(op.Neg(op.Div(erfc, _const(2.0, x))))
     return op.Where(op.Less(x, _const(-1.0, x)), lower_tail, upper)
 
 
@@ -857,7 +1129,8 @@ def _iterate(active: ir.Value, states: list[ir.Value], step: IterationStep, max_
     outer._names = inner._names
     body.outputs.extend([keep_going, still, *updated])
     trips = op.Constant(value=ir.tensor(max_trips, dtype=ir.DataType.INT64))
-    outputs = op.Loop(trips, op.Constant(value=ir.tensor(True)), active, *states, body=body)
+    anything = op.Cast(_largest(op.Cast(active, to=INT32.dtype)), to=BOOL.dtype)  # no trip if nothing is active
+    outputs = op.Loop(trips, anything, active, *states, body=body)
     for output, state in zip(outputs[1:], states):
         output.dtype = state.dtype
     return list(outputs[1:])
@@ -896,7 +1169,7 @@ def _lanczos_sum_expg_scaled(a: ir.Value) -> ir.Value:
 def _igam_factor(a: ir.Value, x: ir.Value) -> ir.Value:
     """x^a exp(-x) / Gamma(a), through the Lanczos form where a ~ x (igam.c's igam_fac)."""
     _, max_log, _ = _IGAM_LIMITS[a.dtype]
-    log_term = op.Sub(op.Sub(op.Mul(a, op.Log(x)), x), _core.lgamma(a))
+    log_term = op.Sub(op.Sub(op.Mul(a, op.Log(x)), x), _lgamma(a))
     direct = op.Where(op.Less(log_term, _const(-max_log, a)), _const(0.0, a), op.Exp(log_term))
     fac = op.Add(a, _const(_LANCZOS_G - 0.5, a))
     scale = op.Div(op.Sqrt(op.Div(fac, _const(math.e, a))), _lanczos_sum_expg_scaled(a))
@@ -943,8 +1216,8 @@ def _igamc_series(a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
     shape = op.Shape(active)
     _, total = _iterate(active, [op.Expand(one, shape), op.Expand(_const(0.0, a), shape)], step, 1999)
     log_x = op.Log(x)
-    head = op.Neg(_expm1(op.Sub(op.Mul(a, log_x), _core.lgamma(op.Add(one, a)))))
-    return op.Sub(head, op.Mul(op.Exp(op.Sub(op.Mul(a, log_x), _core.lgamma(a))), total))
+    head = op.Neg(_expm1(op.Sub(op.Mul(a, log_x), _lgamma(op.Add(one, a)))))
+    return op.Sub(head, op.Mul(op.Exp(op.Sub(op.Mul(a, log_x), _lgamma(a))), total))
 
 
 def _igamc_continued_fraction(a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
