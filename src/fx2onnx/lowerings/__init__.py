@@ -32,6 +32,7 @@ _MODULES = (
     "symbolic",
     "integer_ops",
     "integer_pooling",
+    "moe",
 )
 
 
