@@ -123,7 +123,8 @@ def fallback_decompositions(graph_module: torch.fx.GraphModule, registry: Regist
     from torch._decomp import decomposition_table as full_table
 
     needed = {}
-    for node in graph_module.graph.nodes:
+    bodies = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]  # and torch.cond branches
+    for node in (n for module in bodies for n in module.graph.nodes):
         target = node.target
         is_overload = node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
         if is_overload and not registry.lowers(target, complex=_takes_complex(node)) and target in full_table:

@@ -130,17 +130,25 @@ _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<fun
 
 
 def source_frame(trace: str | None) -> SourceFrame | None:
-    """The innermost frame of a stack trace text (a node's ``meta["stack_trace"]``)."""
+    """The innermost frame of a stack trace text (a node's ``meta["stack_trace"]``).
+
+    Frames of generated code (``<eval_with_key>.5``: the graphs torch.cond's branches are traced from) are
+    skipped when the trace has a frame of a real file.
+    """
     if not trace:
         return None
     lines = [line for line in trace.strip().splitlines() if line.strip()]
+    generated = None
     for index in range(len(lines) - 1, -1, -1):
         match = _FRAME.match(lines[index])
         if match:
             following = lines[index + 1].strip() if index + 1 < len(lines) else ""
             code = "" if _FRAME.match(following) else following
-            return SourceFrame(match["path"], int(match["line"]), match["function"], code)
-    return None
+            frame = SourceFrame(match["path"], int(match["line"]), match["function"], code)
+            if not frame.path.startswith("<"):
+                return frame
+            generated = generated or frame
+    return generated
 
 
 def source_line(node_or_trace: torch.fx.Node | str | None) -> str | None:

@@ -534,19 +534,24 @@ class Failure:
 def casts_inserted_by_passes(graph: torch.fx.Graph, nodes_before: set[torch.fx.Node]) -> list[CastRecord]:
     """The dtype conversions FX passes (type promotion) inserted, each attributed to the node that consumes it."""
     from fx2onnx.emit.graph_builder import CastRecord
+    from fx2onnx.passes.subgraphs import graph_modules
 
     records = []
-    for node in graph.nodes:
-        if node in nodes_before or node.op != "call_function" or len(node.all_input_nodes) != 1:
-            continue
-        source = node.all_input_nodes[0]
-        to_dtype = _fx_dtype(node)
-        from_dtype = _fx_dtype(source)
-        if to_dtype is None or from_dtype == to_dtype:
-            continue
-        consumer = next(iter(node.users), node)
-        from_name, to_name = dtypes.short_name(from_dtype), dtypes.short_name(to_dtype)
-        records.append(CastRecord(consumer.name, source.name, from_name, to_name, "promotion"))
+    owner = graph.owning_module
+    # Control-flow bodies too, their nodes named by path (`true_graph_0.sin`) as in the dispatch decisions.
+    scopes = [(f"{p}." if p else "", m.graph) for p, m in graph_modules(owner)] if owner is not None else [("", graph)]
+    for prefix, scope in scopes:
+        for node in scope.nodes:
+            if node in nodes_before or node.op != "call_function" or len(node.all_input_nodes) != 1:
+                continue
+            source = node.all_input_nodes[0]
+            to_dtype = _fx_dtype(node)
+            from_dtype = _fx_dtype(source)
+            if to_dtype is None or from_dtype == to_dtype:
+                continue
+            consumer = next(iter(node.users), node)
+            from_name, to_name = dtypes.short_name(from_dtype), dtypes.short_name(to_dtype)
+            records.append(CastRecord(prefix + consumer.name, source.name, from_name, to_name, "promotion"))
     return records
 
 

@@ -156,6 +156,10 @@ class GraphEmitter:
             self.env[node] = None
             self.skipped.append(node.name)
             return
+        control_flow = _control_flow_emitter(node.target)
+        if control_flow is not None and not self.dispatcher.registry.is_registered(node.target):
+            self.env[node] = control_flow(self, node)  # torch.cond -> If, while_loop -> Loop... (emit/control_flow.py)
+            return
         decision = self.dispatcher.dispatch(node)
         candidate = decision.chosen
         assert candidate is not None
@@ -328,6 +332,15 @@ def is_runtime_check(node: torch.fx.Node) -> bool:
 
 
 _is_runtime_check = is_runtime_check  # the former private name
+
+
+def _control_flow_emitter(target: Any) -> Any:
+    """The emitter of a control-flow higher-order op (cond, while_loop, scan, map), else None."""
+    if not isinstance(target, torch._ops.HigherOrderOperator):
+        return None
+    from fx2onnx.emit.control_flow import EMITTERS  # it builds on this module
+
+    return EMITTERS.get(target)
 
 
 def _call(function: Any, kwargs: dict[str, Any]) -> Any:
