@@ -244,3 +244,36 @@ def test_verification_compares_integers_exactly_beyond_float64s_precision() -> N
     assert not compare("x", expected, off_by_100).passed
     assert compare("x", expected, off_by_100).max_abs_error == 100
     assert compare("x", expected, expected.clone()).passed
+
+
+def test_verification_admits_an_infinite_expected_value_only_itself() -> None:
+    from fx2onnx.program import compare
+
+    inf, nan = float("inf"), float("nan")
+    expected = torch.tensor([inf, -inf, nan, 1.0])
+    assert compare("x", expected, expected.clone()).passed
+    assert not compare("x", expected, torch.tensor([-inf, -inf, nan, 1.0])).passed  # wrong sign of infinity
+    assert not compare("x", expected, torch.tensor([3.0e38, -inf, nan, 1.0])).passed  # finite for infinite
+    assert not compare("x", expected, torch.tensor([inf, -inf, 0.0, 1.0])).passed  # a number for NaN
+    assert not compare("x", torch.tensor([1.0]), torch.tensor([inf])).passed
+    complex_inf = torch.tensor([complex(inf, 0.0)])
+    assert compare("z", complex_inf, complex_inf.clone()).passed
+    assert not compare("z", complex_inf, torch.tensor([complex(-inf, 0.0)])).passed
+
+
+def test_intermediates_of_a_bfloat16_model_include_folded_constants() -> None:
+    class FoldedTable(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("table", torch.randn(2048))  # above legalization's FOLD_LIMIT: stays bfloat16
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.sin(self.table * 2)  # constant-folded into an initializer named after `sin`
+
+    model = FoldedTable().to(torch.bfloat16)
+    x = torch.randn(2, 2048, dtype=torch.bfloat16)
+    program = fx2onnx.export(model, (x,))
+    verification = program.verify(x, intermediates=True)
+    compared = {n.node: n for n in verification.intermediates if n.result is not None}
+    assert "sin" in compared and compared["sin"].result.passed
+    assert verification.first_mismatch is None

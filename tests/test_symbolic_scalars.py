@@ -134,3 +134,18 @@ def test_dynamic_shapes_the_model_constrains_get_torchs_fix_in_the_remedy() -> N
         fx2onnx.export(NeedsFour(), (torch.randn(6),), dynamic_shapes=({0: torch.export.Dim("n", min=1, max=50)},))
     message = str(raised.value)
     assert "Suggested fixes" in message and "Dim.AUTO" in message and "strict=True" not in message
+
+
+class ReturnsNumbers(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+        return x + 1, x.shape[0] * 2, 3
+
+
+def test_python_numbers_among_the_outputs_are_verified() -> None:
+    program = check(ReturnsNumbers(), (torch.randn(5),), dynamic_shapes=({0: N},), run_with=[((torch.randn(9),), {})])
+    results = program.verify(torch.randn(7))
+    assert [(r.expected_dtype, r.expected_shape, r.passed) for r in results] == [
+        ("float32", (7,), True),
+        ("int64", (), True),
+        ("int64", (), True),
+    ]

@@ -181,7 +181,13 @@ class ONNXProgram:
         eager_args, eager_kwargs = copy.deepcopy((args, kwargs))
         with torch.no_grad():
             expected = self._module(*eager_args, **eager_kwargs)
-        expected_flat = [x for x in pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
+        # Python numbers the model returns (a size, a constant) are 0-d outputs of the graph: int64, bool, or float32
+        # (fx2onnx's type for symbolic floats), the dtypes torch.tensor gives them.
+        expected_flat = [
+            x if isinstance(x, torch.Tensor) else torch.tensor(x)
+            for x in pytree.tree_leaves(expected)
+            if isinstance(x, (torch.Tensor, bool, int, float))
+        ]
         actual = self(*args, **kwargs)
         names = [v.name or f"output_{i}" for i, v in enumerate(self.model.graph.outputs)]
         if len(actual) != len(expected_flat):
@@ -203,10 +209,9 @@ def compare(
         e = expected.detach().to(torch.float64) if not expected.dtype.is_complex else expected.detach()
         a = actual.detach().to(e.dtype)
         if e.numel():
-            both_nan = (
-                torch.isnan(e) & torch.isnan(a) if e.is_floating_point() else torch.zeros_like(e, dtype=torch.bool)
-            )
-            same_inf = torch.isinf(e) & (e == a) if e.is_floating_point() else torch.zeros_like(e, dtype=torch.bool)
+            inexact = e.is_floating_point() or e.is_complex()
+            both_nan = torch.isnan(e) & torch.isnan(a) if inexact else torch.zeros_like(e, dtype=torch.bool)
+            same_inf = torch.isinf(e) & (e == a) if inexact else torch.zeros_like(e, dtype=torch.bool)
             diff = (e - a).abs()
             diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
             diff = torch.nan_to_num(diff, nan=float("inf"))
@@ -214,7 +219,10 @@ def compare(
             rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
             rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
             max_rel = float(rel.max())
-            close = bool(((diff <= atol + rtol * e.abs()) | both_nan | same_inf).all())  # NaN in e: NaN tolerance
+            # An infinite expected value admits only itself (rtol * inf would admit anything, -inf included);
+            # a NaN one only NaN (its tolerance is NaN).
+            bound = torch.where(torch.isinf(e), torch.zeros_like(diff), atol + rtol * e.abs())
+            close = bool(((diff <= bound) | both_nan | same_inf).all())
             if _is_exact(expected) and _is_exact(actual) and atol == 0 and rtol == 0:
                 # float64 holds integers exactly only up to 2**53: an int64 near 2**62 off by 1000 would compare equal
                 exact_diff = (expected.detach().to(torch.int64) - actual.detach().to(torch.int64)).abs()
