@@ -22,7 +22,7 @@ import onnx_ir as ir
 import torch
 import torch.fx
 
-from fx2onnx import complex_layout
+from fx2onnx import complex_layout, dtypes
 from fx2onnx.capture import CapturedGraph, flatten_inputs, from_exported_program
 from fx2onnx.errors import source_frame, source_line
 from fx2onnx.program import (
@@ -259,7 +259,7 @@ def _run_onnx(program: ONNXProgram, names: Sequence[str], flat_inputs: Sequence[
     for name in dict.fromkeys(names):
         value = available[name]
         if value.const_value is not None and value.producer() is None:  # an initializer: no need to run
-            results[name] = torch.from_numpy(value.const_value.numpy().copy())
+            results[name] = _initializer_as_torch(value.const_value)
         else:
             to_run.append(name)
     if not to_run:
@@ -287,6 +287,17 @@ def _run_onnx(program: ONNXProgram, names: Sequence[str], flat_inputs: Sequence[
         outputs = session.run_with_ort_values(to_run, feed)
     results.update({name: _to_torch(value) for name, value in zip(to_run, outputs)})
     return results
+
+
+def _initializer_as_torch(tensor: ir.TensorProtocol) -> torch.Tensor:
+    array = tensor.numpy()
+    try:
+        return torch.from_numpy(array.copy())
+    except TypeError:  # numpy has no such dtype (bfloat16, float8: ml_dtypes arrays): reinterpret its bytes
+        torch_dtype = dtypes.to_torch(tensor.dtype)
+        if torch_dtype is None:
+            raise
+        return torch.from_numpy(array.view(f"u{array.dtype.itemsize}").copy()).view(torch_dtype)
 
 
 def _value_info(name: str, value: ir.Value) -> onnx.ValueInfoProto:
