@@ -456,3 +456,17 @@ def test_a_node_no_type_can_legalize_fails_the_export_naming_it(tmp_path: Any) -
     assert "T=tensor(int64)" in message and "test_legalize.py" in message
     assert caught.value.node == "neg"
     assert not os.path.exists(path)
+
+
+def test_constants_converted_ahead_of_time_leave_no_unused_original() -> None:
+    class AddsBufferFunction(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("table", torch.randn(8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.sin(self.table * 2)  # folded to a bf16 constant, which the f32 Add reads converted
+
+    program = check(AddsBufferFunction().to(torch.bfloat16), (torch.randn(2, 8, dtype=torch.bfloat16),))
+    unused = [v.name for v in program.model.graph.initializers.values() if not v.uses() and not v.is_graph_output()]
+    assert unused == []

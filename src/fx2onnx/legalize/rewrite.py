@@ -77,6 +77,7 @@ class Legalizer:
         self._narrowed: dict[int, ir.Value] = {}  # id(cast-back output) -> the wide value it rounds
         self._tried: dict[int, list[str]] = {}  # id(node) -> bindings tried in vain
         self._count = 0
+        self._folded: list[tuple[ir.Graph, ir.Value]] = []  # constants replaced by converted copies
 
     # --- driver -------------------------------------------------------------------------------------
     def run(self) -> list[CastRecord]:
@@ -84,6 +85,7 @@ class Legalizer:
             for node in list(graph):
                 self.legalize_node(graph, node, opsets)
         self._drop_unused_casts()
+        self._drop_unused_originals()
         self.refusals = list(self.check())
         return [item.record for item in self.inserted] + self.unattached
 
@@ -275,6 +277,8 @@ class Legalizer:
         )
         converted.const_value.name = converted.name
         graph.register_initializer(converted)
+        if value.is_initializer():
+            self._folded.append((graph, value))
         return converted
 
     def _describe(self, node: ir.Node, value: str, source: ir.DataType, dtype: ir.DataType, reason: str) -> CastRecord:
@@ -293,6 +297,13 @@ class Legalizer:
     def _fresh(self, hint: str) -> str:
         self._count += 1
         return f"{hint}_legal{self._count}"
+
+    def _drop_unused_originals(self) -> None:
+        """A constant whose every use now reads its converted copy is dead weight in the file (and ONNX Runtime
+        warns about it at load)."""
+        for graph, value in self._folded:
+            if not value.uses() and not value.is_graph_output() and graph.initializers.get(value.name) is value:
+                del graph.initializers[value.name]
 
     def _drop_unused_casts(self) -> None:
         """With fast_math, some Casts back to the narrow type end up unused: remove them."""
