@@ -159,6 +159,7 @@ def test_avg_pool_windows_like_eager(ceil_mode: bool, count_include_pad: bool) -
     assert_exports_and_matches(
         Call(lambda x: torch.nn.functional.avg_pool2d(x, 2, divisor_override=3)), (floats(1, 2, 4, 4),)
     )
+    assert_exports_and_matches(Call(pool), (floats(2, 8, 7),))  # unbatched: (C, H, W)
 
 
 @pytest.mark.filterwarnings("ignore:index_reduce")

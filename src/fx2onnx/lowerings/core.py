@@ -694,7 +694,11 @@ def avg_pool(
     x = _in_float32(self)
     spatial = len(kernel_size)
     rank = len(self.shape)
-    sizes = list(self.shape[rank - spatial :])
+    unbatched = rank == spatial + 1  # (C, *spatial): AveragePool wants (N, C, *spatial)
+    if unbatched:
+        x = op.Unsqueeze(x, op.Constant(value_ints=[0]))
+        rank += 1
+    sizes = list(self.shape[len(self.shape) - spatial :])
     if not all(isinstance(s, int) for s in sizes):
         raise NotImplementedError("avg_pool over dynamic spatial dims has no lowering here")
     kernel = _per_dim(kernel_size, spatial)
@@ -734,7 +738,10 @@ def avg_pool(
         else:
             inside = pad(ones, pads, [p + e for p, e in zip(pads, extra)], 0.0)
         divisor = pooled_sum(inside)
-    return _back(op.Div(total, divisor), self)
+    result = op.Div(total, divisor)
+    if unbatched:
+        result = op.Squeeze(result, op.Constant(value_ints=[0]))
+    return _back(result, self)
 
 
 # --- index_reduce --------------------------------------------------------------------------------------------------
