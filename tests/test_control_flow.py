@@ -225,6 +225,30 @@ def test_while_loop_with_a_cond_and_weights_in_its_body(dtype: torch.dtype) -> N
     assert "Loop" in _ops(program) and "If" in _ops(program)
 
 
+class ScaledSineLoop(torch.nn.Module):
+    """A body reading an outer-scope bfloat16 tensor that ONNX Runtime's Mul needs in float32."""
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def condition(i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return i < 5
+
+        def body(i: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return i + 1, torch.sin(x) * w
+
+        return while_loop(condition, body, (torch.tensor(0), x))
+
+
+def test_legalization_casts_outer_scope_values_once_outside_the_loop() -> None:
+    x, w = torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(4, 8, dtype=torch.bfloat16)
+    program = check(ScaledSineLoop(), (x, w), run_with=[((x, w), {}), ((x * 3, -w), {})])
+    main_casts = [node.inputs[0].name for node in program.model.graph if node.op_type == "Cast"]
+    assert "w" in main_casts  # converted to float32 once, before the Loop
+    for body in _subgraphs(program):
+        defined = {v.name for v in body.inputs} | {v.name for node in body for v in node.outputs}
+        outer_casts = [n.inputs[0].name for n in body if n.op_type == "Cast" and n.inputs[0].name not in defined]
+        assert not outer_casts, f"Casts of outer-scope values run on every iteration: {outer_casts}"
+
+
 # --- scan / map -> Scan ------------------------------------------------------------------------------
 class RunningSum(torch.nn.Module):
     def forward(self, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -301,3 +325,8 @@ def test_report_lists_the_branch_nodes_and_the_control_flow_node(tmp_path: os.Pa
     with open(path, encoding="utf-8") as file:
         text = file.read()
     assert "`higher_order::cond`" in text and "`aten::cos`" in text
+    # The node count covers the branch bodies (as captured: before promotion added its constants), not only
+    # the main graph's placeholder, sum, gt, two get_attr, cond, getitem and output.
+    bodies = [m for n, m in program.exported_program.graph_module.named_children() if n.endswith("_graph_0")]
+    captured = [n for m in bodies for n in m.graph.nodes if not n.name.startswith("_promoted_constant")]
+    assert program.report.graph_nodes == len(program.exported_program.graph.nodes) + len(captured) == 16

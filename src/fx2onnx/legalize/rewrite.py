@@ -221,6 +221,7 @@ class Legalizer:
             wide = self._narrowed.get(id(value))
             if wide is not None and wide.dtype == dtype and widening.is_float(dtype) and widening.is_float(value.dtype):
                 return wide  # skip rounding to the narrow type between two legalized ops
+        graph = _defining_graph(graph, value)
         key = (id(graph), id(value), dtype)
         if key in self._casts:
             return self._casts[key]
@@ -234,7 +235,7 @@ class Legalizer:
         if producer is not None and producer.graph is graph:
             graph.insert_after(producer, cast)
         else:
-            graph.insert_before(next(iter(graph)), cast)  # graph inputs, initializers, outer-scope values
+            graph.insert_before(next(iter(graph)), cast)  # graph inputs and initializers
         self._casts[key] = cast.outputs[0]
         self._record(cast, node, value.name or "", value.dtype, dtype, reason)
         return cast.outputs[0]
@@ -405,6 +406,15 @@ def _type_unknown_outputs(node: ir.Node, context: _NodeContext) -> None:
         dtype = schemas.tensor_dtype(type_str) if type_str else None
         if dtype is not None:
             value.type = ir.TensorType(dtype)
+
+
+def _defining_graph(graph: GraphLike, value: ir.Value) -> GraphLike:
+    """Where a Cast of `value` goes: the graph defining it, so that an If/Loop/Scan body reading an outer-scope
+    value does not convert it again on every iteration (and sibling bodies share one Cast)."""
+    owner = value.graph
+    if owner is None or owner is graph or len(owner) == 0:
+        return graph
+    return owner
 
 
 def _with_subgraphs(graph: GraphLike, opsets: Mapping[str, int]) -> Iterator[tuple[GraphLike, Mapping[str, int]]]:
