@@ -61,6 +61,17 @@ class IntegerBranches(torch.nn.Module):
         return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: (x * 3 - 1).float(), (x,))
 
 
+def test_cond_whose_branches_the_registry_lowers_is_not_decomposed() -> None:
+    from fx2onnx.capture import CONTROL_FLOW_OPERATORS
+    from fx2onnx.emit.control_flow import EMITTERS
+
+    assert set(EMITTERS) == CONTROL_FLOW_OPERATORS  # capture's list of bodies it checks = what emit lowers
+    x = torch.randn(4, 3)
+    program = check(SinOrScaledCos(), (x,))
+    assert program.report.capture_seconds["decomposition"] == 0.0  # torch's decomposition never ran
+    assert not program.report.decomposed
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 def test_cond_on_integer_inputs_promotes_inside_branches(dtype: torch.dtype) -> None:
     x = torch.tensor([[1, -2, 3], [4, 5, -6]], dtype=dtype)

@@ -141,10 +141,32 @@ def lowerable_as_captured(program: ExportedProgram, registry: Registry) -> bool:
     signature = program.graph_signature
     if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
         return False
-    for node in program.graph_module.graph.nodes:
+    return _lowerable_graph(program.graph_module, registry)
+
+
+# Higher-order operators the emitter turns into If/Loop/Scan with bodies of their own (emit/control_flow.py's
+# EMITTERS; a test keeps the two in step): lowerable as captured when their bodies are.
+CONTROL_FLOW_OPERATORS = frozenset(
+    {
+        torch.ops.higher_order.cond,
+        torch.ops.higher_order.while_loop,
+        torch.ops.higher_order.scan,
+        torch.ops.higher_order.map_impl,
+    }
+)
+
+
+def _lowerable_graph(graph_module: torch.fx.GraphModule, registry: Registry) -> bool:
+    for node in graph_module.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
         target = node.target
+        if target in CONTROL_FLOW_OPERATORS:
+            bodies = [getattr(graph_module, a.target) for a in node.all_input_nodes if a.op == "get_attr"]
+            bodies = [body for body in bodies if isinstance(body, torch.fx.GraphModule)]
+            if not bodies or not all(_lowerable_graph(body, registry) for body in bodies):
+                return False
+            continue
         if isinstance(target, torch._ops.OpOverload):
             if target._schema.is_mutable or _updates_statistics(node, target):
                 return False
