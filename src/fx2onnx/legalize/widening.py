@@ -8,8 +8,9 @@
 - bool widens to an integer only for operators whose bool result is "nonzero" of the integer
   result (``Add`` = or, ``Mul`` = and, ``Max`` = or, selection, data movement). Arithmetic takes no
   uint8, whose sums could wrap to zero.
-- float64 narrows to float32 only when nothing else works (ONNX Runtime CPU has no float64 ``Conv``
-  nor ``Erf``); such Casts are recorded as lossy.
+- float64 narrows to float32 only when nothing else works (ONNX Runtime CPU has no float64 ``Resize``
+  nor ``Det``; fx2onnx's float64 lowerings keep ``Conv``, ``Erf``, ``Atan``... out of float64 graphs);
+  such Casts are recorded as lossy.
 """
 
 from __future__ import annotations

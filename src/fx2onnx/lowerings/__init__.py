@@ -16,6 +16,8 @@ from onnxscript.values import TracedOnnxFunction
 DOMAIN = "pkg.fx2onnx"
 _OPSET = onnxscript.values.Opset(DOMAIN, 1)
 _RULES: list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]] = []
+# Rules for a few dtypes (float64 only, say) that must be tried before the generic rules of the same targets.
+_SPECIFIC_RULES: list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]] = []
 _COMPLEX: set[int] = set()  # ids of lowerings for complex inputs, which reach them as (..., 2) real tensors
 _MODULES = (
     "core",
@@ -28,6 +30,7 @@ _MODULES = (
     "nn",
     "linalg",
     "float64",
+    "float64_math",
     "accuracy",
     "symbolic",
     "integer_ops",
@@ -37,11 +40,13 @@ _MODULES = (
 
 
 def lowering(
-    *targets: str, opset: tuple[int, int | None] = (18, None), complex: bool = False
+    *targets: str, opset: tuple[int, int | None] = (18, None), complex: bool = False, specific: bool = False
 ) -> Callable[[Callable[..., Any]], TracedOnnxFunction]:
     """Register the decorated (traced) function as fx2onnx's implementation of `targets`.
 
     `complex=True`: it is for nodes with complex inputs (kept apart from real ones, as torchlib does).
+    `specific=True`: it takes fewer dtypes than fx2onnx's other lowerings of `targets` and is tried before them
+    (the dispatcher takes the first perfect match), whatever the order the modules register in.
     """
 
     def decorate(function: Callable[..., Any]) -> TracedOnnxFunction:
@@ -49,7 +54,7 @@ def lowering(
         if complex:
             _COMPLEX.add(id(traced))
         for target in targets:
-            _RULES.append((target, traced, opset))
+            (_SPECIFIC_RULES if specific else _RULES).append((target, traced, opset))
         return traced
 
     return decorate
@@ -62,4 +67,4 @@ def takes_complex(function: TracedOnnxFunction) -> bool:
 def own_lowerings() -> list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]]:
     for module in _MODULES:
         importlib.import_module(f"{__name__}.{module}")
-    return list(_RULES)
+    return _SPECIFIC_RULES + _RULES

@@ -50,12 +50,12 @@ def _where(condition: BOOL, then: float | ir.Value, otherwise: float | ir.Value,
 
 
 def _acos(x: ir.Value) -> ir.Value:
-    """acos, to float64 accuracy for float64 (ONNX Runtime's CPU Acos has no float64 kernel, so it runs in float32):
-    one Newton step on cos(t) = x from the float32 value, with the float64 Sin and Cos. For |x| < 1."""
-    theta = op.Acos(x)
+    """acos; float64 from float64 ops (ONNX Runtime's CPU Acos has no float64 kernel, so it would run in float32)."""
     if x.dtype != ir.DataType.DOUBLE:
-        return theta
-    return op.Add(theta, op.Div(op.Sub(op.Cos(theta), x), op.Sin(theta)))
+        return op.Acos(x)
+    from fx2onnx.lowerings.float64_math import acos_of_double  # imported here: float64_math imports this module
+
+    return acos_of_double(x)
 
 
 # --- a loop over a tensor degree ---------------------------------------------------------------------------------
