@@ -312,10 +312,13 @@ class ExportReport:
             "|---|---|---|---|---|---|---|",
         ]
         for v in self.verification:
+            tolerance = f"rtol {v.rtol:g}, atol {v.atol:g}"
+            if v.noise is not None:  # beyond the fixed tolerance, judged against float32 eager
+                tolerance += f"; {v.expected_dtype} rounding noise, {v.noise}"
             lines.append(
                 f"| `{v.name}` | {v.actual_dtype} ({v.expected_dtype}) | {list(v.actual_shape)} "
                 f"({list(v.expected_shape)}) | {v.max_abs_error:.3g} | {v.max_rel_error:.3g} "
-                f"| rtol {v.rtol:g}, atol {v.atol:g} | {'ok' if v.passed else '**MISMATCH**'} |"
+                f"| {tolerance} | {'ok' if v.passed else '**MISMATCH**'} |"
             )
         nodes = self.intermediates
         if nodes is None:

@@ -1,0 +1,68 @@
+"""verify() on float16/bfloat16 models: outputs beyond the fixed tolerance are judged against the rounding noise
+of the dtype itself (distance to the same model run in float32, against eager's own distance)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
+
+import fx2onnx
+from fx2onnx.examples import TinyGPT
+from fx2onnx.program import TOLERANCES
+
+
+def _tiny_gpt(dtype: torch.dtype) -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return TinyGPT().eval().to(dtype), torch.randint(0, 512, (2, 64))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_low_precision_transformer_passes_within_its_rounding_noise(dtype: torch.dtype) -> None:
+    model, ids = _tiny_gpt(dtype)
+    (result,) = fx2onnx.export(model, (ids,)).verify(ids)
+    rtol, atol = TOLERANCES[dtype]
+    # Two layers of rounding already put eager and ONNX Runtime beyond any fixed tolerance near zero...
+    assert result.max_abs_error > atol and result.max_rel_error > rtol
+    # ...while the exported model is as close to the float32 result as eager is.
+    assert result.noise is not None and result.noise.within_noise and result.passed, str(result)
+    assert result.noise.onnx_mean < 1.1 * result.noise.eager_mean
+    assert "within" in str(result) and "rounding noise" in str(result)
+
+
+def quick_gelu(self: TFloat, approximate: str = "none") -> TFloat:
+    """x * sigmoid(1.702 x): up to 0.02 from GELU, wrong for a model that asks for GELU."""
+    return op.Mul(self, op.Sigmoid(op.Mul(self, op.CastLike(1.702, self))))
+
+
+def relu_for_gelu(self: TFloat, approximate: str = "none") -> TFloat:
+    return op.Relu(self)
+
+
+@pytest.mark.parametrize(("dtype", "wrong"), [(torch.bfloat16, relu_for_gelu), (torch.float16, quick_gelu)])
+def test_a_wrong_lowering_is_beyond_the_rounding_noise(dtype: torch.dtype, wrong: object) -> None:
+    model, ids = _tiny_gpt(dtype)
+    program = fx2onnx.export(model, (ids,), custom_translation_table={torch.ops.aten.gelu.default: wrong})
+    (result,) = program.verify(ids)
+    assert result.noise is not None and not result.noise.within_noise and not result.passed, str(result)
+    assert result.noise.onnx_mean > 2 * result.noise.eager_mean
+    assert "MISMATCH" in str(result) and "beyond" in str(result)
+
+
+def test_tolerances_the_caller_gives_are_not_second_guessed() -> None:
+    model, ids = _tiny_gpt(torch.bfloat16)
+    (result,) = fx2onnx.export(model, (ids,)).verify(ids, rtol=5e-2, atol=5e-2)
+    assert not result.passed and result.noise is None
+
+
+def test_export_with_verify_and_its_report_show_the_noise_verdict(tmp_path: os.PathLike[str]) -> None:
+    model, ids = _tiny_gpt(torch.bfloat16)
+    path = os.path.join(tmp_path, "report.md")
+    program = fx2onnx.export(model, (ids,), verify=True, report=path)  # raises if verification fails
+    (result,) = program.report.verification
+    assert result.passed and result.noise is not None
+    with open(path, encoding="utf-8") as file:
+        assert "bfloat16 rounding noise, vs float32 eager" in file.read()
