@@ -36,6 +36,7 @@ _MODULES = (
     "integer_ops",
     "integer_pooling",
     "moe",
+    "reduced_precision",
 )
 
 
