@@ -145,9 +145,10 @@ def test_direct_io_goes_buffered_on_a_disk_slower_than_the_threshold(
 
 def test_bfloat16_weights_stream_bit_exact(tmp_path: os.PathLike[str]) -> None:
     torch.manual_seed(0)
-    # Larger than legalization's FOLD_LIMIT: the weight stays bfloat16 (with a Cast) rather than converted ahead of time
-    model = torch.nn.Linear(64, 32).to(torch.bfloat16).eval()
-    program = fx2onnx.export(model, (torch.randn(2, 64, dtype=torch.bfloat16),))
+    # Larger than legalization's FOLD_LIMIT and the optimizer's constant-folding limit (8192 elements): the weight
+    # stays bfloat16 (with a Cast) rather than converted ahead of time
+    model = torch.nn.Linear(128, 96).to(torch.bfloat16).eval()
+    program = fx2onnx.export(model, (torch.randn(2, 128, dtype=torch.bfloat16),))
     path = os.path.join(tmp_path, "model.onnx")
     program.save(path)
     saved = {t.name: t.raw_data for t in onnx.load(path).graph.initializer}

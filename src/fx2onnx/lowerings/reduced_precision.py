@@ -58,6 +58,9 @@ def baddbmm(self: TReduced, batch1: TReduced, batch2: TReduced, beta: float = 1.
 @lowering("aten::linear")
 def linear(input: TReduced, weight: TReduced, bias: TReduced | None = None) -> TReduced:
     """input @ weight.T + bias; a 1-D weight is a single output feature (no transpose)."""
+    if len(input.shape) == 2 and len(weight.shape) == 2:  # Gemm transposes the weight itself, bias included
+        wide_bias = _float(bias) if bias is not None else None
+        return op.Cast(op.Gemm(_float(input), _float(weight), wide_bias, transB=1), to=input.dtype)
     # Transposed first: the optimizer folds a Transpose of a weight into a view of it, while the Cast stays a
     # node (a float32 copy of the weights in the file would double a bfloat16 model's size).
     if len(weight.shape) == 2:
