@@ -268,7 +268,7 @@ def _export(options: argparse.Namespace) -> int:
     program = fx2onnx.export(
         model.eval(),
         args,
-        kwargs,
+        kwargs=kwargs,
         dynamic_shapes=_dynamic_shapes(options, args),
         opset_version=options.opset,
         target=options.target,

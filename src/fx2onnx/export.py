@@ -20,7 +20,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from fx2onnx import capture as capture_stage
-from fx2onnx import legalize, passes
+from fx2onnx import legalize, passes, torch_compat
 from fx2onnx.dispatch import Dispatcher
 from fx2onnx.emit.graph_builder import TORCHLIB_OPSET, GraphEmitter, symbol_names_for
 from fx2onnx.errors import ExportError, InvalidModelError, source_line
@@ -32,38 +32,69 @@ from fx2onnx.report import ExportReport, casts_inserted_by_passes
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple[Any, ...] | Any = (),
-    kwargs: Mapping[str, Any] | None = None,
+    f: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     *,
+    kwargs: Mapping[str, Any] | None = None,
     dynamic_shapes: Any = None,
+    dynamic_axes: torch_compat.DynamicAxes | None = None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
-    opset_version: int = TORCHLIB_OPSET,
+    opset_version: int | None = None,
     registry: Registry | None = None,
     custom_translation_table: Mapping[Any, Any] | None = None,
     strict: bool = False,
     extractor: str | capture_stage.Extractor = "torch.export",
     optimize: bool = True,
-    f: str | os.PathLike[str] | None = None,
     external_data: bool | None = None,
     verify: bool = False,
     target: str = "onnxruntime-cpu",
     fast_math: bool = False,
-    report: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+    report: bool | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+    artifacts_dir: str | os.PathLike[str] = ".",
+    dump_exported_program: bool = False,
     progress: bool = False,
+    dynamo: bool = True,
+    export_params: bool = True,
+    keep_initializers_as_inputs: bool = False,
+    **torchscript_options: Any,
 ) -> ONNXProgram:
     """Export `model` to ONNX through its FX graph.
 
-    Arguments follow ``torch.onnx.export``. `f`, when given, is where the model is saved (only
-    once the whole export succeeded). `verify=True` runs the model in ONNX Runtime on `args`
-    and raises :class:`fx2onnx.errors.VerificationError` if any output differs from eager.
-    `target` is the runtime the model must load and run in (``onnxruntime-cpu`` or ``onnx``);
-    `report` is a path (or a list of paths) to write the export report to: Markdown, or SARIF 2.1.0
-    for a ``.sarif`` path; it is written on failure too (and then no model is saved).
-    `progress=True` shows a progress bar over the stages and the graph's nodes.
+    Arguments follow ``torch.onnx.export`` (see :mod:`fx2onnx.torch_compat` for ``dynamic_axes`` and the
+    TorchScript-only options). `f`, when given, is where the model is saved (only once the whole export
+    succeeded). `verify=True` runs the model in ONNX Runtime on `args` and raises
+    :class:`fx2onnx.errors.VerificationError` if any output differs from eager. `target` is the runtime
+    the model must load and run in (``onnxruntime-cpu`` or ``onnx``); `report` is a path (or a list of
+    paths) to write the export report to: Markdown, or SARIF 2.1.0 for a ``.sarif`` path (``True``: a
+    Markdown file in `artifacts_dir`, as torch does); it is written on failure too (and then no model is
+    saved). `dump_exported_program=True` writes torch.export's program to `artifacts_dir`.
+    `opset_version` is 18 unless given. `progress=True` shows a progress bar over the stages and the
+    graph's nodes.
     """
+    unknown = set(torchscript_options) - set(torch_compat.IGNORED_OPTIONS)
+    if unknown:
+        raise TypeError(f"export() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    torch_compat.check_options(
+        dynamo=dynamo,
+        export_params=export_params,
+        keep_initializers_as_inputs=keep_initializers_as_inputs,
+        **torchscript_options,
+    )
     if not isinstance(args, tuple):
         args = (args,)
-    kwargs = dict(kwargs or {})
+    f, kwargs = torch_compat.split_f_and_kwargs(f, kwargs)
+    opset_version = TORCHLIB_OPSET if opset_version is None else opset_version
+    if report is True:
+        report = os.path.join(artifacts_dir, f"{type(model).__name__}_fx2onnx_report.md")
+    elif report is False:
+        report = None
+    axis_names: dict[tuple[int, int], str] = {}
+    if dynamic_axes is not None:
+        if dynamic_shapes is not None:
+            raise ValueError("give dynamic_shapes or dynamic_axes, not both")
+        dynamic_shapes, axis_names = torch_compat.dynamic_shapes_from_axes(
+            model, args, kwargs, dynamic_axes, input_names
+        )
     export_report = ExportReport(model_name=type(model).__name__, opset=opset_version, target=target)
     try:
         with _collections_skip_older_objects():
@@ -73,6 +104,7 @@ def export(
                 kwargs,
                 export_report,
                 dynamic_shapes=dynamic_shapes,
+                axis_names=axis_names,
                 input_names=input_names,
                 output_names=output_names,
                 opset_version=opset_version,
@@ -92,6 +124,13 @@ def export(
         if report is not None:
             export_report.write(report)
         raise
+    if dynamic_axes is not None:
+        torch_compat.name_output_axes(program.model, dynamic_axes)
+    if dump_exported_program and program.exported_program is not None:
+        os.makedirs(artifacts_dir, exist_ok=True)
+        path = os.path.join(artifacts_dir, f"{type(model).__name__}_exported_program.txt")
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(str(program.exported_program))
     if f is not None:
         with _StageTimer(export_report.stage_seconds, progress)("save"):
             program.save(f, external_data=external_data)
@@ -107,6 +146,7 @@ def _export(
     export_report: ExportReport,
     *,
     dynamic_shapes: Any,
+    axis_names: Mapping[tuple[int, int], str],
     input_names: Sequence[str] | None,
     output_names: Sequence[str] | None,
     opset_version: int,
@@ -150,7 +190,7 @@ def _export(
 
     with timer("dispatch+emit"):
         flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
-        user_dims = capture_stage.dim_names(model, args, kwargs, dynamic_shapes)
+        user_dims = {**capture_stage.dim_names(model, args, kwargs, dynamic_shapes), **axis_names}
         dispatcher = Dispatcher(registry, opset_version)
         emitter = GraphEmitter(
             captured,

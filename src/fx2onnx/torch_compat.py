@@ -1,0 +1,135 @@
+"""torch.onnx.export's arguments that fx2onnx takes so that switching exporters is one line.
+
+- ``f`` is the third positional argument, as in torch (a mapping there is fx2onnx's older ``kwargs``).
+- ``dynamic_axes`` (TorchScript-era, still accepted by torch's dynamo path) becomes ``dynamic_shapes``:
+  every listed axis is ``Dim.DYNAMIC``; an axis given a name gets it as its ONNX dim_param, on the
+  inputs (and every value sharing that size) and on the outputs named in ``dynamic_axes``.
+- ``dynamo=False``, ``export_params=False`` and ``keep_initializers_as_inputs=True`` ask for what
+  fx2onnx does not make (a TorchScript export, a model without its weights, weights as graph inputs):
+  they are refused with the reason. Options torch's dynamo path ignores (``training``,
+  ``operator_export_type``, ``do_constant_folding``, ``custom_opsets``, ``export_modules_as_functions``,
+  ``autograd_inlining``, ``verbose``, ``profile``) are ignored here too, with a warning when not at
+  their defaults.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+import torch
+import torch.utils._pytree as pytree
+
+DynamicAxes = Mapping[str, Mapping[int, str] | Sequence[int]]
+
+# torch.onnx.export's options that only its TorchScript exporter reads, with their defaults.
+IGNORED_OPTIONS: dict[str, Any] = {
+    "verbose": None,
+    "profile": False,
+    "training": torch.onnx.TrainingMode.EVAL,
+    "operator_export_type": torch.onnx.OperatorExportTypes.ONNX,
+    "do_constant_folding": True,
+    "custom_opsets": None,
+    "export_modules_as_functions": False,
+    "autograd_inlining": True,
+}
+
+
+def split_f_and_kwargs(
+    f: str | os.PathLike[str] | Mapping[str, Any] | None, kwargs: Mapping[str, Any] | None
+) -> tuple[str | os.PathLike[str] | None, dict[str, Any]]:
+    """torch's third positional argument is the file; fx2onnx's used to be `kwargs` (a mapping): both work."""
+    if isinstance(f, Mapping):
+        if kwargs is not None:
+            raise TypeError("export() got keyword arguments twice: a mapping as third argument and kwargs=")
+        return None, dict(f)
+    return f, dict(kwargs or {})
+
+
+def check_options(*, dynamo: bool, export_params: bool, keep_initializers_as_inputs: bool, **ignored: Any) -> None:
+    if not dynamo:
+        raise ValueError(
+            "dynamo=False asks for torch's TorchScript exporter; fx2onnx exports through torch.export (dynamo=True). "
+            "Call torch.onnx.export for a TorchScript export."
+        )
+    if not export_params:
+        raise ValueError("export_params=False (a model without its weights) is not supported: fx2onnx saves them")
+    if keep_initializers_as_inputs:
+        raise ValueError(
+            "keep_initializers_as_inputs=True (weights as graph inputs) is not supported: fx2onnx keeps them as "
+            "initializers"
+        )
+    for name, value in ignored.items():
+        if name in IGNORED_OPTIONS and value != IGNORED_OPTIONS[name]:
+            warnings.warn(
+                f"{name}={value!r} is ignored: torch.onnx.export reads it only in its TorchScript exporter",
+                stacklevel=3,
+            )
+
+
+def dynamic_shapes_from_axes(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    dynamic_axes: DynamicAxes,
+    input_names: Sequence[str] | None,
+) -> tuple[dict[str, Any], dict[tuple[int, int], str]]:
+    """``dynamic_shapes`` for torch.export, and (id of input tensor, dim) -> the name ``dynamic_axes`` gives.
+
+    Keys of `dynamic_axes` name inputs by `input_names` (the model's tensor inputs in order) or by the
+    forward method's parameter names; keys naming outputs are left to :func:`name_output_axes`.
+    """
+    if isinstance(model, torch.export.ExportedProgram):
+        raise ValueError("dynamic_axes applies to a module; an ExportedProgram already has its dynamic shapes")
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        bound = inspect.signature(forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError) as error:
+        message = f"cannot match args/kwargs to {type(model).__name__}.forward for dynamic_axes: {error}"
+        raise ValueError(message) from None
+
+    # Each tensor input, in order, with the parameter it belongs to and whether it is that whole parameter.
+    leaves: list[tuple[str, torch.Tensor, bool]] = []
+    for parameter, value in bound.items():
+        tensors = [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
+        leaves += [(parameter, tensor, tensor is value) for tensor in tensors]
+    names = list(input_names) if input_names else [parameter for parameter, _, _ in leaves]
+
+    shapes: dict[str, Any] = {parameter: None for parameter in bound}
+    axis_names: dict[tuple[int, int], str] = {}
+    for name, (parameter, tensor, whole) in zip(names, leaves):
+        axes = dynamic_axes.get(name)
+        if axes is None:
+            continue
+        if not whole:
+            raise ValueError(
+                f"dynamic_axes names {name!r}, a tensor inside the nested input {parameter!r}: "
+                "give its dynamic dimensions with dynamic_shapes instead"
+            )
+        named = dict(axes) if isinstance(axes, Mapping) else {int(axis): None for axis in axes}
+        shapes[parameter] = {int(axis) % tensor.dim(): torch.export.Dim.DYNAMIC for axis in named}
+        for axis, axis_name in named.items():
+            if axis_name:
+                axis_names[(id(tensor), int(axis) % tensor.dim())] = str(axis_name)
+    return shapes, axis_names
+
+
+def name_output_axes(model: ir.Model, dynamic_axes: DynamicAxes) -> None:
+    """Give the outputs `dynamic_axes` names the dim_params it asks for, where the dimension is not static."""
+    for output in model.graph.outputs:
+        axes = dynamic_axes.get(output.name or "")
+        if not isinstance(axes, Mapping) or output.shape is None:
+            continue
+        dims = list(output.shape)
+        for axis, axis_name in axes.items():
+            index = int(axis) % len(dims) if dims else None
+            if index is not None and axis_name and isinstance(dims[index], ir.SymbolicDim):
+                dims[index] = ir.SymbolicDim(str(axis_name))
+        output.shape = ir.Shape(dims)
+
+
+__all__ = ["check_options", "dynamic_shapes_from_axes", "name_output_axes", "split_f_and_kwargs"]
