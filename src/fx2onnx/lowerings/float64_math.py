@@ -178,13 +178,7 @@ def _avg_pool(
         total = op.Add(total, _pooling._at_offset(padded, dims, offset))
     if divisor_override is not None:
         return op.Div(total, _double(divisor_override))
-    counts = []
-    for dim in dims:  # eager clips each window to the padded input, then (without count_include_pad) to the input
-        ends = np.minimum(dim.starts + dim.kernel, dim.size + dim.pad)
-        starts = dim.starts
-        if not count_include_pad:
-            starts, ends = np.maximum(starts, 0), np.minimum(ends, dim.size)
-        counts.append(ends - starts)
+    counts = _pooling.window_counts(dims, count_include_pad)
     divisor = np.ones([len(c) for c in counts], dtype=np.float64)
     for axis, count in enumerate(counts):
         divisor = divisor * count.reshape([1] * axis + [-1] + [1] * (len(counts) - 1 - axis))

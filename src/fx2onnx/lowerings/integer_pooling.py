@@ -298,6 +298,19 @@ def max_pool3d_with_indices_int(
 
 
 # --- average pooling --------------------------------------------------------------------------------------------
+def window_counts(dims: Sequence[_Dim], count_include_pad: bool) -> list[np.ndarray]:
+    """Per spatial dim, the element count eager divides each window's sum by: each window clipped to the padded
+    input, then (without count_include_pad) to the input."""
+    counts = []
+    for dim in dims:
+        ends = np.minimum(dim.starts + dim.kernel, dim.size + dim.pad)
+        starts = dim.starts
+        if not count_include_pad:
+            starts, ends = np.maximum(starts, 0), np.minimum(ends, dim.size)
+        counts.append(ends - starts)
+    return counts
+
+
 def _avg_pool(
     self: INT64,
     spatial: int,
@@ -318,13 +331,7 @@ def _avg_pool(
         total = op.Add(total, _at_offset(padded, dims, offset))
     if divisor_override is not None:
         return op.Div(total, _int64(divisor_override))
-    counts = []
-    for dim in dims:  # eager clips each window to the padded input, then (without count_include_pad) to the input
-        ends = np.minimum(dim.starts + dim.kernel, dim.size + dim.pad)
-        starts = dim.starts
-        if not count_include_pad:
-            starts, ends = np.maximum(starts, 0), np.minimum(ends, dim.size)
-        counts.append(ends - starts)
+    counts = window_counts(dims, count_include_pad)
     if all(np.all(count == count[0]) for count in counts):  # the same divisor everywhere: one scalar
         return op.Div(total, _int64(math.prod(int(count[0]) for count in counts)))
     return op.Div(total, _spread(counts, op.Mul))
