@@ -92,8 +92,9 @@ def test_what_fx2onnx_does_not_make_is_refused_with_the_reason() -> None:
 
 
 def test_report_true_and_dump_exported_program_write_to_artifacts_dir(tmp_path: os.PathLike[str]) -> None:
-    fx2onnx.export(TwoInputs().eval(), _inputs(2, 5), report=True, dump_exported_program=True, artifacts_dir=tmp_path)
-    written = sorted(os.listdir(tmp_path))
+    folder = os.path.join(tmp_path, "artifacts")  # created on demand
+    fx2onnx.export(TwoInputs().eval(), _inputs(2, 5), report=True, dump_exported_program=True, artifacts_dir=folder)
+    written = sorted(os.listdir(folder))
     assert written == ["TwoInputs_exported_program.txt", "TwoInputs_fx2onnx_report.md"]
-    with open(os.path.join(tmp_path, "TwoInputs_exported_program.txt"), encoding="utf-8") as file:
+    with open(os.path.join(folder, "TwoInputs_exported_program.txt"), encoding="utf-8") as file:
         assert "ExportedProgram" in file.read()

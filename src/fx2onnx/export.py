@@ -85,6 +85,7 @@ def export(
     f, kwargs = torch_compat.split_f_and_kwargs(f, kwargs)
     opset_version = TORCHLIB_OPSET if opset_version is None else opset_version
     if report is True:
+        os.makedirs(artifacts_dir, exist_ok=True)
         report = os.path.join(artifacts_dir, f"{type(model).__name__}_fx2onnx_report.md")
     elif report is False:
         report = None
