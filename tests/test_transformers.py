@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import pytest
@@ -53,14 +54,22 @@ def test_gpt2_dynamic_batch_and_sequence_with_padding() -> None:
     assert [str(d) for d in program.model.graph.inputs[0].shape] == ["batch", "seq"]
 
 
+def cache_argument(model: torch.nn.Module) -> str:
+    """The KV cache's argument and output field: `past_key_values` until transformers 5.23, `cache` since."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def test_llama_with_cache_outputs() -> None:
     ids = torch.randint(0, 300, (2, 6))
-    program = check(llama(), (ids,), {"use_cache": True})
+    model = llama()
+    program = check(model, (ids,), {"use_cache": True})
     names = [v.name for v in program.model.graph.outputs]
-    assert names == ["logits"] + [f"past_key_values_{i}" for i in range(4)]
+    assert names == ["logits"] + [f"{cache_argument(model)}_{i}" for i in range(4)]
 
 
-def llama_step_inputs(config: transformers.LlamaConfig, batch: int, new: int, past: int, dtype: torch.dtype) -> dict:
+def llama_step_inputs(
+    config: transformers.LlamaConfig, cache_name: str, batch: int, new: int, past: int, dtype: torch.dtype
+) -> dict:
     """One decoding step's inputs: `new` tokens after a cache of `past` (random keys/values)."""
     from transformers.cache_utils import DynamicCache
 
@@ -72,7 +81,7 @@ def llama_step_inputs(config: transformers.LlamaConfig, batch: int, new: int, pa
     return {
         "input_ids": torch.randint(0, 300, (batch, new)),
         "attention_mask": torch.ones(batch, past + new, dtype=torch.long),
-        "past_key_values": cache,
+        cache_name: cache,
         "use_cache": True,
     }
 
@@ -86,14 +95,17 @@ def test_llama_decoding_step_with_cache_input_and_dynamic_sizes(dtype: torch.dty
     batch, new, past = (torch.export.Dim(n, min=1, max=32) for n in ("batch", "new", "past"))
     total = torch.export.Dim("total", min=4, max=64)
     layers = config.num_hidden_layers
+    cache_name = cache_argument(model)
     check(
         model,
         (),
-        llama_step_inputs(config, 2, 3, 5, dtype),
+        llama_step_inputs(config, cache_name, 2, 3, 5, dtype),
         dynamic_shapes={
             "input_ids": {0: batch, 1: new},
             "attention_mask": {0: batch, 1: total},
-            "past_key_values": [{0: batch, 2: past}] * (2 * layers),
+            cache_name: [{0: batch, 2: past}] * (2 * layers),
         },
-        run_with=[((), llama_step_inputs(config, b, n, p, dtype)) for b, n, p in [(3, 1, 7), (1, 4, 4), (2, 3, 5)]],
+        run_with=[
+            ((), llama_step_inputs(config, cache_name, b, n, p, dtype)) for b, n, p in [(3, 1, 7), (1, 4, 4), (2, 3, 5)]
+        ],
     )
