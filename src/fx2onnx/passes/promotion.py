@@ -15,7 +15,8 @@ another dtype. The rules come from torch at export time, in two ways:
 
 Outputs are left alone: ``meta["val"]`` holds eager's dtype, and the emitter casts an output back only when an
 implementation produced another. float16/bfloat16 inputs are not upcast to torch's float32 "opmath" when the
-result keeps their dtype: that upcast is an implementation detail of eager kernels, not a dtype eager exposes.
+result keeps their dtype: that upcast is an implementation detail of eager kernels, not a dtype eager exposes
+(except for ``mul``/``div`` by a number, which :mod:`fx2onnx.passes.scalar_opmath` rewrites before this pass).
 """
 
 from __future__ import annotations
@@ -265,6 +266,19 @@ def output_dtypes(node: torch.fx.Node) -> set[torch.dtype]:
     return {v.dtype for v in pytree.tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)}
 
 
+def constant_value(node: torch.fx.Node, constants: Mapping[torch.fx.Node, torch.Tensor]) -> torch.Tensor | None:
+    """The tensor behind `node` if it is a constant (seen through copies such as ``clone``): a ``get_attr``, or a
+    placeholder `constants` maps to its value (weights, lifted tensors)."""
+    while node.op == "call_function" and node.target in _COPIES and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    if node.op == "get_attr":
+        value = node.graph.owning_module
+        for part in str(node.target).split("."):
+            value = getattr(value, part, None)
+        return value if isinstance(value, torch.Tensor) else None
+    return constants.get(node)
+
+
 class _CastInserter:
     """Inserts one cast per (value, dtype), before its first consumer, with a fake-tensor ``meta["val"]``.
 
@@ -312,15 +326,7 @@ class _CastInserter:
         return self.cache[key]
 
     def _constant_value(self, node: torch.fx.Node) -> torch.Tensor | None:
-        """The tensor behind `node` if it is a constant (seen through copies such as ``clone``)."""
-        while node.op == "call_function" and node.target in _COPIES and isinstance(node.args[0], torch.fx.Node):
-            node = node.args[0]
-        if node.op == "get_attr":
-            value = self.graph.owning_module
-            for part in str(node.target).split("."):
-                value = getattr(value, part, None)
-            return value if isinstance(value, torch.Tensor) else None
-        return self.constants.get(node)
+        return constant_value(node, self.constants)
 
     def _get_attr(self, tensor: torch.Tensor, consumer: torch.fx.Node) -> torch.fx.Node:
         module = self.graph.owning_module
