@@ -51,3 +51,23 @@ def assert_exports_and_matches(
 @pytest.fixture
 def check():
     return assert_exports_and_matches
+
+
+def assert_rounds_like_eager(
+    program: fx2onnx.ONNXProgram, model: torch.nn.Module, args: tuple[Any, ...], *, differing: float = 0.0
+) -> None:
+    """Every output equal to eager's bit for bit, or, with `differing` > 0, all but that fraction of them, none
+    farther than an ulp of the largest output (float32 computations in another order, or another float32
+    approximation of exp, round the other way once in a while)."""
+    actual = program(*args)
+    with torch.no_grad():
+        expected = model(*args)
+    actual, expected = (t if isinstance(t, (tuple, list)) else (t,) for t in (actual, expected))
+    for got, want in zip(actual, expected, strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        differ = (got != want) & ~(got.isnan() & want.isnan())
+        fraction = differ.float().mean().item()
+        assert fraction <= differing, f"{fraction:.2%} of outputs differ from eager"
+        scale = torch.finfo(want.dtype).eps * want.float().nan_to_num().abs().max()
+        if differ.any():
+            assert float((got.float() - want.float())[differ].nan_to_num().abs().max()) <= scale

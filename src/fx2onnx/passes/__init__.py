@@ -1,10 +1,10 @@
-"""FX passes run after capture and before dispatch: reduced-float products with a number, then type promotion."""
+"""FX passes run after capture, before dispatch: float16/bfloat16 ops eager computes in float32, then promotion."""
 
 from __future__ import annotations
 
 from fx2onnx.capture import CapturedGraph
+from fx2onnx.passes.float32_opmath import compute_in_float32
 from fx2onnx.passes.promotion import promote_types
-from fx2onnx.passes.scalar_opmath import compute_scalar_products_in_float32
 from fx2onnx.passes.subgraphs import all_nodes, graph_modules
 
 
@@ -14,10 +14,10 @@ def run_fx_passes(captured: CapturedGraph) -> list[str]:
     constants = {node: tensor for node, (_, tensor) in captured.weights.items()}
     replaced = {}
     for _, module in graph_modules(captured.graph_module):
-        replaced.update(compute_scalar_products_in_float32(module, constants))
+        replaced.update(compute_in_float32(module, constants))
     if replaced:
         captured.user_outputs = [replaced.get(output, output) for output in captured.user_outputs]
-        changed.append("compute_scalar_products_in_float32")
+        changed.append("compute_in_float32")
     promoted = promote_types(captured.graph_module, constants)
     for path, body in graph_modules(captured.graph_module):
         if path:  # a control-flow body (torch.cond branch, loop body): its nodes are dispatched too

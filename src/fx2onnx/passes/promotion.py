@@ -16,7 +16,7 @@ another dtype. The rules come from torch at export time, in two ways:
 Outputs are left alone: ``meta["val"]`` holds eager's dtype, and the emitter casts an output back only when an
 implementation produced another. float16/bfloat16 inputs are not upcast to torch's float32 "opmath" when the
 result keeps their dtype: that upcast is an implementation detail of eager kernels, not a dtype eager exposes
-(except for ``mul``/``div`` by a number, which :mod:`fx2onnx.passes.scalar_opmath` rewrites before this pass).
+(except for ``mul``/``div`` by a number, which :mod:`fx2onnx.passes.float32_opmath` rewrites before this pass).
 """
 
 from __future__ import annotations

@@ -1,0 +1,167 @@
+"""float16/bfloat16 ops that eager computes in float32 and rounds once are exported to do the same.
+
+Eager's CPU kernels for the reduced float types convert their inputs to float32 (torch's "opmath" type),
+compute, and round the result once. Exported as is, an op whose lowering takes several ONNX nodes (``silu`` is
+Sigmoid then Mul, ``rsqrt`` Sqrt then Reciprocal, ``lerp``, ``hypot``, ``log10``...) rounds after each node, once
+legalized through float32 node by node: a quarter to a half of their bfloat16 results were an ulp or more off
+eager. This pass, run before type promotion, rewrites such nodes as ``convert(op(convert(x, float32)), dtype)``.
+
+``mul``/``div`` by a number are a case of their own: eager reads the number (or a 0-d float32 tensor) unrounded,
+as a float32 (``bf16 * 0.3`` multiplies by ``0.3f``, not by bfloat16's ``0.30078125``; measured on torch 2.13),
+where promotion alone would round it to the tensor's dtype (47% of ``x * 0.3``'s bfloat16 results differed).
+They are rewritten only when the number is not exact in that dtype; a product of two tensors is one rounding
+either way. ``add``/``sub`` narrow their scalar operand and their ``alpha`` to the tensor's dtype, then compute
+``a + alpha * b`` in float32 and round once: rewritten when there is an ``alpha``, with it narrowed.
+
+Ops are listed, not found by a rule: some are defined by the narrow dtype itself (``nextafter`` steps one
+bfloat16 ulp), eager computes others in steps that round (``logit``, ``log_softmax`` stay 30% and 10% off a
+float32 computation rounded once), and single-node ops gain nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from fx2onnx.passes.promotion import constant_value
+from fx2onnx.passes.promotion_rules import CAST
+
+aten = torch.ops.aten
+REDUCED_FLOATS = (torch.float16, torch.bfloat16)
+# mul/div: in float32 when their scalar operand is read more precisely than the tensor's dtype holds it.
+_BY_SCALAR = {aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar}
+# add/sub: in float32 when they have an alpha other than 1 (eager: a + narrow(alpha) * b in float32).
+_WITH_ALPHA = {aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar}
+# Always in float32: their lowerings take several ONNX nodes, or ONNX Runtime's float16 kernel rounds otherwise
+# than eager (each measured off eager in bfloat16 or float16 before this pass).
+ROUND_ONCE = {
+    aten.silu.default,
+    aten.mish.default,
+    aten.softplus.default,
+    aten.sigmoid.default,
+    aten.glu.default,
+    aten.addcmul.default,
+    aten.addcdiv.default,
+    aten.lerp.Scalar,
+    aten.lerp.Tensor,
+    aten.rsqrt.default,
+    aten.hypot.default,
+    aten.atan2.default,
+    aten.sinc.default,
+    aten.log2.default,
+    aten.log10.default,
+    aten.deg2rad.default,
+    aten.rad2deg.default,
+    aten.remainder.Tensor,
+    aten.remainder.Scalar,
+    aten.div.Tensor_mode,
+    aten.div.Scalar_mode,
+    aten.erf.default,
+    aten.erfinv.default,
+    aten.lgamma.default,
+    aten.digamma.default,
+}
+_KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
+
+
+def compute_in_float32(
+    graph_module: torch.fx.GraphModule, constants: Mapping[torch.fx.Node, torch.Tensor] | None = None
+) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Rewrite the reduced-float nodes eager computes in float32 to do so; returns each replaced node's
+    replacement (its users now use the replacement). `constants` maps placeholders holding constants to their
+    values, so that a constant factor the dtype holds exactly is left to promotion."""
+    graph = graph_module.graph
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in list(graph.nodes):
+        dtype = _reduced_float_result(node)
+        if dtype is None or not _computed_in_float32(node, dtype, constants or {}):
+            continue
+        with graph.inserting_before(node):
+            args, kwargs = _float32_arguments(graph, node, dtype)
+            result = _call(graph, node.target, args, kwargs, node)
+            replaced[node] = _call(graph, CAST, (result, dtype), {}, node)
+        node.replace_all_uses_with(replaced[node])
+        graph.erase_node(node)
+    if replaced:
+        graph.lint()
+        graph_module.recompile()
+    return replaced
+
+
+def _float32_arguments(
+    graph: torch.fx.Graph, node: torch.fx.Node, dtype: torch.dtype
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`node`'s arguments for its float32 form: its `dtype` (and 0-d float64) tensors converted, numbers as eager
+    reads them."""
+    wide: dict[torch.fx.Node, torch.fx.Node] = {}
+
+    def widen(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.fx.Node) or _dtype(leaf) not in (dtype, torch.float64):
+            return leaf
+        if leaf not in wide:  # float64: a 0-d factor eager reads as a float32
+            wide[leaf] = _call(graph, CAST, (leaf, torch.float32), {}, node)
+        return wide[leaf]
+
+    args, kwargs = pytree.tree_map(widen, (node.args, node.kwargs))
+    if node.target in _BY_SCALAR and not isinstance(args[1], torch.fx.Node):
+        args = (args[0], float(_as_float32(args[1])), *args[2:])  # exact in float32
+    if node.target in _WITH_ALPHA:
+        kwargs = {**kwargs, "alpha": float(torch.tensor(kwargs["alpha"]).to(dtype))}
+    return args, kwargs
+
+
+def _dtype(node: torch.fx.Node) -> torch.dtype | None:
+    value = node.meta.get("val")
+    return value.dtype if isinstance(value, torch.Tensor) else None
+
+
+def _reduced_float_result(node: torch.fx.Node) -> torch.dtype | None:
+    """The float16/bfloat16 dtype of `node`'s result if it is one of this pass's ops, else None."""
+    if node.op != "call_function" or node.target not in ROUND_ONCE | _BY_SCALAR | _WITH_ALPHA:
+        return None
+    dtype = _dtype(node)
+    return dtype if dtype in REDUCED_FLOATS else None
+
+
+def _computed_in_float32(node: torch.fx.Node, dtype: torch.dtype, constants: Mapping[torch.fx.Node, Any]) -> bool:
+    if node.target in ROUND_ONCE:
+        return True
+    if node.target in _WITH_ALPHA:
+        return node.kwargs.get("alpha", 1) != 1
+    # mul/div: the tensor first, then a number or a 0-d tensor of a wider dtype, read by eager as a float32
+    tensor, scalar = node.args
+    if node.kwargs or not isinstance(tensor, torch.fx.Node) or _dtype(tensor) != dtype:
+        return False
+    if isinstance(scalar, torch.fx.Node):
+        value = scalar.meta.get("val")
+        if not isinstance(value, torch.Tensor) or value.dim() != 0 or value.dtype not in (torch.float32, torch.float64):
+            return False
+        constant = constant_value(scalar, constants)
+        if constant is None:
+            return True  # known only when the model runs
+        scalar = constant.item()
+    if type(scalar) not in (int, float) or not np.isfinite(scalar):
+        return False
+    as_float32 = float(_as_float32(scalar))
+    return float(torch.tensor(as_float32).to(dtype).float()) != as_float32
+
+
+def _as_float32(number: float) -> np.float32:
+    with np.errstate(over="ignore"):  # beyond float32's range eager reads inf too
+        return np.float32(number)
+
+
+def _call(
+    graph: torch.fx.Graph, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], origin: torch.fx.Node
+) -> torch.fx.Node:
+    """A node computing `target(*args, **kwargs)`, with its fake value and `origin`'s source location."""
+    new = graph.call_function(target, args, kwargs)
+    fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
+    new.meta["val"] = target(*fake_args, **fake_kwargs)
+    new.meta.update({name: origin.meta[name] for name in _KEPT_META if name in origin.meta})
+    return new
