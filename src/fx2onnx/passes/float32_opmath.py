@@ -14,8 +14,9 @@ either way. ``add``/``sub`` narrow their scalar operand and their ``alpha`` to t
 ``a + alpha * b`` in float32 and round once: rewritten when there is an ``alpha``, with it narrowed.
 
 Ops are listed, not found by a rule: some are defined by the narrow dtype itself (``nextafter`` steps one
-bfloat16 ulp), eager computes others in steps that round (``logit``, ``log_softmax`` stay 30% and 10% off a
-float32 computation rounded once), and single-node ops gain nothing.
+bfloat16 ulp), eager computes others in steps that round (``logit`` rounds after each op, so its lowering keeps
+the dtype; ``log_softmax`` is 10% off a float32 computation rounded once, for reasons not found yet), and
+single-node ops gain nothing.
 """
 
 from __future__ import annotations
