@@ -67,6 +67,7 @@ ROUND_ONCE = {
     aten.lgamma.default,
     aten.digamma.default,
 }
+_OPS = frozenset(ROUND_ONCE | _BY_SCALAR | _WITH_ALPHA)
 _KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
 
@@ -123,7 +124,7 @@ def _dtype(node: torch.fx.Node) -> torch.dtype | None:
 
 def _reduced_float_result(node: torch.fx.Node) -> torch.dtype | None:
     """The float16/bfloat16 dtype of `node`'s result if it is one of this pass's ops, else None."""
-    if node.op != "call_function" or node.target not in ROUND_ONCE | _BY_SCALAR | _WITH_ALPHA:
+    if node.op != "call_function" or node.target not in _OPS:
         return None
     dtype = _dtype(node)
     return dtype if dtype in REDUCED_FLOATS else None

@@ -16,7 +16,7 @@ another dtype. The rules come from torch at export time, in two ways:
 Outputs are left alone: ``meta["val"]`` holds eager's dtype, and the emitter casts an output back only when an
 implementation produced another. float16/bfloat16 inputs are not upcast to torch's float32 "opmath" when the
 result keeps their dtype: that upcast is an implementation detail of eager kernels, not a dtype eager exposes
-(except for ``mul``/``div`` by a number, which :mod:`fx2onnx.passes.float32_opmath` rewrites before this pass).
+(except where :mod:`fx2onnx.passes.float32_opmath`, run before this pass, reproduces eager's rounding).
 """
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ class _CastInserter:
         key = (source, dtype)
         if key in self.cache:
             return self.cache[key]
-        constant = self._constant_value(source)
+        constant = constant_value(source, self.constants)
         if constant is not None and constant.numel() <= FOLD_LIMIT:
             cast = self._get_attr(constant.detach().to(dtype), consumer)
         else:
@@ -324,9 +324,6 @@ class _CastInserter:
             exact = torch.tensor(value, dtype=torch.float64 if type(value) is float else None)
             self.cache[key] = self._get_attr(exact.to(dtype), consumer)
         return self.cache[key]
-
-    def _constant_value(self, node: torch.fx.Node) -> torch.Tensor | None:
-        return constant_value(node, self.constants)
 
     def _get_attr(self, tensor: torch.Tensor, consumer: torch.fx.Node) -> torch.fx.Node:
         module = self.graph.owning_module
