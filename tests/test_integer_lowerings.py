@@ -171,3 +171,34 @@ def test_cov_with_float_weights_computes_in_their_dtype(dtype: torch.dtype) -> N
     model = Call(lambda x, w, f: torch.cov(x, aweights=w, fweights=f))
     program = assert_exact(model, (x, weights, torch.tensor([1, 1])))
     assert chosen(program)["aten::cov"] == "fx2onnx:cov_integer_weighted"
+
+
+# uint8 resizes: eager resizes the width, rounds half up and saturates, then the height (core._resize_uint8).
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"scale_factor": 2, "mode": "bicubic"},
+        {"size": (5, 7), "mode": "bicubic", "align_corners": True},
+        {"scale_factor": 2, "mode": "bilinear"},
+        {"size": (40, 24), "mode": "bilinear", "align_corners": True},
+        {"scale_factor": 3, "mode": "bilinear"},
+    ],
+    ids=str,
+)
+def test_uint8_resize_is_eagers(options: dict[str, Any]) -> None:
+    """Bit for bit (exact comparison); in one float pass cast back, a bicubic upscale's overshoots wrapped
+    (-4 became 252) and bilinear ties rounded the other way."""
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+    x[0, 0, 4:8, 4:8] = 255  # sharp edges: bicubic overshoots below 0 and above 255 around them
+    assert_exports_and_matches(Call(lambda t: torch.nn.functional.interpolate(t, **options)), (x,))
+
+
+def test_uint8_downscale_is_at_most_one_off() -> None:
+    """Non-integer downscales: eager's fixed-point weights round a few percent of pixels the other way."""
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+    model = Call(lambda t: torch.nn.functional.interpolate(t, size=(7, 9), mode="bilinear"))
+    (actual,) = fx2onnx.export(model, (x,))(x)
+    difference = (actual.int() - model(x).int()).abs()
+    assert actual.dtype == torch.uint8 and int(difference.max()) <= 1 and difference.float().mean() < 0.1

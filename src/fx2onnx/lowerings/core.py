@@ -549,21 +549,25 @@ def _resize(
     align_corners: bool,
     scale_factors: Sequence[float] | None,
     mode: str,
+    axis: int | None = None,
 ) -> TFloat:
+    """Resize the spatial dims, or only spatial dim `axis` (of the input's, counted from 0 = N)."""
     transformation = "align_corners" if align_corners else "pytorch_half_pixel"
+    spatial = range(2, 2 + len(output_size if output_size is not None else scale_factors or []))
+    axes = list(spatial) if axis is None else [axis]
     if scale_factors is not None and output_size is None:
-        scales = op.Constant(value_floats=[1.0, 1.0, *[float(s) for s in scale_factors]])
+        scales = op.Constant(value_floats=[float(scale_factors[a - 2]) for a in axes])
         sizes = None
     else:
         assert output_size is not None
         scales = None
-        leading = op.Shape(input, start=0, end=2)
-        sizes = op.Concat(leading, op.Constant(value_ints=[int(s) for s in output_size]), axis=0)
+        sizes = op.Constant(value_ints=[int(output_size[a - 2]) for a in axes])
     return op.Resize(
         input,
         None,
         scales,
         sizes,
+        axes=axes,
         mode=mode,
         coordinate_transformation_mode=transformation,
         cubic_coeff_a=-0.75,
@@ -590,6 +594,49 @@ def upsample_bicubic_vec(
     scale_factors: Sequence[float] | None = None,
 ) -> TFloat:
     return _resize(input, output_size, align_corners, scale_factors, "cubic")
+
+
+# uint8 images: eager resizes the width, rounds half up and saturates to [0, 255], then does the same for the
+# height (its fixed-point kernels). Computed in one pass in float and cast back as a cast match would be,
+# results were truncated and wrapped: a bicubic overshoot to -4 became 252, in half of a bicubic upscale's
+# pixels. In two passes, rounding half up, upscales are eager's bit for bit (measured); non-integer
+# downscales are up to 1 off in a few percent of pixels (eager's weights are rounded to fixed point).
+def _round_to_uint8(value: FLOAT) -> FLOAT:
+    half_up = op.Floor(op.Add(value, op.Constant(value_float=0.5)))
+    return op.Clip(half_up, op.Constant(value_float=0.0), op.Constant(value_float=255.0))
+
+
+def _resize_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float] | None,
+    mode: str,
+) -> UINT8:
+    resized = op.Cast(input, to=ir.DataType.FLOAT)
+    for axis in (3, 2):
+        resized = _round_to_uint8(_resize(resized, output_size, align_corners, scale_factors, mode, axis=axis))
+    return op.Cast(resized, to=ir.DataType.UINT8)
+
+
+@lowering("aten::upsample_bilinear2d.vec", specific=True)
+def upsample_bilinear_vec_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> UINT8:
+    return _resize_uint8(input, output_size, align_corners, scale_factors, "linear")
+
+
+@lowering("aten::upsample_bicubic2d.vec", specific=True)
+def upsample_bicubic_vec_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> UINT8:
+    return _resize_uint8(input, output_size, align_corners, scale_factors, "cubic")
 
 
 # --- nonzero of a 0-d tensor ------------------------------------------------------------------------------------
