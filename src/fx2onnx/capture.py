@@ -85,6 +85,17 @@ def _takes_complex(node: torch.fx.Node) -> bool:
     return any(isinstance(v, torch.Tensor) and v.is_complex() for v in values)
 
 
+def _lowers(registry: Registry, node: torch.fx.Node) -> bool:
+    """Whether `node`'s op is lowered as it is: by the registry, or, with complex inputs, by its real lowering
+    after the FX pass that rewrites it on the real and imaginary parts (passes/complex_parts.py)."""
+    from fx2onnx.passes import complex_parts
+
+    if not _takes_complex(node):
+        return registry.lowers(node.target)
+    on_parts = complex_parts.rewrites(node.target) and registry.lowers(node.target)
+    return on_parts or registry.lowers(node.target, complex=True)
+
+
 def _updates_statistics(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
     """Batch norm in training mode updates its running statistics though its schema marks no mutation;
     decomposition functionalizes that, so such a graph must be decomposed."""
@@ -127,7 +138,7 @@ def fallback_decompositions(graph_module: torch.fx.GraphModule, registry: Regist
     for node in (n for module in bodies for n in module.graph.nodes):
         target = node.target
         is_overload = node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
-        if is_overload and not registry.lowers(target, complex=_takes_complex(node)) and target in full_table:
+        if is_overload and not _lowers(registry, node) and target in full_table:
             needed[target] = full_table[target]
     return needed
 
@@ -173,7 +184,7 @@ def _lowerable_graph(graph_module: torch.fx.GraphModule, registry: Registry) -> 
             if not target._schema.returns:
                 continue
         try:
-            if not registry.lowers(target, complex=_takes_complex(node)):
+            if not _lowers(registry, node):
                 return False
         except TypeError:  # not a registry target at all
             return False

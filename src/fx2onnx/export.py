@@ -186,7 +186,7 @@ def _export(
     with timer("fx passes"):
         nodes_before = passes.all_nodes(captured.graph_module)  # and those of control-flow bodies
         export_report.graph_nodes = len(nodes_before)
-        export_report.fx_passes = passes.run_fx_passes(captured)
+        export_report.fx_passes = passes.run_fx_passes(captured, registry)
         export_report.promotion_casts = casts_inserted_by_passes(captured.graph, nodes_before)
 
     with timer("dispatch+emit"):

@@ -1,0 +1,141 @@
+"""Complex ops without a complex lowering, rewritten as real ops on their real and imaginary parts.
+
+Inside the graph a complex tensor is a (..., 2) real tensor (:mod:`fx2onnx.complex_layout`), and only ops with a
+complex lowering take that layout. Many others reduce to real ops on the two parts, which every real lowering
+handles: data movement and linear maps act on each part alone (``diagonal``, ``gather``, ``index_put``,
+``cumsum``...: ``f(z) = complex(f(z.real), f(z.imag))``), a product of complex matrices is four real products,
+and a vector norm is the norm of the magnitudes. This pass, run first, rewrites such nodes whose inputs are
+complex; what it does not list keeps failing with the dispatcher's error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from fx2onnx.registry import Registry
+
+aten = torch.ops.aten
+_KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
+
+# f(z) = complex(f(z.real), f(z.imag)): every complex tensor argument replaced by the same part.
+PER_PART = {
+    aten.cumsum.default,
+    aten.diagonal.default,
+    aten.diagonal_copy.default,
+    aten.diag_embed.default,
+    aten.gather.default,
+    aten.index_put.default,
+    aten.copy.default,
+    aten.as_strided.default,
+    aten.as_strided_copy.default,
+}
+# Bilinear in two complex operands: (a + ib)(c + id) = (ac - bd) + i(ad + bc), each product the op itself.
+PRODUCTS = {aten.mm.default, aten.bmm.default, aten.dot.default, aten.matmul.default}
+
+
+def rewrites(target: Any) -> bool:
+    """Whether this pass rewrites `target` with complex inputs (so capture need not decompose it)."""
+    return target in PER_PART or target in PRODUCTS or target is aten.linalg_vector_norm.default
+
+
+def rewrite_complex_on_parts(
+    graph_module: torch.fx.GraphModule, registry: Registry | None = None
+) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Rewrite the listed ops with complex inputs on the parts, unless `registry` lowers them with complex inputs
+    (a user's implementation); returns each replaced node's replacement."""
+    graph = graph_module.graph
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in list(graph.nodes):
+        rewrite = _rewrite_for(node)
+        if rewrite is None or (registry is not None and registry.lowers(node.target, complex=True)):
+            continue
+        with graph.inserting_before(node):
+            replaced[node] = rewrite(_Builder(graph, node), node)
+        node.replace_all_uses_with(replaced[node])
+        graph.erase_node(node)
+    if replaced:
+        graph.lint()
+        graph_module.recompile()
+    return replaced
+
+
+class _Builder:
+    """Adds nodes before `origin`, each with its fake value and `origin`'s source location."""
+
+    def __init__(self, graph: torch.fx.Graph, origin: torch.fx.Node) -> None:
+        self.graph, self.origin = graph, origin
+        self.parts: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}
+
+    def call(self, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        new = self.graph.call_function(target, args, kwargs)
+        fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
+        new.meta["val"] = target(*fake_args, **fake_kwargs)
+        new.meta.update({name: self.origin.meta[name] for name in _KEPT_META if name in self.origin.meta})
+        return new
+
+    def part(self, value: torch.fx.Node, which: int) -> torch.fx.Node:
+        """The real (0) or imaginary (1) part of complex `value`."""
+        if (value, which) not in self.parts:
+            self.parts[value, which] = self.call(
+                aten.select.int, self.call(aten.view_as_real.default, value), -1, which
+            )
+        return self.parts[value, which]
+
+    def complex(self, real: torch.fx.Node, imag: torch.fx.Node) -> torch.fx.Node:
+        return self.call(aten.complex.default, real, imag)
+
+
+def _is_complex(value: Any) -> bool:
+    return (
+        isinstance(value, torch.fx.Node)
+        and isinstance(value.meta.get("val"), torch.Tensor)
+        and (value.meta["val"].is_complex())
+    )
+
+
+def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], torch.fx.Node] | None:
+    if node.op != "call_function" or not isinstance(node.meta.get("val"), torch.Tensor):
+        return None
+    leaves = pytree.tree_leaves((node.args, node.kwargs))
+    if not any(_is_complex(leaf) for leaf in leaves) or any(isinstance(leaf, complex) for leaf in leaves):
+        return None  # no complex input, or a complex number to split as well (left to the dispatcher's error)
+    if node.target in PER_PART and node.meta["val"].is_complex() and "dtype" not in node.kwargs:
+        # each value-carrying input must be complex (a real `src` or `values` would land in both parts)
+        values = [leaf.meta["val"] for leaf in leaves if isinstance(leaf, torch.fx.Node) and "val" in leaf.meta]
+        if all(v.is_complex() for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()):
+            return _per_part
+        return None
+    if node.target in PRODUCTS and all(_is_complex(a) for a in node.args[:2]) and not node.kwargs:
+        return _product
+    if node.target is aten.linalg_vector_norm.default and _is_complex(node.args[0]) and "dtype" not in node.kwargs:
+        return _norm_of_magnitudes
+    return None
+
+
+def _per_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    def on_part(which: int) -> torch.fx.Node:
+        args, kwargs = pytree.tree_map(
+            lambda leaf: build.part(leaf, which) if _is_complex(leaf) else leaf, (node.args, node.kwargs)
+        )
+        return build.call(node.target, *args, **kwargs)
+
+    return build.complex(on_part(0), on_part(1))
+
+
+def _product(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    left, right = node.args[:2]
+    (a, b), (c, d) = ((build.part(v, 0), build.part(v, 1)) for v in (left, right))
+    product = node.target
+    real = build.call(aten.sub.Tensor, build.call(product, a, c), build.call(product, b, d))
+    imag = build.call(aten.add.Tensor, build.call(product, a, d), build.call(product, b, c))
+    return build.complex(real, imag)
+
+
+def _norm_of_magnitudes(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    magnitude = build.call(aten.abs.default, node.args[0])
+    return build.call(node.target, magnitude, *node.args[1:], **node.kwargs)
