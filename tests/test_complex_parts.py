@@ -42,6 +42,18 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], ...]]
     "dot": (torch.dot, ((4,), (4,))),
     "tensordot": (lambda a, b: torch.tensordot(a, b, 1), ((3, 4), (4, 5))),
     "addmm": (torch.addmm, ((3, 5), (3, 4), (4, 5))),
+    # where either part is non-zero
+    "nonzero": (lambda x: torch.nonzero(x * (x.real > 0)), ((4, 3),)),
+    "argwhere": (lambda x: torch.argwhere(x * (x.imag > 0)), ((4, 3),)),
+    # factories given a complex dtype (torchlib's cast a real constant to complex inside the graph)
+    "ones": (lambda x: torch.ones(3, 2, dtype=x.dtype) + x, ((3, 2),)),
+    "zeros": (lambda x: torch.zeros(3, 2, dtype=x.dtype) * x, ((3, 2),)),
+    "full": (lambda x: torch.full((3, 2), 1.5 - 2j, dtype=x.dtype) * x, ((3, 2),)),
+    "linspace": (lambda x: torch.linspace(1 + 2j, 3 - 1j, 6, dtype=x.dtype).reshape(3, 2) + x, ((3, 2),)),
+    "scalar_tensor": (lambda x: x * torch.scalar_tensor(2 - 1j, dtype=x.dtype), ((3, 2),)),
+    "new_ones": (lambda x: x.new_ones(3, 2) - x, ((3, 2),)),
+    "new_full": (lambda x: x.new_full((3, 2), 0.5j) - x, ((3, 2),)),
+    "block_diag": (lambda x: torch.block_diag(x, x), ((2, 3),)),
     # norms of magnitudes
     "vector_norm ord 3": (lambda x: torch.linalg.vector_norm(x, 3, dim=1), ((3, 4),)),
     "norm": (torch.linalg.norm, ((3, 4),)),

@@ -202,3 +202,21 @@ def test_uint8_downscale_is_at_most_one_off() -> None:
     (actual,) = fx2onnx.export(model, (x,))(x)
     difference = (actual.int() - model(x).int()).abs()
     assert actual.dtype == torch.uint8 and int(difference.max()) <= 1 and difference.float().mean() < 0.1
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int16, torch.uint8])
+def test_bitwise_operator_spellings(dtype: torch.dtype) -> None:
+    """aten::__and__/__or__/__xor__ and prims::bitwise_*, which decompositions leave in graphs."""
+    aten, prims = torch.ops.aten, torch.ops.prims
+    x, y = (torch.randint(0, 2 if dtype == torch.bool else 100, (12,)).to(dtype) for _ in range(2))
+    model = Call(
+        lambda a, b: (
+            aten.__and__.Tensor(a, b),
+            aten.__or__.Tensor(a, b),
+            aten.__xor__.Tensor(a, b),
+            prims.bitwise_and(a, b),
+            prims.bitwise_or(a, b),
+            prims.bitwise_xor(a, b),
+        )
+    )
+    assert_exports_and_matches(model, (x, y))

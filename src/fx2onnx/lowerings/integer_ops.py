@@ -119,3 +119,21 @@ def cov_integer_weighted(
     (promote_types(integer, float) is the float), and everything after computes in it. Without `aweights`
     (required here; parameters bind by name) integers keep the float lowering, which computes in float32."""
     return float_cov.func(op.Cast(self, to=aweights.dtype), correction, fweights, aweights)
+
+
+# --- Python's &, |, ^ as ATen ops, and the prims bitwise ops ----------------------------------------------------
+# torchlib lowers `bitwise_and` and friends but not these spellings of them, which decompositions leave in graphs
+# (a complex `logical_and` decomposes to `ne(x, 0) & ne(y, 0)`; `logical_or` to prims::bitwise_or).
+@lowering("aten::__and__.Tensor", "prims::bitwise_and")
+def bitwise_and_operator(self: TIntegralOrBool, other: TIntegralOrBool) -> TIntegralOrBool:
+    return op.And(self, other) if self.dtype == ir.DataType.BOOL else op.BitwiseAnd(self, other)
+
+
+@lowering("aten::__or__.Tensor", "prims::bitwise_or")
+def bitwise_or_operator(self: TIntegralOrBool, other: TIntegralOrBool) -> TIntegralOrBool:
+    return op.Or(self, other) if self.dtype == ir.DataType.BOOL else op.BitwiseOr(self, other)
+
+
+@lowering("aten::__xor__.Tensor", "prims::bitwise_xor")
+def bitwise_xor_operator(self: TIntegralOrBool, other: TIntegralOrBool) -> TIntegralOrBool:
+    return op.Xor(self, other) if self.dtype == ir.DataType.BOOL else op.BitwiseXor(self, other)

@@ -4,12 +4,15 @@ Inside the graph a complex tensor is a (..., 2) real tensor (:mod:`fx2onnx.compl
 complex lowering take that layout. Many others reduce to real ops on the two parts, which every real lowering
 handles: data movement and linear maps act on each part alone (``diagonal``, ``gather``, ``index_put``,
 ``cumsum``...: ``f(z) = complex(f(z.real), f(z.imag))``), a product of complex matrices is four real products,
-and a vector norm is the norm of the magnitudes. This pass, run first, rewrites such nodes whose inputs are
-complex; what it does not list keeps failing with the dispatcher's error.
+a vector norm is the norm of the magnitudes, a value is non-zero where either part is, and a factory given a
+complex dtype makes each part (torchlib's would cast a real constant to complex inside the graph, which ONNX
+Runtime cannot run). This pass, run first, rewrites such nodes; what it does not list keeps failing with the
+dispatcher's error.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -38,9 +41,32 @@ PER_PART = {
 PRODUCTS = {aten.mm.default, aten.bmm.default, aten.dot.default, aten.matmul.default}
 
 
+# Factories given a complex dtype, each part made by the same factory in the component dtype (``ones``: ones and
+# zeros), with the positions of the numbers split into parts.
+FACTORIES = {
+    aten.ones.default: (),
+    aten.zeros.default: (),
+    aten.full.default: (1,),
+    aten.linspace.default: (0, 1),
+    aten.scalar_tensor.default: (0,),
+}
+# ``x.new_ones(size)``...: the factory itself, without `x` (which only lends its dtype and device).
+NEW_FACTORIES = {
+    aten.new_ones.default: aten.ones.default,
+    aten.new_zeros.default: aten.zeros.default,
+    aten.new_full.default: aten.full.default,
+}
+# Where a complex value is non-zero: where either part is.
+NONZERO = {aten.nonzero.default, aten.argwhere.default}
+
+
+_WITH_COMPLEX_INPUTS = frozenset(PER_PART | PRODUCTS | NONZERO | {aten.linalg_vector_norm.default})
+_ALL = _WITH_COMPLEX_INPUTS | FACTORIES.keys() | NEW_FACTORIES.keys()
+
+
 def rewrites(target: Any) -> bool:
     """Whether this pass rewrites `target` with complex inputs (so capture need not decompose it)."""
-    return target in PER_PART or target in PRODUCTS or target is aten.linalg_vector_norm.default
+    return target in _WITH_COMPLEX_INPUTS
 
 
 def rewrite_complex_on_parts(
@@ -52,7 +78,7 @@ def rewrite_complex_on_parts(
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in list(graph.nodes):
         rewrite = _rewrite_for(node)
-        if rewrite is None or (registry is not None and registry.lowers(node.target, complex=True)):
+        if rewrite is None or (registry is not None and _left_to_registry(node, registry)):
             continue
         with graph.inserting_before(node):
             replaced[node] = rewrite(_Builder(graph, node), node)
@@ -64,17 +90,26 @@ def rewrite_complex_on_parts(
     return replaced
 
 
+def _left_to_registry(node: torch.fx.Node, registry: Registry) -> bool:
+    """Whether the registry lowers `node` with its complex inputs itself (a user's implementation)."""
+    takes_complex = any(_is_complex(leaf) for leaf in pytree.tree_leaves((node.args, node.kwargs)))
+    return takes_complex and registry.lowers(node.target, complex=True)
+
+
 class _Builder:
     """Adds nodes before `origin`, each with its fake value and `origin`'s source location."""
 
     def __init__(self, graph: torch.fx.Graph, origin: torch.fx.Node) -> None:
         self.graph, self.origin = graph, origin
         self.parts: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}
+        values = [n.meta.get("val") for n in graph.nodes if n.op == "placeholder"] + [origin.meta.get("val")]
+        self.fake_mode = torch._guards.detect_fake_mode(values)  # factories make fake tensors only under it
 
     def call(self, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
         new = self.graph.call_function(target, args, kwargs)
         fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
-        new.meta["val"] = target(*fake_args, **fake_kwargs)
+        with self.fake_mode or contextlib.nullcontext():
+            new.meta["val"] = target(*fake_args, **fake_kwargs)
         new.meta.update({name: self.origin.meta[name] for name in _KEPT_META if name in self.origin.meta})
         return new
 
@@ -99,8 +134,10 @@ def _is_complex(value: Any) -> bool:
 
 
 def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], torch.fx.Node] | None:
-    if node.op != "call_function" or not isinstance(node.meta.get("val"), torch.Tensor):
+    if node.op != "call_function" or node.target not in _ALL or not isinstance(node.meta.get("val"), torch.Tensor):
         return None
+    if (node.target in FACTORIES or node.target in NEW_FACTORIES) and node.meta["val"].is_complex():
+        return _factory_per_part
     leaves = pytree.tree_leaves((node.args, node.kwargs))
     if not any(_is_complex(leaf) for leaf in leaves) or any(isinstance(leaf, complex) for leaf in leaves):
         return None  # no complex input, or a complex number to split as well (left to the dispatcher's error)
@@ -114,6 +151,8 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
         return _product
     if node.target is aten.linalg_vector_norm.default and _is_complex(node.args[0]) and "dtype" not in node.kwargs:
         return _norm_of_magnitudes
+    if node.target in NONZERO and _is_complex(node.args[0]):
+        return _nonzero_of_either_part
     return None
 
 
@@ -139,3 +178,31 @@ def _product(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
 def _norm_of_magnitudes(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
     magnitude = build.call(aten.abs.default, node.args[0])
     return build.call(node.target, magnitude, *node.args[1:], **node.kwargs)
+
+
+def _nonzero_of_either_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    layout = build.call(aten.view_as_real.default, node.args[0])
+    nonzero_part = build.call(aten.ne.Scalar, layout, 0)
+    return build.call(node.target, build.call(aten.any.dim, nonzero_part, -1), *node.args[1:], **node.kwargs)
+
+
+def _factory_per_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    component = node.meta["val"].dtype.to_real()
+    factory = NEW_FACTORIES.get(node.target, node.target)
+    arguments = node.args[1:] if node.target in NEW_FACTORIES else node.args
+
+    def on_part(which: int) -> torch.fx.Node:
+        target = aten.zeros.default if (factory is aten.ones.default and which == 1) else factory
+        args = [_part_of_number(a, which) if i in FACTORIES[factory] else a for i, a in enumerate(arguments)]
+        return build.call(target, *args, **{**node.kwargs, "dtype": component})
+
+    return build.complex(on_part(0), on_part(1))
+
+
+def _part_of_number(number: Any, which: int) -> Any:
+    """A complex number's real or imaginary part; a real number is its own real part and has 0 as imaginary."""
+    if isinstance(number, bool) or not isinstance(number, (complex, float, int)):
+        return number
+    if isinstance(number, complex):
+        return number.imag if which else number.real
+    return number if which == 0 else type(number)(0)
