@@ -4,10 +4,11 @@ Inside the graph a complex tensor is a (..., 2) real tensor (:mod:`fx2onnx.compl
 complex lowering take that layout. Many others reduce to real ops on the two parts, which every real lowering
 handles: data movement and linear maps act on each part alone (``diagonal``, ``gather``, ``index_put``,
 ``cumsum``...: ``f(z) = complex(f(z.real), f(z.imag))``), a product of complex matrices is four real products,
-a vector norm is the norm of the magnitudes, a value is non-zero where either part is, and a factory given a
-complex dtype makes each part (torchlib's would cast a real constant to complex inside the graph, which ONNX
-Runtime cannot run). This pass, run first, rewrites such nodes; what it does not list keeps failing with the
-dispatcher's error.
+a vector norm is the norm of the magnitudes, values are equal where both parts are and non-zero where either
+is, and a factory given a complex dtype makes each part (torchlib's would cast a real constant to complex inside
+the graph, which ONNX Runtime cannot run). This pass, run first, rewrites such nodes, also where torchlib has a
+complex lowering that fails (``sum`` over several dims); an implementation a user registered for complex inputs
+is left to the dispatcher. What it does not list keeps failing with the dispatcher's error.
 """
 
 from __future__ import annotations
@@ -36,9 +37,31 @@ PER_PART = {
     aten.copy.default,
     aten.as_strided.default,
     aten.as_strided_copy.default,
+    aten.index.Tensor,
+    aten.select.int,
+    aten.sum.default,
+    aten.sum.dim_IntList,
+    aten.mean.default,
+    aten.mean.dim,
 }
 # Bilinear in two complex operands: (a + ib)(c + id) = (ac - bd) + i(ad + bc), each product the op itself.
-PRODUCTS = {aten.mm.default, aten.bmm.default, aten.dot.default, aten.matmul.default}
+PRODUCTS = {
+    aten.mm.default,
+    aten.bmm.default,
+    aten.dot.default,
+    aten.matmul.default,
+    aten.mv.default,
+    aten.outer.default,
+}
+# Equal where both parts are (eq), different where either is (ne); comparing with a number compares its parts.
+COMPARISONS = {
+    aten.eq.Scalar: aten.logical_and.default,
+    aten.eq.Tensor: aten.logical_and.default,
+    aten.ne.Scalar: aten.logical_or.default,
+    aten.ne.Tensor: aten.logical_or.default,
+    torch.ops.prims.eq.default: aten.logical_and.default,
+    torch.ops.prims.ne.default: aten.logical_or.default,
+}
 
 
 # Factories given a complex dtype, each part made by the same factory in the component dtype (``ones``: ones and
@@ -56,11 +79,11 @@ NEW_FACTORIES = {
     aten.new_zeros.default: aten.zeros.default,
     aten.new_full.default: aten.full.default,
 }
-# Where a complex value is non-zero: where either part is.
-NONZERO = {aten.nonzero.default, aten.argwhere.default}
+# Where a complex value is non-zero: where either part is (logical_not: where neither is).
+NONZERO = {aten.nonzero.default, aten.argwhere.default, aten.logical_not.default}
 
 
-_WITH_COMPLEX_INPUTS = frozenset(PER_PART | PRODUCTS | NONZERO | {aten.linalg_vector_norm.default})
+_WITH_COMPLEX_INPUTS = frozenset(PER_PART | PRODUCTS | NONZERO | COMPARISONS.keys() | {aten.linalg_vector_norm.default})
 _ALL = _WITH_COMPLEX_INPUTS | FACTORIES.keys() | NEW_FACTORIES.keys()
 
 
@@ -91,9 +114,10 @@ def rewrite_complex_on_parts(
 
 
 def _left_to_registry(node: torch.fx.Node, registry: Registry) -> bool:
-    """Whether the registry lowers `node` with its complex inputs itself (a user's implementation)."""
+    """Whether a user registered an implementation of `node`'s op for complex inputs (torchlib's are replaced:
+    where this pass lists an op, torchlib's complex lowering failed, e.g. ``sum`` over several dims)."""
     takes_complex = any(_is_complex(leaf) for leaf in pytree.tree_leaves((node.args, node.kwargs)))
-    return takes_complex and registry.lowers(node.target, complex=True)
+    return takes_complex and any(i.complex and i.source == "user" for i in registry.overloads(node.target))
 
 
 class _Builder:
@@ -139,9 +163,11 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
     if (node.target in FACTORIES or node.target in NEW_FACTORIES) and node.meta["val"].is_complex():
         return _factory_per_part
     leaves = pytree.tree_leaves((node.args, node.kwargs))
+    if node.target in COMPARISONS and any(_is_complex(a) for a in node.args) and not node.kwargs:
+        return _compare_parts
     if not any(_is_complex(leaf) for leaf in leaves) or any(isinstance(leaf, complex) for leaf in leaves):
         return None  # no complex input, or a complex number to split as well (left to the dispatcher's error)
-    if node.target in PER_PART and node.meta["val"].is_complex() and "dtype" not in node.kwargs:
+    if node.target in PER_PART and node.meta["val"].is_complex() and _complex_or_no_dtype(node):
         # each value-carrying input must be complex (a real `src` or `values` would land in both parts)
         values = [leaf.meta["val"] for leaf in leaves if isinstance(leaf, torch.fx.Node) and "val" in leaf.meta]
         if all(v.is_complex() for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()):
@@ -156,11 +182,19 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
     return None
 
 
+def _complex_or_no_dtype(node: torch.fx.Node) -> bool:
+    """A `dtype` argument, if any, asks for a complex result (each part then gets the component dtype)."""
+    dtype = node.kwargs.get("dtype")
+    return dtype is None or dtype.is_complex
+
+
 def _per_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
     def on_part(which: int) -> torch.fx.Node:
         args, kwargs = pytree.tree_map(
             lambda leaf: build.part(leaf, which) if _is_complex(leaf) else leaf, (node.args, node.kwargs)
         )
+        if kwargs.get("dtype") is not None:
+            kwargs = {**kwargs, "dtype": kwargs["dtype"].to_real()}
         return build.call(node.target, *args, **kwargs)
 
     return build.complex(on_part(0), on_part(1))
@@ -178,6 +212,24 @@ def _product(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
 def _norm_of_magnitudes(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
     magnitude = build.call(aten.abs.default, node.args[0])
     return build.call(node.target, magnitude, *node.args[1:], **node.kwargs)
+
+
+def _compare_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    left, right = node.args if _is_complex(node.args[0]) else node.args[::-1]  # eq and ne are symmetric
+
+    def compare(which: int) -> torch.fx.Node:
+        if _is_complex(right):
+            other = build.part(right, which)
+        elif isinstance(right, torch.fx.Node):  # a real tensor: its imaginary part is 0
+            other = right if which == 0 else 0
+        else:
+            other = _part_of_number(right, which)
+        equal = COMPARISONS[node.target] is aten.logical_and.default
+        if isinstance(other, torch.fx.Node):
+            return build.call(aten.eq.Tensor if equal else aten.ne.Tensor, build.part(left, which), other)
+        return build.call(aten.eq.Scalar if equal else aten.ne.Scalar, build.part(left, which), other)
+
+    return build.call(COMPARISONS[node.target], compare(0), compare(1))
 
 
 def _nonzero_of_either_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
