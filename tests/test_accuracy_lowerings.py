@@ -237,3 +237,16 @@ def test_logcumsumexp_of_dynamic_length() -> None:
     assert "Loop" in {node.op_type for node in program.model_proto.graph.node}
     for args, _ in runs:
         assert_special_values_match(program, _RunningLogSumExp(), args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_atan2_special_values(dtype: torch.dtype) -> None:
+    """C's atan2 on signed zeros, infinities and NaN: torchlib's put atan2(+0, -2) at -pi, eager at +pi."""
+    values = [0.0, -0.0, 2.0, -2.0, float("inf"), float("-inf"), float("nan"), 1e-30, -1e30]
+    y = torch.tensor([a for a in values for _ in values], dtype=dtype)
+    x = torch.tensor([b for _ in values for b in values], dtype=dtype)
+    model = Call(torch.atan2)
+    assert_exports_and_matches(model, (y, x))
+    (actual,) = fx2onnx.export(model, (y, x))(y, x)
+    expected = torch.atan2(y, x)
+    assert torch.equal(torch.signbit(actual) | expected.isnan(), torch.signbit(expected) | expected.isnan())

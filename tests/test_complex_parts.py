@@ -72,6 +72,13 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], ...]]
     "new_ones": (lambda x: x.new_ones(3, 2) - x, ((3, 2),)),
     "new_full": (lambda x: x.new_full((3, 2), 0.5j) - x, ((3, 2),)),
     "block_diag": (lambda x: torch.block_diag(x, x), ((2, 3),)),
+    # formulas on the parts
+    "var": (lambda x: x.var(1), ((3, 4),)),
+    "var without correction": (lambda x: torch.var(x, 1, correction=0, keepdim=True), ((3, 4),)),
+    "std": (torch.std, ((3, 4),)),
+    "exp": (torch.exp, ((3, 4),)),
+    "log": (torch.log, ((3, 4),)),
+    "logsumexp": (lambda x: torch.logsumexp(x, 1), ((3, 4),)),
     # norms of magnitudes
     "vector_norm ord 3": (lambda x: torch.linalg.vector_norm(x, 3, dim=1), ((3, 4),)),
     "norm": (torch.linalg.norm, ((3, 4),)),
@@ -124,3 +131,9 @@ def test_a_registered_complex_implementation_takes_precedence() -> None:
     assert "rewrite_complex_on_parts" not in program.report.fx_passes
     (result,) = program(x, y)
     torch.testing.assert_close(result, torch.vdot(x, y))
+
+
+def test_log_on_the_branch_cut() -> None:
+    """log(-2 + 0i) = log 2 + i pi and log(-2 - 0i) = log 2 - i pi: the imaginary part's sign picks the side."""
+    x = torch.tensor([complex(-2, 0.0), complex(-2, -0.0), complex(0, -1), 1e-20 + 0j])
+    assert_exports_and_matches(Call(torch.log), (x,))

@@ -290,3 +290,27 @@ def logcumsumexp(self: TFloat, dim: int) -> TFloat:
         size = op.Squeeze(op.Shape(x, start=dim, end=dim + 1))
         peak, excess = _doubling_loop(size, peak, excess, axes, direction)
     return _back(op.Add(peak, log1p(excess)), self)
+
+
+# --- atan2: the quadrant of signed zeros ---------------------------------------------------------------------------
+def _sign_bit(x: TFloat) -> ir.Value:
+    """True where x < 0, -0 included (1 / -0 is -inf)."""
+    zero = _const(0.0, x)
+    return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Div(_const(1.0, x), x), zero)))
+
+
+@lowering("aten::atan2", "aten::arctan2")
+def atan2(self: TFloat, other: TFloat) -> TFloat:
+    """atan(y / x), turned by pi toward y's sign where x's sign bit is set, with C's special values: both zero
+    or both infinite are replaced by their signs (+-1) first. torchlib's put atan2(+0, -2) at -pi (eager: +pi).
+    (float64 has its own lowering in float64_math.py: ONNX Runtime's float64 Atan runs in float32.)"""
+    y, x = _in_float32(self), _in_float32(other)
+    one, minus_one = _const(1.0, x), _const(-1.0, x)
+    both_zero = op.And(op.Equal(x, _const(0.0, x)), op.Equal(y, _const(0.0, y)))
+    both_infinite = op.And(op.IsInf(x), op.IsInf(y))
+    x_negative, y_negative = _sign_bit(x), _sign_bit(y)
+    numerator = op.Where(both_infinite, op.Where(y_negative, minus_one, one), y)  # zeros keep their sign
+    denominator = op.Where(op.Or(both_zero, both_infinite), op.Where(x_negative, minus_one, one), x)
+    angle = op.Atan(op.Div(numerator, denominator))
+    turned = op.Add(angle, op.Where(y_negative, _const(-math.pi, x), _const(math.pi, x)))
+    return _back(op.Where(x_negative, turned, angle), self)  # angle second: ONNX Runtime's Where keeps its -0

@@ -4,7 +4,8 @@ Inside the graph a complex tensor is a (..., 2) real tensor (:mod:`fx2onnx.compl
 complex lowering take that layout. Many others reduce to real ops on the two parts, which every real lowering
 handles: data movement and linear maps act on each part alone (``diagonal``, ``gather``, ``index_put``,
 ``cumsum``...: ``f(z) = complex(f(z.real), f(z.imag))``), a product of complex matrices is four real products,
-a vector norm is the norm of the magnitudes, values are equal where both parts are and non-zero where either
+a vector norm is the norm of the magnitudes, a variance the sum of the parts' variances, ``exp`` and ``log``
+follow their formulas, values are equal where both parts are and non-zero where either
 is, and a factory given a complex dtype makes each part (torchlib's would cast a real constant to complex inside
 the graph, which ONNX Runtime cannot run). This pass, run first, rewrites such nodes, also where torchlib has a
 complex lowering that fails (``sum`` over several dims); an implementation a user registered for complex inputs
@@ -79,11 +80,32 @@ NEW_FACTORIES = {
     aten.new_zeros.default: aten.zeros.default,
     aten.new_full.default: aten.full.default,
 }
+# The variance of complex values is the sum of the parts' variances (a real result); std its square root.
+VARIANCES = {
+    aten.var.correction: None,
+    aten.var.dim: None,
+    aten.var.default: None,
+    aten.std.correction: aten.sqrt.default,
+    aten.std.dim: aten.sqrt.default,
+    aten.std.default: aten.sqrt.default,
+}
+# e^(a + ib) = e^a (cos b + i sin b); log(a + ib) = log|a + ib| + i atan2(b, a).
+EXP = {aten.exp.default}
+LOG = {aten.log.default}
 # Where a complex value is non-zero: where either part is (logical_not: where neither is).
 NONZERO = {aten.nonzero.default, aten.argwhere.default, aten.logical_not.default}
 
 
-_WITH_COMPLEX_INPUTS = frozenset(PER_PART | PRODUCTS | NONZERO | COMPARISONS.keys() | {aten.linalg_vector_norm.default})
+_WITH_COMPLEX_INPUTS = frozenset(
+    PER_PART
+    | PRODUCTS
+    | NONZERO
+    | EXP
+    | LOG
+    | COMPARISONS.keys()
+    | VARIANCES.keys()
+    | {aten.linalg_vector_norm.default}
+)
 _ALL = _WITH_COMPLEX_INPUTS | FACTORIES.keys() | NEW_FACTORIES.keys()
 
 
@@ -179,6 +201,12 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
         return _norm_of_magnitudes
     if node.target in NONZERO and _is_complex(node.args[0]):
         return _nonzero_of_either_part
+    if node.target in VARIANCES and _is_complex(node.args[0]):
+        return _variance_of_parts
+    if node.target in EXP and _is_complex(node.args[0]):
+        return _exp_of_parts
+    if node.target in LOG and _is_complex(node.args[0]):
+        return _log_of_parts
     return None
 
 
@@ -258,3 +286,24 @@ def _part_of_number(number: Any, which: int) -> Any:
     if isinstance(number, complex):
         return number.imag if which else number.real
     return number if which == 0 else type(number)(0)
+
+
+def _variance_of_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    real, imag = (build.call(node.target, build.part(node.args[0], w), *node.args[1:], **node.kwargs) for w in (0, 1))
+    if VARIANCES[node.target] is None:
+        return build.call(aten.add.Tensor, real, imag)
+    squares = (build.call(aten.mul.Tensor, std, std) for std in (real, imag))
+    return build.call(aten.sqrt.default, build.call(aten.add.Tensor, *squares))
+
+
+def _exp_of_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    a, b = build.part(node.args[0], 0), build.part(node.args[0], 1)
+    magnitude = build.call(aten.exp.default, a)
+    real = build.call(aten.mul.Tensor, magnitude, build.call(aten.cos.default, b))
+    return build.complex(real, build.call(aten.mul.Tensor, magnitude, build.call(aten.sin.default, b)))
+
+
+def _log_of_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    a, b = build.part(node.args[0], 0), build.part(node.args[0], 1)
+    real = build.call(aten.log.default, build.call(aten.abs.default, node.args[0]))
+    return build.complex(real, build.call(aten.atan2.default, b, a))
