@@ -43,6 +43,12 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], ...]]
     "sum with dtype": (lambda x: x.sum(1, dtype=x.dtype), ((3, 4),)),
     "mean": (lambda x: x.mean(1), ((3, 4),)),
     "masked.sum": (lambda x: torch.masked.sum(x, 1, mask=x.real > 0), ((3, 4),)),
+    # ops returning lists, taken apart with getitem
+    "split": (lambda x: x.split(2, 1), ((4, 6),)),
+    "split_with_sizes": (lambda x: x.split([1, 5], 1), ((4, 6),)),
+    "unbind": (lambda x: x.unbind(0), ((4, 6),)),
+    "hstack": (lambda a, b: torch.hstack([a, b]), ((3,), (3,))),
+    "vstack": (lambda a, b: torch.vstack([a, b]), ((3,), (3,))),
     # products of parts
     "mm": (torch.mm, ((3, 4), (4, 5))),
     "bmm": (torch.bmm, ((2, 3, 4), (2, 4, 5))),

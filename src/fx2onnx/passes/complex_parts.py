@@ -15,6 +15,7 @@ is left to the dispatcher. What it does not list keeps failing with the dispatch
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,16 @@ PER_PART = {
     aten.sum.dim_IntList,
     aten.mean.default,
     aten.mean.dim,
+}
+# The same, for ops returning a list of tensors (used through getitem).
+PER_PART_LISTS = {
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+    aten.unsafe_split.Tensor,
+    aten.unbind.int,
+    aten.atleast_1d.Sequence,
+    aten.atleast_2d.Sequence,
+    aten.atleast_3d.Sequence,
 }
 # Bilinear in two complex operands: (a + ib)(c + id) = (ac - bd) + i(ad + bc), each product the op itself.
 PRODUCTS = {
@@ -98,6 +109,7 @@ NONZERO = {aten.nonzero.default, aten.argwhere.default, aten.logical_not.default
 
 _WITH_COMPLEX_INPUTS = frozenset(
     PER_PART
+    | PER_PART_LISTS
     | PRODUCTS
     | NONZERO
     | EXP
@@ -122,6 +134,9 @@ def rewrite_complex_on_parts(
     graph = graph_module.graph
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in list(graph.nodes):
+        if _list_per_part(node) and not (registry is not None and _left_to_registry(node, registry)):
+            replaced.update(_rewrite_list_per_part(graph, node))
+            continue
         rewrite = _rewrite_for(node)
         if rewrite is None or (registry is not None and _left_to_registry(node, registry)):
             continue
@@ -132,6 +147,38 @@ def rewrite_complex_on_parts(
     if replaced:
         graph.lint()
         graph_module.recompile()
+    return replaced
+
+
+def _list_per_part(node: torch.fx.Node) -> bool:
+    """A listed op returning complex tensors that its users only take apart with getitem."""
+    values = node.meta.get("val")
+    return (
+        node.op == "call_function"
+        and node.target in PER_PART_LISTS
+        and isinstance(values, (list, tuple))
+        and all(isinstance(v, torch.Tensor) and v.is_complex() for v in values)
+        and all(user.target is operator.getitem for user in node.users)
+    )
+
+
+def _rewrite_list_per_part(graph: torch.fx.Graph, node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
+    """The op on each part, and each ``node[i]`` rebuilt from ``real[i]`` and ``imag[i]``."""
+    replaced = {}
+    with graph.inserting_before(node):
+        build = _Builder(graph, node)
+
+        def on_part(which: int) -> torch.fx.Node:
+            args = pytree.tree_map(lambda a: build.part(a, which) if _is_complex(a) else a, node.args)
+            return build.call(node.target, *args, **node.kwargs)
+
+        parts = [on_part(0), on_part(1)]
+        for user in list(node.users):
+            real, imag = (build.call(operator.getitem, part, user.args[1]) for part in parts)
+            replaced[user] = build.complex(real, imag)
+            user.replace_all_uses_with(replaced[user])
+            graph.erase_node(user)
+    graph.erase_node(node)
     return replaced
 
 
