@@ -14,7 +14,6 @@ is left to the dispatcher. What it does not list keeps failing with the dispatch
 
 from __future__ import annotations
 
-import contextlib
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -23,10 +22,10 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from fx2onnx.passes.node_builder import NodeBuilder, replace_node
 from fx2onnx.registry import Registry
 
 aten = torch.ops.aten
-_KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
 # f(z) = complex(f(z.real), f(z.imag)): every complex tensor argument replaced by the same part.
 PER_PART = {
@@ -140,10 +139,8 @@ def rewrite_complex_on_parts(
         rewrite = _rewrite_for(node)
         if rewrite is None or (registry is not None and _left_to_registry(node, registry)):
             continue
-        with graph.inserting_before(node):
-            replaced[node] = rewrite(_Builder(graph, node), node)
-        node.replace_all_uses_with(replaced[node])
-        graph.erase_node(node)
+        replaced[node] = rewrite(_Builder(graph, node), node)
+        replace_node(node, replaced[node])
     if replaced:
         graph.lint()
         graph_module.recompile()
@@ -165,19 +162,17 @@ def _list_per_part(node: torch.fx.Node) -> bool:
 def _rewrite_list_per_part(graph: torch.fx.Graph, node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
     """The op on each part, and each ``node[i]`` rebuilt from ``real[i]`` and ``imag[i]``."""
     replaced = {}
-    with graph.inserting_before(node):
-        build = _Builder(graph, node)
+    build = _Builder(graph, node)
 
-        def on_part(which: int) -> torch.fx.Node:
-            args = pytree.tree_map(lambda a: build.part(a, which) if _is_complex(a) else a, node.args)
-            return build.call(node.target, *args, **node.kwargs)
+    def on_part(which: int) -> torch.fx.Node:
+        args = pytree.tree_map(lambda a: build.part(a, which) if _is_complex(a) else a, node.args)
+        return build.call(node.target, *args, **node.kwargs)
 
-        parts = [on_part(0), on_part(1)]
-        for user in list(node.users):
-            real, imag = (build.call(operator.getitem, part, user.args[1]) for part in parts)
-            replaced[user] = build.complex(real, imag)
-            user.replace_all_uses_with(replaced[user])
-            graph.erase_node(user)
+    parts = [on_part(0), on_part(1)]
+    for user in list(node.users):
+        real, imag = (build.call(operator.getitem, part, user.args[1]) for part in parts)
+        replaced[user] = build.complex(real, imag)
+        replace_node(user, replaced[user])
     graph.erase_node(node)
     return replaced
 
@@ -189,22 +184,12 @@ def _left_to_registry(node: torch.fx.Node, registry: Registry) -> bool:
     return takes_complex and any(i.complex and i.source == "user" for i in registry.overloads(node.target))
 
 
-class _Builder:
-    """Adds nodes before `origin`, each with its fake value and `origin`'s source location."""
+class _Builder(NodeBuilder):
+    """Adds nodes before `origin`, and takes complex values apart and back together."""
 
     def __init__(self, graph: torch.fx.Graph, origin: torch.fx.Node) -> None:
-        self.graph, self.origin = graph, origin
+        super().__init__(graph, origin)
         self.parts: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}
-        values = [n.meta.get("val") for n in graph.nodes if n.op == "placeholder"] + [origin.meta.get("val")]
-        self.fake_mode = torch._guards.detect_fake_mode(values)  # factories make fake tensors only under it
-
-    def call(self, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
-        new = self.graph.call_function(target, args, kwargs)
-        fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
-        with self.fake_mode or contextlib.nullcontext():
-            new.meta["val"] = target(*fake_args, **fake_kwargs)
-        new.meta.update({name: self.origin.meta[name] for name in _KEPT_META if name in self.origin.meta})
-        return new
 
     def part(self, value: torch.fx.Node, which: int) -> torch.fx.Node:
         """The real (0) or imaginary (1) part of complex `value`."""

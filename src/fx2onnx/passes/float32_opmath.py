@@ -29,6 +29,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from fx2onnx.passes.node_builder import NodeBuilder, replace_node
 from fx2onnx.passes.promotion import constant_value
 from fx2onnx.passes.promotion_rules import CAST
 
@@ -68,7 +69,6 @@ ROUND_ONCE = {
     aten.digamma.default,
 }
 _OPS = frozenset(ROUND_ONCE | _BY_SCALAR | _WITH_ALPHA)
-_KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
 
 def compute_in_float32(
@@ -83,12 +83,10 @@ def compute_in_float32(
         dtype = _reduced_float_result(node)
         if dtype is None or not _computed_in_float32(node, dtype, constants or {}):
             continue
-        with graph.inserting_before(node):
-            args, kwargs = _float32_arguments(graph, node, dtype)
-            result = _call(graph, node.target, args, kwargs, node)
-            replaced[node] = _call(graph, CAST, (result, dtype), {}, node)
-        node.replace_all_uses_with(replaced[node])
-        graph.erase_node(node)
+        build = NodeBuilder(graph, node)
+        args, kwargs = _float32_arguments(build, node, dtype)
+        replaced[node] = build.call(CAST, build.call(node.target, *args, **kwargs), dtype)
+        replace_node(node, replaced[node])
     if replaced:
         graph.lint()
         graph_module.recompile()
@@ -96,7 +94,7 @@ def compute_in_float32(
 
 
 def _float32_arguments(
-    graph: torch.fx.Graph, node: torch.fx.Node, dtype: torch.dtype
+    build: NodeBuilder, node: torch.fx.Node, dtype: torch.dtype
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """`node`'s arguments for its float32 form: its `dtype` (and 0-d float64) tensors converted, numbers as eager
     reads them."""
@@ -106,7 +104,7 @@ def _float32_arguments(
         if not isinstance(leaf, torch.fx.Node) or _dtype(leaf) not in (dtype, torch.float64):
             return leaf
         if leaf not in wide:  # float64: a 0-d factor eager reads as a float32
-            wide[leaf] = _call(graph, CAST, (leaf, torch.float32), {}, node)
+            wide[leaf] = build.call(CAST, leaf, torch.float32)
         return wide[leaf]
 
     args, kwargs = pytree.tree_map(widen, (node.args, node.kwargs))
@@ -156,14 +154,3 @@ def _computed_in_float32(node: torch.fx.Node, dtype: torch.dtype, constants: Map
 def _as_float32(number: float) -> np.float32:
     with np.errstate(over="ignore"):  # beyond float32's range eager reads inf too
         return np.float32(number)
-
-
-def _call(
-    graph: torch.fx.Graph, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], origin: torch.fx.Node
-) -> torch.fx.Node:
-    """A node computing `target(*args, **kwargs)`, with its fake value and `origin`'s source location."""
-    new = graph.call_function(target, args, kwargs)
-    fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
-    new.meta["val"] = target(*fake_args, **fake_kwargs)
-    new.meta.update({name: origin.meta[name] for name in _KEPT_META if name in origin.meta})
-    return new

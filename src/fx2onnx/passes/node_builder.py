@@ -1,0 +1,38 @@
+"""Adding nodes to an FX graph in a pass: each with its fake value and the source location of the node it replaces."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+# What a new node inherits from the node it stands for, so that reports and errors still name the user's line.
+_KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
+
+
+class NodeBuilder:
+    """Adds nodes before `origin` (the node being rewritten)."""
+
+    def __init__(self, graph: torch.fx.Graph, origin: torch.fx.Node) -> None:
+        self.graph, self.origin = graph, origin
+        values = [n.meta.get("val") for n in graph.nodes if n.op == "placeholder"] + [origin.meta.get("val")]
+        self.fake_mode = torch._guards.detect_fake_mode(values)  # factories make fake tensors only under it
+
+    def call(self, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        """A node computing ``target(*args, **kwargs)``."""
+        with self.graph.inserting_before(self.origin):
+            new = self.graph.call_function(target, args, kwargs)
+        fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
+        with self.fake_mode or contextlib.nullcontext():
+            new.meta["val"] = target(*fake_args, **fake_kwargs)
+        new.meta.update({name: self.origin.meta[name] for name in _KEPT_META if name in self.origin.meta})
+        return new
+
+
+def replace_node(node: torch.fx.Node, replacement: torch.fx.Node) -> None:
+    """Point `node`'s users at `replacement` and remove `node`."""
+    node.replace_all_uses_with(replacement)
+    node.graph.erase_node(node)
