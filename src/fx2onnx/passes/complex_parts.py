@@ -22,7 +22,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from fx2onnx.passes.node_builder import NodeBuilder, replace_node
+from fx2onnx.passes.node_builder import NodeBuilder, fake_mode_of, replace_node
 from fx2onnx.registry import Registry
 
 aten = torch.ops.aten
@@ -131,15 +131,16 @@ def rewrite_complex_on_parts(
     """Rewrite the listed ops with complex inputs on the parts, unless `registry` lowers them with complex inputs
     (a user's implementation); returns each replaced node's replacement."""
     graph = graph_module.graph
+    fake_mode = fake_mode_of(graph)
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in list(graph.nodes):
         if _list_per_part(node) and not (registry is not None and _left_to_registry(node, registry)):
-            replaced.update(_rewrite_list_per_part(graph, node))
+            replaced.update(_rewrite_list_per_part(_Builder(graph, node, fake_mode), node))
             continue
         rewrite = _rewrite_for(node)
         if rewrite is None or (registry is not None and _left_to_registry(node, registry)):
             continue
-        replaced[node] = rewrite(_Builder(graph, node), node)
+        replaced[node] = rewrite(_Builder(graph, node, fake_mode), node)
         replace_node(node, replaced[node])
     if replaced:
         graph.lint()
@@ -159,10 +160,9 @@ def _list_per_part(node: torch.fx.Node) -> bool:
     )
 
 
-def _rewrite_list_per_part(graph: torch.fx.Graph, node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
+def _rewrite_list_per_part(build: _Builder, node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
     """The op on each part, and each ``node[i]`` rebuilt from ``real[i]`` and ``imag[i]``."""
     replaced = {}
-    build = _Builder(graph, node)
 
     def on_part(which: int) -> torch.fx.Node:
         args = pytree.tree_map(lambda a: build.part(a, which) if _is_complex(a) else a, node.args)
@@ -173,7 +173,7 @@ def _rewrite_list_per_part(graph: torch.fx.Graph, node: torch.fx.Node) -> dict[t
         real, imag = (build.call(operator.getitem, part, user.args[1]) for part in parts)
         replaced[user] = build.complex(real, imag)
         replace_node(user, replaced[user])
-    graph.erase_node(node)
+    build.graph.erase_node(node)
     return replaced
 
 
@@ -187,8 +187,8 @@ def _left_to_registry(node: torch.fx.Node, registry: Registry) -> bool:
 class _Builder(NodeBuilder):
     """Adds nodes before `origin`, and takes complex values apart and back together."""
 
-    def __init__(self, graph: torch.fx.Graph, origin: torch.fx.Node) -> None:
-        super().__init__(graph, origin)
+    def __init__(self, graph: torch.fx.Graph, origin: torch.fx.Node, fake_mode: Any) -> None:
+        super().__init__(graph, origin, fake_mode)
         self.parts: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}
 
     def part(self, value: torch.fx.Node, which: int) -> torch.fx.Node:

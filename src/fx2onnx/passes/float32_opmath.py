@@ -29,8 +29,8 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from fx2onnx.passes.node_builder import NodeBuilder, replace_node
-from fx2onnx.passes.promotion import constant_value
+from fx2onnx.passes.node_builder import NodeBuilder, fake_mode_of, replace_node
+from fx2onnx.passes.promotion import constant_value, node_dtype
 from fx2onnx.passes.promotion_rules import CAST
 
 aten = torch.ops.aten
@@ -78,12 +78,13 @@ def compute_in_float32(
     replacement (its users now use the replacement). `constants` maps placeholders holding constants to their
     values, so that a constant factor the dtype holds exactly is left to promotion."""
     graph = graph_module.graph
+    fake_mode = fake_mode_of(graph)
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in list(graph.nodes):
         dtype = _reduced_float_result(node)
         if dtype is None or not _computed_in_float32(node, dtype, constants or {}):
             continue
-        build = NodeBuilder(graph, node)
+        build = NodeBuilder(graph, node, fake_mode)
         args, kwargs = _float32_arguments(build, node, dtype)
         replaced[node] = build.call(CAST, build.call(node.target, *args, **kwargs), dtype)
         replace_node(node, replaced[node])
@@ -101,7 +102,7 @@ def _float32_arguments(
     wide: dict[torch.fx.Node, torch.fx.Node] = {}
 
     def widen(leaf: Any) -> Any:
-        if not isinstance(leaf, torch.fx.Node) or _dtype(leaf) not in (dtype, torch.float64):
+        if not isinstance(leaf, torch.fx.Node) or node_dtype(leaf) not in (dtype, torch.float64):
             return leaf
         if leaf not in wide:  # float64: a 0-d factor eager reads as a float32
             wide[leaf] = build.call(CAST, leaf, torch.float32)
@@ -115,16 +116,11 @@ def _float32_arguments(
     return args, kwargs
 
 
-def _dtype(node: torch.fx.Node) -> torch.dtype | None:
-    value = node.meta.get("val")
-    return value.dtype if isinstance(value, torch.Tensor) else None
-
-
 def _reduced_float_result(node: torch.fx.Node) -> torch.dtype | None:
     """The float16/bfloat16 dtype of `node`'s result if it is one of this pass's ops, else None."""
     if node.op != "call_function" or node.target not in _OPS:
         return None
-    dtype = _dtype(node)
+    dtype = node_dtype(node)
     return dtype if dtype in REDUCED_FLOATS else None
 
 
@@ -135,7 +131,7 @@ def _computed_in_float32(node: torch.fx.Node, dtype: torch.dtype, constants: Map
         return node.kwargs.get("alpha", 1) != 1
     # mul/div: the tensor first, then a number or a 0-d tensor of a wider dtype, read by eager as a float32
     tensor, scalar = node.args
-    if node.kwargs or not isinstance(tensor, torch.fx.Node) or _dtype(tensor) != dtype:
+    if node.kwargs or not isinstance(tensor, torch.fx.Node) or node_dtype(tensor) != dtype:
         return False
     if isinstance(scalar, torch.fx.Node):
         value = scalar.meta.get("val")

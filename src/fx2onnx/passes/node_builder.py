@@ -13,13 +13,17 @@ import torch.utils._pytree as pytree
 _KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
 
-class NodeBuilder:
-    """Adds nodes before `origin` (the node being rewritten)."""
+def fake_mode_of(graph: torch.fx.Graph) -> Any:
+    """The fake mode of `graph`'s values (None if it has none), under which factories make fake tensors too."""
+    return torch._guards.detect_fake_mode([n.meta.get("val") for n in graph.nodes])
 
-    def __init__(self, graph: torch.fx.Graph, origin: torch.fx.Node) -> None:
-        self.graph, self.origin = graph, origin
-        values = [n.meta.get("val") for n in graph.nodes if n.op == "placeholder"] + [origin.meta.get("val")]
-        self.fake_mode = torch._guards.detect_fake_mode(values)  # factories make fake tensors only under it
+
+class NodeBuilder:
+    """Adds nodes before `origin` (the node being rewritten); `fake_mode`: :func:`fake_mode_of` the graph, found
+    once per pass."""
+
+    def __init__(self, graph: torch.fx.Graph, origin: torch.fx.Node, fake_mode: Any) -> None:
+        self.graph, self.origin, self.fake_mode = graph, origin, fake_mode
 
     def call(self, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
         """A node computing ``target(*args, **kwargs)``."""
