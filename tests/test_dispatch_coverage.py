@@ -31,8 +31,9 @@ import torch.fx
 from fx2onnx import dtypes
 from fx2onnx.coverage import discovery
 from fx2onnx.dispatch import Dispatcher
-from fx2onnx.emit.graph_builder import TORCHLIB_OPSET, is_runtime_check
+from fx2onnx.emit.graph_builder import is_runtime_check
 from fx2onnx.errors import UnsupportedOperatorError
+from fx2onnx.records import BASE_OPSET
 from fx2onnx.registry import Registry
 
 # "f32" -> torch.float32, for every dtype fx2onnx maps to ONNX
@@ -121,7 +122,7 @@ def dispatch_gaps(
             if is_runtime_check(node):  # as in a real export, where the emitter skips it before dispatch
                 kinds["runtime check (skipped)"] += 1
                 continue
-            dispatcher = Dispatcher(registry, TORCHLIB_OPSET)
+            dispatcher = Dispatcher(registry, BASE_OPSET)
             try:
                 decision = dispatcher.dispatch(node)
             except UnsupportedOperatorError as error:

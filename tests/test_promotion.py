@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import fx2onnx
 from fx2onnx import dtypes
 from fx2onnx.passes.promotion import CAST
-from fx2onnx.program import compare
+from fx2onnx.verification import compare
 
 from conftest import assert_exports_and_matches as check
 

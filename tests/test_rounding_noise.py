@@ -12,7 +12,7 @@ from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
 import fx2onnx
 from fx2onnx.examples import TinyGPT
-from fx2onnx.program import TOLERANCES
+from fx2onnx.verification import TOLERANCES
 
 
 def _tiny_gpt(dtype: torch.dtype, width: int = 64, layers: int = 2) -> tuple[torch.nn.Module, torch.Tensor]:

@@ -8,14 +8,15 @@ from fx2onnx.errors import (
     CaptureError,
     ExportError,
     InvalidModelError,
+    LegalizationError,
     LoweringError,
     UnsupportedOperatorError,
     VerificationError,
 )
 from fx2onnx.export import export, max_opset
-from fx2onnx.legalize import LegalizationError
-from fx2onnx.program import ONNXProgram, OutputVerification
+from fx2onnx.program import ONNXProgram
 from fx2onnx.registry import Implementation, Registry, is_registered, overloads, register, unregister
+from fx2onnx.verification import OutputVerification
 
 __all__ = [
     "CaptureError",

@@ -26,7 +26,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from fx2onnx.errors import CaptureError, user_frame
 from fx2onnx.fake_kernels import static_fake_kernels
-from fx2onnx.registry import Registry, qualified_name
+from fx2onnx.records import qualified_name
 
 
 @dataclasses.dataclass
@@ -69,6 +69,17 @@ class Extractor(Protocol):
     ) -> CapturedGraph: ...
 
 
+class Registry(Protocol):
+    """What capture asks of the registry (:class:`fx2onnx.registry.Registry`, a later stage): which ops are lowered
+    as they are, so that decomposition keeps them."""
+
+    def lowers(self, target: Any, *, complex: bool = False) -> bool: ...
+
+    def lowers_on_parts(self, target: Any) -> bool:
+        """Whether an op with complex inputs is lowered by its real lowering once rewritten on its parts."""
+        ...
+
+
 def decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
     """torch's default decompositions, minus the overloads the registry can lower directly (for real inputs:
     an op with only complex implementations stays decomposable for the real graphs that need it)."""
@@ -88,12 +99,9 @@ def _takes_complex(node: torch.fx.Node) -> bool:
 def _lowers(registry: Registry, node: torch.fx.Node) -> bool:
     """Whether `node`'s op is lowered as it is: by the registry, or, with complex inputs, by its real lowering
     after the FX pass that rewrites it on the real and imaginary parts (passes/complex_parts.py)."""
-    from fx2onnx.passes import complex_parts
-
     if not _takes_complex(node):
         return registry.lowers(node.target)
-    on_parts = complex_parts.rewrites(node.target) and registry.lowers(node.target)
-    return on_parts or registry.lowers(node.target, complex=True)
+    return registry.lowers_on_parts(node.target) or registry.lowers(node.target, complex=True)
 
 
 def _updates_statistics(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:

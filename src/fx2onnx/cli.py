@@ -31,6 +31,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fx2onnx.records import BASE_OPSET, FX_NODE, STACK_TRACE
+
 _DTYPES = {
     "fp32": "float32",
     "f32": "float32",
@@ -180,7 +182,7 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
         help="make dimension DIM (0 when omitted) of every tensor input dynamic, named NAME; repeatable",
     )
     parser.add_argument("--target", default="onnxruntime-cpu", help="runtime the model must run in (or 'onnx')")
-    parser.add_argument("--opset", type=int, default=18)
+    parser.add_argument("--opset", type=int, default=BASE_OPSET)
     parser.add_argument("--fast-math", action="store_true", help="let legalized float ops skip rounding steps")
     parser.add_argument("--strict", action="store_true", help="capture with torch.export's strict mode")
     parser.add_argument("--extractor", default="torch.export", help="torch.export or symbolic_trace")
@@ -343,10 +345,10 @@ def _print_kernel_gaps(model: Any, options: argparse.Namespace) -> None:
         for refusal in refusals:
             node = refusal.node
             bound = ", ".join(f"{k}={v}" for k, v in sorted(refusal.binding.items())) or "no types"
-            fx_node = node.metadata_props.get("pkg.fx2onnx.fx_node")
+            fx_node = node.metadata_props.get(FX_NODE)
             where = f" from FX node `{fx_node}`" if fx_node else ""
             print(f"  - `{node.name}` ({node.op_type}, {bound}){where}: {refusal.reason}")
-            source = source_line(node.metadata_props.get("pkg.fx2onnx.stack_trace"))
+            source = source_line(node.metadata_props.get(STACK_TRACE))
             if source:
                 print(f"      from: {source}")
     if options.target.startswith("onnxruntime"):

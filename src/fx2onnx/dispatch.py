@@ -22,7 +22,8 @@ from onnx_ir import schemas
 
 from fx2onnx import complex_layout, dtypes
 from fx2onnx.errors import UnsupportedOperatorError, source_line
-from fx2onnx.registry import Implementation, Registry, qualified_name
+from fx2onnx.records import qualified_name
+from fx2onnx.registry import Implementation, Registry
 
 # ATen arguments that carry no meaning for an ONNX graph; implementations may omit them.
 IGNORABLE_ARGUMENTS = frozenset(

@@ -1,4 +1,6 @@
-"""Errors fx2onnx raises, each naming what failed, where in the user's code, and what to do."""
+"""Every error fx2onnx raises to its users, each naming what failed, where in the user's code, and what to do.
+
+A leaf of the package: stages import their errors from here; ``fx2onnx`` re-exports them."""
 
 from __future__ import annotations
 
@@ -7,12 +9,10 @@ import linecache
 import os
 import re
 import traceback
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import torch.fx
-
-if TYPE_CHECKING:
-    from fx2onnx.dispatch import DispatchDecision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +56,25 @@ class CaptureError(ExportError):
     """torch.export (or another extractor) could not capture the model."""
 
 
+class _Candidate(Protocol):
+    implementation: Any  # its ``name`` is shown
+    reason: str
+
+
+class DispatchOutcome(Protocol):
+    """What :class:`UnsupportedOperatorError` reads of a dispatch decision (``fx2onnx.dispatch.DispatchDecision``)."""
+
+    node: str
+    target: str
+    input_dtypes: Mapping[str, Any]
+    candidates: Sequence[_Candidate]
+    stack_trace: str | None
+
+
 class UnsupportedOperatorError(ExportError):
     """No registered implementation can lower a node."""
 
-    def __init__(self, decision: DispatchDecision, where: str | None, node: torch.fx.Node | None = None) -> None:
+    def __init__(self, decision: DispatchOutcome, where: str | None, node: torch.fx.Node | None = None) -> None:
         self.decision = decision
         self.where = where
         target = decision.target
@@ -99,6 +114,10 @@ class LoweringError(ExportError):
 
 class InvalidModelError(ExportError):
     """The emitted model fails the ONNX checker."""
+
+
+class LegalizationError(ExportError):
+    """Some node has no kernel in the target in any type the legalizer may compute it in."""
 
 
 class VerificationError(AssertionError):

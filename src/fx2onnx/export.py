@@ -22,9 +22,10 @@ import torch
 from fx2onnx import capture as capture_stage
 from fx2onnx import legalize, passes, torch_compat
 from fx2onnx.dispatch import Dispatcher
-from fx2onnx.emit.graph_builder import TORCHLIB_OPSET, GraphEmitter, symbol_names_for
+from fx2onnx.emit.graph_builder import GraphEmitter, symbol_names_for
 from fx2onnx.errors import ExportError, InvalidModelError, source_line
 from fx2onnx.program import ONNXProgram
+from fx2onnx.records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
 from fx2onnx.registry import Registry, apply_translation_table, global_registry
 from fx2onnx.report import ExportReport, casts_inserted_by_passes
 
@@ -83,7 +84,7 @@ def export(
     if not isinstance(args, tuple):
         args = (args,)
     f, kwargs = torch_compat.split_f_and_kwargs(f, kwargs)
-    opset_version = TORCHLIB_OPSET if opset_version is None else opset_version
+    opset_version = BASE_OPSET if opset_version is None else opset_version
     if report is True:
         os.makedirs(artifacts_dir, exist_ok=True)
         report = os.path.join(artifacts_dir, f"{type(model).__name__}_fx2onnx_report.md")
@@ -288,7 +289,7 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
         from fx2onnx import optimizer
 
         optimizer.optimize(model)  # onnxscript's optimize_ir, without its quadratic rule where it cannot match
-    if opset_version != TORCHLIB_OPSET:
+    if opset_version != BASE_OPSET:
         import onnxscript.version_converter
 
         if optimize and opset_version >= FUSION_OPSET:
@@ -318,9 +319,9 @@ def check_model(model: ir.Model) -> None:
         where = context = ""
         details: dict[str, Any] = {}
         if culprit is not None:
-            fx_node = culprit.metadata_props.get("pkg.fx2onnx.fx_node", "?")
-            target = culprit.metadata_props.get("pkg.fx2onnx.target")
-            trace = culprit.metadata_props.get("pkg.fx2onnx.stack_trace")
+            fx_node = culprit.metadata_props.get(FX_NODE, "?")
+            target = culprit.metadata_props.get(TARGET)
+            trace = culprit.metadata_props.get(STACK_TRACE)
             inputs = ", ".join(
                 f"{v.name}: {v.dtype.name if v.dtype else '?'} {v.shape}" for v in culprit.inputs if v is not None
             )
@@ -346,7 +347,7 @@ def max_opset() -> int:
     import onnxruntime
     import onnxscript.version_converter
 
-    for opset in range(onnx.defs.onnx_opset_version(), TORCHLIB_OPSET, -1):
+    for opset in range(onnx.defs.onnx_opset_version(), BASE_OPSET, -1):
         graph = onnx.helper.make_graph(
             [onnx.helper.make_node("Identity", ["x"], ["y"])],
             "probe",
@@ -354,7 +355,7 @@ def max_opset() -> int:
             [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
         )
         probe = onnx.helper.make_model(
-            graph, opset_imports=[onnx.helper.make_opsetid("", TORCHLIB_OPSET)], ir_version=_ir_version(opset)
+            graph, opset_imports=[onnx.helper.make_opsetid("", BASE_OPSET)], ir_version=_ir_version(opset)
         )
         try:
             converted = ir.from_proto(probe)
@@ -364,13 +365,13 @@ def max_opset() -> int:
             return opset
         except Exception:  # a refusal by any of them means this opset is too new
             continue
-    return TORCHLIB_OPSET
+    return BASE_OPSET
 
 
 def check_opset(opset_version: int) -> None:
-    if not isinstance(opset_version, int) or not TORCHLIB_OPSET <= opset_version <= max_opset():
+    if not isinstance(opset_version, int) or not BASE_OPSET <= opset_version <= max_opset():
         raise ExportError(
-            f"opset_version={opset_version!r} is not supported: choose from {TORCHLIB_OPSET} to {max_opset()} "
+            f"opset_version={opset_version!r} is not supported: choose from {BASE_OPSET} to {max_opset()} "
             f"(the newest opset both onnx {onnx.__version__} and the installed onnxruntime accept)"
         )
 

@@ -15,31 +15,38 @@ import operator
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import onnx
 import onnx_ir as ir
 import torch
 import torch.fx
 
-from fx2onnx import complex_layout, dtypes
+from fx2onnx import complex_layout, dtypes, streaming
 from fx2onnx.capture import CapturedGraph, flatten_inputs, from_exported_program
 from fx2onnx.errors import source_frame, source_line
-from fx2onnx.program import (
-    EXTERNAL_DATA_THRESHOLD,
-    OutputVerification,
-    _to_ortvalue,
-    _to_torch,
-    compare,
-    cpu_session,
-)
-from fx2onnx.registry import qualified_name
+from fx2onnx.records import target_name
+from fx2onnx.verification import OutputVerification, compare, cpu_session, to_ortvalue, to_torch
 
 if TYPE_CHECKING:
     from fx2onnx.errors import SourceFrame
-    from fx2onnx.program import ONNXProgram
 
 Status = Literal["ok", "mismatch", "missing", "skipped"]
+
+
+class ONNXProgram(Protocol):
+    """What this module reads of :class:`fx2onnx.program.ONNXProgram` (which calls it, so cannot be imported)."""
+
+    model: ir.Model
+    exported_program: torch.export.ExportedProgram | None
+    captured: CapturedGraph | None
+    report: Any
+    weight_bytes: int
+    model_proto: onnx.ModelProto
+
+    def verify(self, *args: Any, **kwargs: Any) -> list[OutputVerification]: ...
+
+    def save(self, path: str | os.PathLike[str], *, external_data: bool | str | None = None) -> None: ...
 
 
 @dataclasses.dataclass
@@ -145,7 +152,7 @@ def compare_intermediates(
     for index, (node, eager) in enumerate(_eager_values(captured, flat)):
         if node.op != "call_function" or not isinstance(eager, torch.Tensor):
             continue
-        target = _target_name(node)
+        target = target_name(node.target)
         trace = node.meta.get("stack_trace")
         name = wanted.get(node)
         if _is_random(node):
@@ -208,13 +215,6 @@ def _eager_values(captured: CapturedGraph, flat_inputs: Sequence[Any]) -> Iterat
                 interpreter.env.pop(used, None)
 
 
-def _target_name(node: torch.fx.Node) -> str:
-    try:
-        return qualified_name(node.target)
-    except TypeError:
-        return str(node.target)
-
-
 def _is_random(node: torch.fx.Node) -> bool:
     tags = getattr(node.target, "tags", ())
     return torch.Tag.nondeterministic_seeded in tags
@@ -267,7 +267,7 @@ def _run_onnx(program: ONNXProgram, names: Sequence[str], flat_inputs: Sequence[
 
     tensors = [complex_layout.as_real(x) for x in flat_inputs if isinstance(x, torch.Tensor)]
     with tempfile.TemporaryDirectory() as folder:
-        large = program.weight_bytes > EXTERNAL_DATA_THRESHOLD
+        large = program.weight_bytes > streaming.EXTERNAL_DATA_THRESHOLD
         if large:  # protobuf cannot hold it: go through a file with external data
             path = os.path.join(folder, "model.onnx")
             program.save(path, external_data=True)
@@ -283,9 +283,9 @@ def _run_onnx(program: ONNXProgram, names: Sequence[str], flat_inputs: Sequence[
         source = path if large else proto.SerializeToString()
         session = cpu_session(source, program.model)
         input_names = [i.name for i in session.get_inputs()]
-        feed = {name: _to_ortvalue(onnxruntime, tensor) for name, tensor in zip(input_names, tensors)}
+        feed = {name: to_ortvalue(onnxruntime, tensor) for name, tensor in zip(input_names, tensors)}
         outputs = session.run_with_ort_values(to_run, feed)
-    results.update({name: _to_torch(value) for name, value in zip(to_run, outputs)})
+    results.update({name: to_torch(value) for name, value in zip(to_run, outputs)})
     return results
 
 

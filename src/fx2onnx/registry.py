@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import types
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, Union
 
@@ -19,6 +18,9 @@ import onnxscript
 import torch
 from onnxscript.values import OnnxFunction, TracedOnnxFunction
 
+from fx2onnx.passes import complex_parts
+from fx2onnx.records import BASE_OPSET, qualified_name
+
 Source = Literal["user", "fx2onnx", "torchlib"]
 OnnxCallable = Union[OnnxFunction, TracedOnnxFunction]  # noqa: UP007 - runtime alias on 3.10
 Target = Union[str, torch._ops.OpOverload, torch._ops.HigherOrderOperator, Callable[..., Any]]  # noqa: UP007
@@ -26,7 +28,6 @@ Target = Union[str, torch._ops.OpOverload, torch._ops.HigherOrderOperator, Calla
 # ONNX domain under which user Python functions are traced (never appears in the model: traced
 # functions emit their ONNX ops directly).
 _USER_DOMAIN = "pkg.fx2onnx.user"
-MIN_OPSET = 18
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Implementation:
     name: str
     function: OnnxCallable
     source: Source
-    opset_min: int = MIN_OPSET
+    opset_min: int = BASE_OPSET
     opset_max: int | None = None
     complex: bool = False  # only for complex inputs (torchlib keeps these apart)
 
@@ -51,28 +52,6 @@ class Implementation:
 
     def describe(self) -> str:
         return f"{self.name} [{self.source}] ({self.signature})"
-
-
-def qualified_name(target: Target) -> str:
-    """The registry key of an FX call target, e.g. ``aten::add.Tensor`` or ``aten::relu``."""
-    if isinstance(target, str):
-        if target.endswith(".default"):
-            target = target[: -len(".default")]
-        return target
-    if isinstance(target, torch._ops.OpOverload):
-        return target.name()
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        raise TypeError(
-            f"{target} is an overload packet; register a specific overload such as {target}.default or {target}.Tensor"
-        )
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return f"higher_order::{target.name()}"
-    if isinstance(target, (types.FunctionType, types.BuiltinFunctionType)):
-        module = target.__module__ or "builtins"
-        if module == "operator":
-            module = "_operator"
-        return f"{module}::{target.__name__}"
-    raise TypeError(f"cannot use {target!r} as a registry target")
 
 
 def as_onnx_function(impl: Callable[..., Any] | OnnxCallable) -> OnnxCallable:
@@ -153,6 +132,11 @@ class Registry:
         """Whether an implementation of `target` takes real (or, with `complex=True`, complex) inputs."""
         return any(impl.complex == complex for impl in self._table.get(qualified_name(target), []))
 
+    def lowers_on_parts(self, target: Target) -> bool:
+        """Whether, with complex inputs, `target` is lowered by its real lowering after the FX pass that rewrites it
+        on the real and imaginary parts (passes/complex_parts.py)."""
+        return complex_parts.rewrites(target) and self.lowers(target)
+
     def overloads(self, target: Target) -> list[Implementation]:
         """The implementations of `target`, in the order the dispatcher tries them."""
         return list(self._table.get(qualified_name(target), []))
@@ -193,7 +177,7 @@ def _unwrap(function: OnnxCallable) -> Any:
 
 def _opset_range(opset: int | tuple[int, int | None] | None) -> tuple[int, int | None]:
     if opset is None:
-        return MIN_OPSET, None
+        return BASE_OPSET, None
     if isinstance(opset, int):
         return opset, None
     low, high = opset

@@ -21,11 +21,11 @@ import torch.fx
 
 from fx2onnx import dtypes, errors
 from fx2onnx.dispatch import DispatchDecision
+from fx2onnx.records import BASE_OPSET, CastRecord
 
 if TYPE_CHECKING:
-    from fx2onnx.emit.graph_builder import CastRecord
     from fx2onnx.intermediates import NodeComparison
-    from fx2onnx.program import OutputVerification
+    from fx2onnx.verification import OutputVerification
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SARIF_SUFFIXES = (".sarif", ".sarif.json")
@@ -134,7 +134,7 @@ class ExportReport:
     fx_passes: list[str] = dataclasses.field(default_factory=list)
     verification: list[OutputVerification] | None = None  # a Verification (with intermediates) when asked
     error: str | None = None
-    opset: int = 18
+    opset: int = BASE_OPSET
     target: str = ""
     exception: BaseException | None = None
     promotion_casts: list[CastRecord] = dataclasses.field(default_factory=list)  # FX casts the passes inserted
@@ -536,7 +536,6 @@ class Failure:
 
 def casts_inserted_by_passes(graph: torch.fx.Graph, nodes_before: set[torch.fx.Node]) -> list[CastRecord]:
     """The dtype conversions FX passes (type promotion) inserted, each attributed to the node that consumes it."""
-    from fx2onnx.emit.graph_builder import CastRecord
     from fx2onnx.passes.subgraphs import graph_modules
 
     records = []
@@ -581,7 +580,7 @@ def _rule_for(exception: BaseException | None) -> str:
         return "invalid-model"
     if isinstance(exception, errors.VerificationError):
         return "first-differing-node"
-    if type(exception).__name__ == "LegalizationError":  # fx2onnx.legalize's; not imported here
+    if isinstance(exception, errors.LegalizationError):
         return "no-legal-types"
     return "export-failed"
 

@@ -39,6 +39,8 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.tensor_adapters import TorchTensor
 
+# Above this many bytes of weights, a model goes to external data (protobuf's limit is 2 GB).
+EXTERNAL_DATA_THRESHOLD = int(1.5 * 1024**3)
 # Tensors smaller than this go through protobuf as usual; streaming them would not save anything.
 STREAM_THRESHOLD_BYTES = 1024
 # Strided tensors are written through a buffer of about this size, filled tile by tile.

@@ -125,14 +125,14 @@ def session(model_bytes: bytes) -> Any:
 def run(ort_session: Any, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     import onnxruntime
 
-    from fx2onnx.program import _to_ortvalue, _to_torch
+    from fx2onnx.verification import to_ortvalue, to_torch
 
     names = [i.name for i in ort_session.get_inputs()]
     if len(names) != len(inputs):
         raise ValueError(f"the model takes {len(names)} inputs, the sample has {len(inputs)} tensors")
-    feed = {name: _to_ortvalue(onnxruntime, tensor) for name, tensor in zip(names, inputs)}
+    feed = {name: to_ortvalue(onnxruntime, tensor) for name, tensor in zip(names, inputs)}
     outputs = ort_session.run_with_ort_values([o.name for o in ort_session.get_outputs()], feed)
-    return [_to_torch(value) for value in outputs]
+    return [to_torch(value) for value in outputs]
 
 
 # --- classification --------------------------------------------------------------------------------
@@ -156,7 +156,7 @@ def failure(sample: PreparedSample, status: str, error: BaseException) -> Sample
 
 
 def compare_outputs(sample: PreparedSample, actual: Sequence[torch.Tensor]) -> SampleOutcome:
-    from fx2onnx.program import compare
+    from fx2onnx.verification import compare
 
     expected = sample.expected
     if len(actual) != len(expected):

@@ -20,7 +20,7 @@ import torch.fx
 from fx2onnx import capture as capture_stage
 from fx2onnx import dtypes
 from fx2onnx.dispatch import node_arguments
-from fx2onnx.registry import qualified_name
+from fx2onnx.records import qualified_name
 
 DATA_PATH = os.path.join(os.path.dirname(__file__), "aten_dtypes.json")
 

@@ -28,10 +28,11 @@ from onnxscript.values import Opset, TracedOnnxFunction
 
 from fx2onnx import complex_layout, dtypes
 from fx2onnx.dispatch import Candidate, DispatchDecision
-from fx2onnx.emit.graph_builder import METADATA_PREFIX, GraphEmitter, _meta_dtype, value_dtype
+from fx2onnx.emit.graph_builder import GraphEmitter, _meta_dtype, value_dtype
 from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.errors import LoweringError, UnsupportedOperatorError, source_line
-from fx2onnx.registry import Implementation, qualified_name
+from fx2onnx.records import FX_NODE, qualified_name
+from fx2onnx.registry import Implementation
 
 higher_order = torch.ops.higher_order
 _SCALAR_BOOL = torch.empty((), dtype=torch.bool, device="meta")
@@ -153,8 +154,7 @@ class ScopeEmitter(GraphEmitter):
 
     def _metadata(self, node: torch.fx.Node) -> dict[str, str]:
         metadata = super()._metadata(node)
-        key = f"{METADATA_PREFIX}.fx_node"
-        metadata[key] = f"{self.path}{metadata[key]}"
+        metadata[FX_NODE] = f"{self.path}{metadata[FX_NODE]}"
         return metadata
 
 

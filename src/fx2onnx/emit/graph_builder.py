@@ -28,21 +28,7 @@ from fx2onnx.capture import CapturedGraph
 from fx2onnx.dispatch import DispatchDecision, Dispatcher, value_dtype
 from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.errors import LoweringError, describe_value, source_line
-from fx2onnx.registry import qualified_name
-
-TORCHLIB_OPSET = 18
-METADATA_PREFIX = "pkg.fx2onnx"
-
-
-@dataclasses.dataclass
-class CastRecord:
-    """A Cast the exporter inserted: where, from what to what, and why."""
-
-    node: str
-    value: str
-    from_dtype: str
-    to_dtype: str
-    reason: str  # "dispatch": to fit the implementation; "eager-dtype": back to eager's dtype; "legalize"
+from fx2onnx.records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, target_name
 
 
 @dataclasses.dataclass
@@ -72,7 +58,7 @@ class GraphEmitter:
         self.output_names = list(output_names or [])
         self.symbol_names: dict[sympy.Symbol, str] = dict(dim_names or {})
         self.graph = ir.Graph([], [], nodes=[], name="main_graph")
-        self.opset_imports: dict[str, int] = {"": TORCHLIB_OPSET}
+        self.opset_imports: dict[str, int] = {"": BASE_OPSET}
         self.recorder = GraphRecorder(self.graph, self.opset_imports)
         self.env: dict[torch.fx.Node, Any] = {}
         self.casts: list[CastRecord] = []
@@ -187,7 +173,7 @@ class GraphEmitter:
 
         names = self.output_names or output_paths(self.captured.out_spec, len(outputs))
         used: set[int] = set()
-        with self.recorder.recording({f"{METADATA_PREFIX}.fx_node": "output"}):
+        with self.recorder.recording({FX_NODE: "output"}):
             for index, arg in enumerate(outputs):
                 value = self.env[arg] if isinstance(arg, torch.fx.Node) else self.recorder.constant(arg)
                 if not isinstance(value, ir.Value):
@@ -284,16 +270,16 @@ class GraphEmitter:
 
     def _metadata(self, node: torch.fx.Node) -> dict[str, str]:
         metadata = {
-            f"{METADATA_PREFIX}.fx_node": node.name,
-            f"{METADATA_PREFIX}.target": _target_name(node.target),
+            FX_NODE: node.name,
+            TARGET: target_name(node.target),
         }
         stack = node.meta.get("nn_module_stack")
         if stack:
             path, kind = list(stack.values())[-1]
-            metadata["namespace"] = f"{path}: {getattr(kind, '__name__', kind)}"
+            metadata[NAMESPACE] = f"{path}: {getattr(kind, '__name__', kind)}"
         trace = node.meta.get("stack_trace")
         if trace:
-            metadata[f"{METADATA_PREFIX}.stack_trace"] = trace
+            metadata[STACK_TRACE] = trace
         return metadata
 
 
@@ -316,13 +302,6 @@ def _lowering(emitter: GraphEmitter, node: torch.fx.Node) -> Iterator[None]:
         yield
     finally:
         _CURRENT_LOWERING.reset(token)
-
-
-def _target_name(target: Any) -> str:
-    try:
-        return qualified_name(target)
-    except TypeError:
-        return str(target)
 
 
 def is_runtime_check(node: torch.fx.Node) -> bool:

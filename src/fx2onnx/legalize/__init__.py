@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from fx2onnx.emit.graph_builder import CastRecord
-from fx2onnx.errors import ExportError, source_line
-from fx2onnx.legalize.rewrite import FX_NODE, Legalizer, Refusal
+from fx2onnx.errors import LegalizationError, source_line
+from fx2onnx.legalize.rewrite import Legalizer, Refusal
 from fx2onnx.legalize.targets import (
     KernelTableTarget,
     SpecTarget,
@@ -22,12 +21,9 @@ from fx2onnx.legalize.targets import (
     register_target,
     unregister_target,
 )
+from fx2onnx.records import FX_NODE, STACK_TRACE, TARGET, CastRecord
 
 TARGETS = ("onnxruntime-cpu", "onnx")
-
-
-class LegalizationError(ExportError):
-    """Some node has no kernel in the target in any type the legalizer may compute it in."""
 
 
 def legalize_model(model: ir.Model, target: str | Target, *, fast_math: bool = False) -> list[CastRecord]:
@@ -52,9 +48,9 @@ def _error(refusals: list[Refusal], target: Target) -> LegalizationError:
         props = node.metadata_props
         bound = ", ".join(f"{k}={v}" for k, v in sorted(refusal.binding.items())) or "no types"
         lines.append(f"  - ONNX node `{node.name}` ({node.op_type}, {bound}) from FX node `{props.get(FX_NODE, '?')}`")
-        if props.get("pkg.fx2onnx.target"):
-            lines.append(f"    overload: {props['pkg.fx2onnx.target']}")
-        where = source_line(props.get("pkg.fx2onnx.stack_trace"))
+        if props.get(TARGET):
+            lines.append(f"    overload: {props[TARGET]}")
+        where = source_line(props.get(STACK_TRACE))
         if where:
             lines.append(f"    from: {where}")
         lines.append(f"    why: {refusal.reason}")
@@ -72,8 +68,8 @@ def _error(refusals: list[Refusal], target: Target) -> LegalizationError:
     return LegalizationError(
         "\n".join(lines),
         node=first.get(FX_NODE),
-        target=first.get("pkg.fx2onnx.target"),
-        stack_trace=first.get("pkg.fx2onnx.stack_trace"),
+        target=first.get(TARGET),
+        stack_trace=first.get(STACK_TRACE),
     )
 
 

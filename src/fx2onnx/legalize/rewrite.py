@@ -28,13 +28,11 @@ import onnx
 import onnx_ir as ir
 
 from fx2onnx import dtypes
-from fx2onnx.emit.graph_builder import CastRecord
 from fx2onnx.legalize import probes, schemas, widening
 from fx2onnx.legalize.targets import Target, Verdict
+from fx2onnx.records import FX_NODE, LEGALIZED, METADATA_PREFIX, NAMESPACE, CastRecord
 
 GraphLike = Union[ir.Graph, ir.Function]  # noqa: UP007 - runtime alias on 3.10
-FX_NODE = "pkg.fx2onnx.fx_node"
-LEGALIZED = "pkg.fx2onnx.legalize"  # metadata on inserted Casts: why they are there
 RUNTIME_CASTS = "legalize (fast_math: onnxruntime's own Casts)"
 FOLD_LIMIT = 1024  # elements: constants up to this size are converted instead of cast
 
@@ -429,7 +427,7 @@ def _with_subgraphs(graph: GraphLike, opsets: Mapping[str, int]) -> Iterator[tup
 
 
 def _cast_node(value: ir.Value, dtype: ir.DataType, consumer: ir.Node, name: str) -> ir.Node:
-    metadata = {k: v for k, v in consumer.metadata_props.items() if k.startswith("pkg.fx2onnx") or k == "namespace"}
+    metadata = {k: v for k, v in consumer.metadata_props.items() if k.startswith(METADATA_PREFIX) or k == NAMESPACE}
     cast = ir.Node(
         "",
         "Cast",

@@ -31,12 +31,12 @@ import onnx
 import onnx.defs
 
 from fx2onnx.legalize import probes, schemas
+from fx2onnx.records import BASE_OPSET
 
 FORMAT = 1
 CPU = "CPUExecutionProvider"
 FLOAT16 = "tensor(float16)"
 FLOAT = "tensor(float)"
-MIN_OPSET = 18  # fx2onnx emits opset 18 and converts upwards only
 _OPEN_END = 2**31 - 1  # ONNX Runtime's "no end version"
 
 
@@ -130,9 +130,9 @@ def registered_kernels(provider: str = CPU) -> dict[str, list[tuple[int, int, di
 
 
 def schema_versions(max_opset: int) -> list[onnx.defs.OpSchema]:
-    """Each distinct default-domain schema in force at some opset from MIN_OPSET to `max_opset`."""
+    """Each distinct default-domain schema in force at some opset from BASE_OPSET to `max_opset`."""
     found: dict[tuple[str, int], onnx.defs.OpSchema] = {}
-    for opset in range(MIN_OPSET, max_opset + 1):
+    for opset in range(BASE_OPSET, max_opset + 1):
         for op_schema in onnx.defs.get_all_schemas():
             current = schemas.schema(op_schema.name, opset, "")
             if current is not None and not current.deprecated:
@@ -160,7 +160,7 @@ def float16_via_float32(table: KernelTable, max_opset: int) -> list[tuple[str, i
             "", op_schema.name, since, as_float
         ):
             continue
-        opset = max(since, MIN_OPSET)
+        opset = max(since, BASE_OPSET)
         if probes.probe(op_schema.name, opset, binding) == "ok":
             found.append((KernelTable.key("", op_schema.name), since))
     return found
@@ -180,7 +180,7 @@ def generate_onnxruntime_cpu() -> dict[str, Any]:
         provider=CPU,
         onnxruntime=onnxruntime.__version__,
         onnx=onnx.__version__,
-        opsets=[MIN_OPSET, highest],
+        opsets=[BASE_OPSET, highest],
         generated_seconds=round(time.perf_counter() - start, 3),
     )
     return data
@@ -189,10 +189,10 @@ def generate_onnxruntime_cpu() -> dict[str, Any]:
 @functools.cache
 def newest_opset() -> int:
     """The newest default-domain opset both the installed onnx and ONNX Runtime accept."""
-    for opset in range(onnx.defs.onnx_opset_version(), MIN_OPSET - 1, -1):
+    for opset in range(onnx.defs.onnx_opset_version(), BASE_OPSET - 1, -1):
         if probes.probe("Identity", opset, {"T": FLOAT, "V": FLOAT}) == "ok":
             return opset
-    return MIN_OPSET
+    return BASE_OPSET
 
 
 # --- cache ----------------------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ SAMPLE_TYPES = tuple(
 
 
 def check_against_sessions(
-    runs: Any, opset: int = MIN_OPSET, ops: Sequence[str] = SAMPLE_OPS, types: Sequence[str] = SAMPLE_TYPES
+    runs: Any, opset: int = BASE_OPSET, ops: Sequence[str] = SAMPLE_OPS, types: Sequence[str] = SAMPLE_TYPES
 ) -> list[str]:
     """Compare a target's verdicts with real sessions for single-node models; returns the disagreements.
 
@@ -287,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m fx2onnx.legalize", description="Generate and check fx2onnx's legal-types tables."
     )
     parser.add_argument("--check", action="store_true", help="compare the table with single-node sessions")
-    parser.add_argument("--opset", type=int, default=MIN_OPSET, help="opset for --check")
+    parser.add_argument("--opset", type=int, default=BASE_OPSET, help="opset for --check")
     options = parser.parse_args(argv)
     start = time.perf_counter()
     table = load_onnxruntime_cpu(regenerate=True)

@@ -13,6 +13,8 @@ from typing import Any
 import onnxscript
 from onnxscript.values import TracedOnnxFunction
 
+from fx2onnx.records import BASE_OPSET
+
 DOMAIN = "pkg.fx2onnx"
 _OPSET = onnxscript.values.Opset(DOMAIN, 1)
 _RULES: list[tuple[str, TracedOnnxFunction, tuple[int, int | None]]] = []
@@ -41,7 +43,7 @@ _MODULES = (
 
 
 def lowering(
-    *targets: str, opset: tuple[int, int | None] = (18, None), complex: bool = False, specific: bool = False
+    *targets: str, opset: tuple[int, int | None] = (BASE_OPSET, None), complex: bool = False, specific: bool = False
 ) -> Callable[[Callable[..., Any]], TracedOnnxFunction]:
     """Register the decorated (traced) function as fx2onnx's implementation of `targets`.
 

@@ -41,12 +41,13 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from fx2onnx import dtypes
 from fx2onnx.emit.graph_builder import current_lowering
 from fx2onnx.lowerings import lowering
+from fx2onnx.records import BASE_OPSET
 
 _ATEN = torch.ops.aten
 _MATMULS = (_ATEN.mm.default, _ATEN.linear.default)
 _CONVOLUTIONS = (_ATEN.conv2d.default, _ATEN.convolution.default)
 _BYTE_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
-_LOWERING_OPSET = 18
+_LOWERING_OPSET = BASE_OPSET
 _DTYPE_RANGES = {
     ir.DataType.INT8: (-128, 127),
     ir.DataType.UINT8: (0, 255),

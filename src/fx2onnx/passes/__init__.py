@@ -4,11 +4,10 @@ in float32, then type promotion."""
 from __future__ import annotations
 
 from fx2onnx.capture import CapturedGraph
-from fx2onnx.passes.complex_parts import rewrite_complex_on_parts
+from fx2onnx.passes.complex_parts import Registry, rewrite_complex_on_parts
 from fx2onnx.passes.float32_opmath import compute_in_float32
 from fx2onnx.passes.promotion import promote_types
 from fx2onnx.passes.subgraphs import all_nodes, graph_modules
-from fx2onnx.registry import Registry
 
 
 def run_fx_passes(captured: CapturedGraph, registry: Registry | None = None) -> list[str]:

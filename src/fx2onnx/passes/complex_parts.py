@@ -15,15 +15,14 @@ is left to the dispatcher. What it does not list keeps failing with the dispatch
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
 from fx2onnx.passes.node_builder import NodeBuilder, fake_mode_of, replace_node
-from fx2onnx.registry import Registry
 
 aten = torch.ops.aten
 
@@ -123,6 +122,12 @@ _ALL = _WITH_COMPLEX_INPUTS | FACTORIES.keys() | NEW_FACTORIES.keys()
 def rewrites(target: Any) -> bool:
     """Whether this pass rewrites `target` with complex inputs (so capture need not decompose it)."""
     return target in _WITH_COMPLEX_INPUTS
+
+
+class Registry(Protocol):
+    """The implementations the registry (:class:`fx2onnx.registry.Registry`, a later stage) holds for a target."""
+
+    def overloads(self, target: Any) -> Sequence[Any]: ...
 
 
 def rewrite_complex_on_parts(

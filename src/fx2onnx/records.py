@@ -1,0 +1,65 @@
+"""What every stage shares, and nothing else: the base opset, the keys of fx2onnx's metadata on ONNX nodes,
+registry keys of FX targets, and the record of a Cast the exporter inserted.
+
+A leaf: it imports no other fx2onnx module, so any stage (and the report) may import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any
+
+# The opset fx2onnx emits in (torchlib's own); export converts upward from it, never downward.
+BASE_OPSET = 18
+
+# Metadata fx2onnx writes on ONNX nodes (``metadata_props``) and on the model.
+METADATA_PREFIX = "pkg.fx2onnx"
+FX_NODE = f"{METADATA_PREFIX}.fx_node"  # the FX node a node was emitted for (a body's nodes by their path)
+TARGET = f"{METADATA_PREFIX}.target"  # that node's op overload (``aten::add.Tensor``)
+STACK_TRACE = f"{METADATA_PREFIX}.stack_trace"  # that node's stack trace in the user's code
+LEGALIZED = f"{METADATA_PREFIX}.legalize"  # on Casts the legalizer inserted: why they are there
+NAMESPACE = "namespace"  # the nn.Module path, as torch's exporter writes it
+
+
+def qualified_name(target: Any) -> str:
+    """The registry key of an FX call target, e.g. ``aten::add.Tensor`` or ``aten::relu``."""
+    import torch  # here: the CLI imports this module before it needs torch
+
+    if isinstance(target, str):
+        if target.endswith(".default"):
+            target = target[: -len(".default")]
+        return target
+    if isinstance(target, torch._ops.OpOverload):
+        return target.name()
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        raise TypeError(
+            f"{target} is an overload packet; register a specific overload such as {target}.default or {target}.Tensor"
+        )
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"higher_order::{target.name()}"
+    if isinstance(target, (types.FunctionType, types.BuiltinFunctionType)):
+        module = target.__module__ or "builtins"
+        if module == "operator":
+            module = "_operator"
+        return f"{module}::{target.__name__}"
+    raise TypeError(f"cannot use {target!r} as a registry target")
+
+
+def target_name(target: Any) -> str:
+    """`target`'s registry key, or its text when it is no registry target."""
+    try:
+        return qualified_name(target)
+    except TypeError:
+        return str(target)
+
+
+@dataclasses.dataclass
+class CastRecord:
+    """A Cast the exporter inserted: where, from what to what, and why."""
+
+    node: str
+    value: str
+    from_dtype: str
+    to_dtype: str
+    reason: str  # "dispatch": to fit the implementation; "eager-dtype": back to eager's dtype; "legalize"
