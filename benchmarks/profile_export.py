@@ -36,7 +36,7 @@ STEPS = [
     ("fx2onnx.passes", "run_fx_passes", "fx passes"),
     ("fx2onnx.emit.recorder", "infer_node_types", "emit: per-node type inference"),
     ("fx2onnx.emit.graph_builder.GraphEmitter", "run", "dispatch+emit (rest)"),
-    ("fx2onnx.optimizer", "optimize", "finalize: onnxscript optimizer"),
+    ("fx2onnx.finalize.optimizer", "optimize", "finalize: onnxscript optimizer"),
     ("onnx_ir.passes.common.ShapeInferencePass", "call", "shape inference (onnx)"),
     ("fx2onnx.export", "finalize", "finalize (rest)"),
     ("fx2onnx.legalize", "legalize_model", "legalize"),
@@ -127,7 +127,8 @@ def main() -> int:
     if options.before:
         import onnxscript.optimizer
 
-        from fx2onnx import optimizer, streaming
+        from fx2onnx import streaming
+        from fx2onnx.finalize import optimizer
 
         optimizer.optimize = lambda model: onnxscript.optimizer.optimize_ir(model)
         streaming.writes_protobuf = lambda path: False  # ONNXProgram.save then calls ir.save

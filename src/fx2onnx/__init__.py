@@ -13,7 +13,8 @@ from fx2onnx.errors import (
     UnsupportedOperatorError,
     VerificationError,
 )
-from fx2onnx.export import export, max_opset
+from fx2onnx.export import export
+from fx2onnx.finalize import max_opset
 from fx2onnx.program import ONNXProgram
 from fx2onnx.registry import Implementation, Registry, is_registered, overloads, register, unregister
 from fx2onnx.verification import OutputVerification

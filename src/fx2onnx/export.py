@@ -6,7 +6,6 @@ Each stage is a module of its own; this file only wires them together and times 
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import os
 import sys
@@ -14,18 +13,17 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import onnx
-import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
 
 from fx2onnx import capture as capture_stage
+from fx2onnx import finalize as finalize_stage
 from fx2onnx import legalize, passes, torch_compat
 from fx2onnx.dispatch import Dispatcher
+from fx2onnx.emit import control_flow
 from fx2onnx.emit.graph_builder import GraphEmitter, symbol_names_for
-from fx2onnx.errors import ExportError, InvalidModelError, source_line
 from fx2onnx.program import ONNXProgram
-from fx2onnx.records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
+from fx2onnx.records import BASE_OPSET
 from fx2onnx.registry import Registry, apply_translation_table, global_registry
 from fx2onnx.report import ExportReport, casts_inserted_by_passes
 
@@ -162,7 +160,7 @@ def _export(
     fast_math: bool,
     progress: bool,
 ) -> ONNXProgram:
-    check_opset(opset_version)
+    finalize_stage.check_opset(opset_version)
     timer = _StageTimer(export_report.stage_seconds, progress)
     with timer("registry"):  # the first export in a process builds the default registry
         registry = apply_translation_table(registry or global_registry(), dict(custom_translation_table or {}))
@@ -201,6 +199,7 @@ def _export(
             output_names=output_names,
             dim_names=symbol_names_for(captured, user_dims, flat_inputs),
             progress=progress,
+            higher_order=control_flow.EMITTERS,
         )
         # The report sees decisions and Casts as they happen, so a failed export still explains itself.
         export_report.decisions = dispatcher.decisions
@@ -211,16 +210,16 @@ def _export(
     model_ir = result.model
 
     with timer("finalize"):
-        finalize(model_ir, opset_version, optimize=optimize)
+        finalize_stage.finalize(model_ir, opset_version, optimize=optimize)
 
     with timer("legalize"):
         export_report.casts.extend(legalize.legalize_model(model_ir, target, fast_math=fast_math))
 
     with timer("check"):
         # Shape inference runs on the legal model: before legalization some nodes (bf16 Cos) are invalid ONNX.
-        if not _every_value_typed(model_ir):
+        if not finalize_stage.every_value_typed(model_ir):
             common_passes.ShapeInferencePass()(model_ir)
-        check_model(model_ir)
+        finalize_stage.check_model(model_ir)
 
     if isinstance(model, torch.export.ExportedProgram):
         module = model.module()
@@ -251,129 +250,6 @@ def _export(
                 where = f"\n  first differing node: {first}" if first is not None else ""
             raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed) + where)
     return program
-
-
-FUSION_OPSET = 23
-
-
-def _type_new_constants(model: ir.Model) -> None:
-    """Type the Constants the version converter's adapters add untyped (DFT-17 -> 20 adds its axis as one)."""
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.outputs[0].type is not None:
-            continue
-        value = node.attributes.get("value")
-        if value is not None and value.type == ir.AttributeType.TENSOR:
-            tensor = value.as_tensor()
-            node.outputs[0].dtype, node.outputs[0].shape = tensor.dtype, ir.Shape(tensor.shape)
-        elif "value_int" in node.attributes:
-            node.outputs[0].dtype, node.outputs[0].shape = ir.DataType.INT64, ir.Shape([])
-        elif "value_ints" in node.attributes:
-            count = len(node.attributes["value_ints"].as_ints())
-            node.outputs[0].dtype, node.outputs[0].shape = ir.DataType.INT64, ir.Shape([count])
-
-
-def _every_value_typed(model: ir.Model) -> bool:
-    """Whether emission and the passes left a dtype and a shape on every value (then ONNX inference adds nothing)."""
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        for value in node.outputs:
-            if value.type is None or value.shape is None:
-                return False
-    return all(value.type is not None and value.shape is not None for value in model.graph.inputs)
-
-
-def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
-    """Inline script functions, optimize, convert the opset, drop what is unused."""
-    common_passes.InlinePass()(model)
-    common_passes.RemoveUnusedFunctionsPass()(model)
-    if optimize:
-        from fx2onnx import optimizer
-
-        optimizer.optimize(model)  # onnxscript's optimize_ir, without its quadratic rule where it cannot match
-    if opset_version != BASE_OPSET:
-        import onnxscript.version_converter
-
-        if optimize and opset_version >= FUSION_OPSET:
-            # onnxscript's fusions into ONNX's RMSNormalization and RotaryEmbedding apply to opset 23 graphs.
-            from onnxscript.rewriter import onnx_fusions
-
-            from fx2onnx import fusions
-
-            onnxscript.version_converter.convert_version(model, FUSION_OPSET)
-            onnx_fusions.fuse(model)
-            fusions.fuse_rotary_embeddings(model)  # the rotary forms onnxscript's rule misses (fx2onnx/fusions.py)
-        onnxscript.version_converter.convert_version(model, opset_version)
-        _type_new_constants(model)
-    common_passes.RemoveUnusedNodesPass()(model)
-    common_passes.RemoveUnusedOpsetsPass()(model)
-    model.graph.opset_imports[""] = opset_version
-    model.ir_version = _ir_version(opset_version)
-
-
-def check_model(model: ir.Model) -> None:
-    """``onnx.checker.check_model(full_check=True)``; on failure, name the offending node."""
-    try:
-        common_passes.CheckerPass(full_check=True)(model)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        message = str(error)
-        culprit = next((n for n in model.graph if n.name and n.name in message), None)
-        where = context = ""
-        details: dict[str, Any] = {}
-        if culprit is not None:
-            fx_node = culprit.metadata_props.get(FX_NODE, "?")
-            target = culprit.metadata_props.get(TARGET)
-            trace = culprit.metadata_props.get(STACK_TRACE)
-            inputs = ", ".join(
-                f"{v.name}: {v.dtype.name if v.dtype else '?'} {v.shape}" for v in culprit.inputs if v is not None
-            )
-            where = f" at ONNX node {culprit.name} ({culprit.op_type}) from FX node `{fx_node}` ({target})"
-            context = (f"\n  from: {source_line(trace)}" if trace else "") + f"\n  inputs: {inputs or '(none)'}"
-            details = {"node": fx_node, "target": target, "stack_trace": trace}
-        raise InvalidModelError(
-            f"the exported model fails the ONNX checker{where}: {message.strip()}{context}\n"
-            "  remedy: the implementation chosen for this node emits an invalid ONNX node; register a correct one "
-            "with fx2onnx.register or "
-            "custom_translation_table (see the report's dispatch table for which one was chosen).",
-            **details,
-        ) from error
-
-
-def _ir_version(opset: int) -> int:
-    return onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", opset)], ignore_unknown=True)
-
-
-@functools.cache
-def max_opset() -> int:
-    """The newest opset that onnx, onnxscript's version converter and ONNX Runtime all accept."""
-    import onnxruntime
-    import onnxscript.version_converter
-
-    for opset in range(onnx.defs.onnx_opset_version(), BASE_OPSET, -1):
-        graph = onnx.helper.make_graph(
-            [onnx.helper.make_node("Identity", ["x"], ["y"])],
-            "probe",
-            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
-            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
-        )
-        probe = onnx.helper.make_model(
-            graph, opset_imports=[onnx.helper.make_opsetid("", BASE_OPSET)], ir_version=_ir_version(opset)
-        )
-        try:
-            converted = ir.from_proto(probe)
-            onnxscript.version_converter.convert_version(converted, opset)
-            converted.ir_version = _ir_version(opset)
-            onnxruntime.InferenceSession(ir.to_proto(converted).SerializeToString(), providers=["CPUExecutionProvider"])
-            return opset
-        except Exception:  # a refusal by any of them means this opset is too new
-            continue
-    return BASE_OPSET
-
-
-def check_opset(opset_version: int) -> None:
-    if not isinstance(opset_version, int) or not BASE_OPSET <= opset_version <= max_opset():
-        raise ExportError(
-            f"opset_version={opset_version!r} is not supported: choose from {BASE_OPSET} to {max_opset()} "
-            f"(the newest opset both onnx {onnx.__version__} and the installed onnxruntime accept)"
-        )
 
 
 @contextlib.contextmanager

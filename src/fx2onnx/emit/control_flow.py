@@ -29,7 +29,6 @@ from onnxscript.values import Opset, TracedOnnxFunction
 from fx2onnx import complex_layout, dtypes
 from fx2onnx.dispatch import Candidate, DispatchDecision
 from fx2onnx.emit.graph_builder import GraphEmitter, _meta_dtype, value_dtype
-from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.errors import LoweringError, UnsupportedOperatorError, source_line
 from fx2onnx.records import FX_NODE, qualified_name
 from fx2onnx.registry import Implementation
@@ -40,19 +39,6 @@ _SCALAR_INT64 = torch.empty((), dtype=torch.int64, device="meta")
 
 
 # --- the nested walk ----------------------------------------------------------------------------------
-class _ScopeRecorder(GraphRecorder):
-    """Records into a subgraph. Names come from the main recorder (ONNX names are unique across scopes);
-    model-local functions go to the model's table."""
-
-    def __init__(self, graph: ir.Graph, parent: GraphRecorder) -> None:
-        super().__init__(graph, parent.opset_imports)
-        self.parent = parent
-        self.functions = parent.functions
-
-    def fresh_name(self, hint: str = "v") -> str:
-        return self.parent.fresh_name(hint)
-
-
 class ScopeEmitter(GraphEmitter):
     """Emits one body (a sub-GraphModule) into `graph`, its placeholders bound to `inputs`.
 
@@ -74,7 +60,7 @@ class ScopeEmitter(GraphEmitter):
         captured = dataclasses.replace(
             parent.captured, graph_module=graph_module, user_inputs=[], constant_inputs={}, weights={}, user_outputs=[]
         )
-        super().__init__(captured, parent.dispatcher, dim_names=parent.symbol_names)
+        super().__init__(captured, parent.dispatcher, dim_names=parent.symbol_names, higher_order=parent.higher_order)
         self.parent = parent
         self.root_graph: ir.Graph = getattr(parent, "root_graph", parent.graph)
         self.path = path
@@ -83,7 +69,7 @@ class ScopeEmitter(GraphEmitter):
         self.graph = graph
         self.symbol_names = parent.symbol_names
         self.opset_imports = parent.opset_imports
-        self.recorder = _ScopeRecorder(graph, parent.recorder)
+        self.recorder = parent.recorder.nested(graph)
         self.casts = parent.casts
         self._named = parent._named
         self.skipped = parent.skipped

@@ -9,12 +9,10 @@ node's ``meta["val"]``.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import inspect
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -26,6 +24,7 @@ from onnx_ir.tensor_adapters import TorchTensor
 from fx2onnx import complex_layout, dtypes
 from fx2onnx.capture import CapturedGraph
 from fx2onnx.dispatch import DispatchDecision, Dispatcher, value_dtype
+from fx2onnx.emit.context import LoweringContext, context_rule
 from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.errors import LoweringError, describe_value, source_line
 from fx2onnx.records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, target_name
@@ -36,6 +35,10 @@ class EmitResult:
     model: ir.Model
     decisions: list[DispatchDecision]
     casts: list[CastRecord]
+
+
+# Emits a higher-order node (torch.cond...) with nested walks of the emitter; returns the node's outputs.
+HigherOrderEmitter = Callable[["GraphEmitter", torch.fx.Node], tuple[Any, ...]]
 
 
 class GraphEmitter:
@@ -50,8 +53,11 @@ class GraphEmitter:
         output_names: Sequence[str] | None = None,
         dim_names: Mapping[Any, str] | None = None,
         progress: bool = False,
+        higher_order: Mapping[Any, HigherOrderEmitter] | None = None,
     ) -> None:
         self.progress = progress
+        # Higher-order operator -> what emits it with nested walks (emit/control_flow.py's EMITTERS).
+        self.higher_order: Mapping[Any, HigherOrderEmitter] = higher_order or {}
         self.captured = captured
         self.dispatcher = dispatcher
         self.input_names = list(input_names or [])
@@ -142,7 +148,7 @@ class GraphEmitter:
             self.env[node] = None
             self.skipped.append(node.name)
             return
-        control_flow = _control_flow_emitter(node.target)
+        control_flow = self.higher_order.get(node.target)
         if control_flow is not None and not self.dispatcher.registry.is_registered(node.target):
             self.env[node] = control_flow(self, node)  # torch.cond -> If, while_loop -> Loop... (emit/control_flow.py)
             return
@@ -156,8 +162,7 @@ class GraphEmitter:
                 for name, value in candidate.arguments.items()
             }
             try:
-                with _lowering(self, node):
-                    result = _call(implementation.function, kwargs)
+                result = _call(implementation.function, kwargs, LoweringContext(self, self.recorder, node))
             except Exception as error:
                 arguments = ", ".join(f"{k}={describe_value(v)}" for k, v in candidate.arguments.items())
                 raise LoweringError(
@@ -283,27 +288,6 @@ class GraphEmitter:
         return metadata
 
 
-# The emitter and FX node whose implementation is running. A higher-order op's lowering (e.g.
-# ``higher_order::out_dtype``) uses it to emit its inner op through the same dispatcher.
-_CURRENT_LOWERING: contextvars.ContextVar[tuple[GraphEmitter, torch.fx.Node] | None] = contextvars.ContextVar(
-    "fx2onnx_current_lowering", default=None
-)
-
-
-def current_lowering() -> tuple[GraphEmitter, torch.fx.Node] | None:
-    """(emitter, FX node) while an implementation runs under :meth:`GraphEmitter.call_function`, else None."""
-    return _CURRENT_LOWERING.get()
-
-
-@contextlib.contextmanager
-def _lowering(emitter: GraphEmitter, node: torch.fx.Node) -> Iterator[None]:
-    token = _CURRENT_LOWERING.set((emitter, node))
-    try:
-        yield
-    finally:
-        _CURRENT_LOWERING.reset(token)
-
-
 def is_runtime_check(node: torch.fx.Node) -> bool:
     """An op that returns nothing and feeds nothing (a shape/dtype/value assertion): the emitter skips it."""
     schema = getattr(node.target, "_schema", None)
@@ -313,23 +297,18 @@ def is_runtime_check(node: torch.fx.Node) -> bool:
 _is_runtime_check = is_runtime_check  # the former private name
 
 
-def _control_flow_emitter(target: Any) -> Any:
-    """The emitter of a control-flow higher-order op (cond, while_loop, scan, map), else None."""
-    if not isinstance(target, torch._ops.HigherOrderOperator):
-        return None
-    from fx2onnx.emit.control_flow import EMITTERS  # it builds on this module
-
-    return EMITTERS.get(target)
-
-
-def _call(function: Any, kwargs: dict[str, Any]) -> Any:
-    """Call an onnxscript function; leading parameters go by position (`self` clashes with the method's)."""
+def _call(function: Any, kwargs: dict[str, Any], context: LoweringContext) -> Any:
+    """Call an onnxscript function; leading parameters go by position (`self` clashes with the method's). A lowering
+    declared with ``context=True`` gets the lowering context first."""
     python_function = getattr(function, "func", None) or getattr(function, "function", None) or function
     positional = []
     for param in inspect.signature(python_function).parameters.values():
         if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) or param.name not in kwargs:
             break
         positional.append(kwargs.pop(param.name))
+    rule = context_rule(function)
+    if rule is not None:
+        return rule(context, *positional, **kwargs)
     return function(*positional, **kwargs)
 
 

@@ -60,9 +60,20 @@ class GraphRecorder(evaluator.Evaluator):
             self._metadata = previous
             ir.set_value_magic_handler(previous_handler)
 
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """The metadata of the nodes recorded now (those of the FX node being lowered)."""
+        return self._metadata
+
     def fresh_name(self, hint: str = "v") -> str:
         self._names += 1
         return f"{hint}_{self._names}"
+
+    def nested(self, graph: ir.Graph) -> GraphRecorder:
+        """A recorder into a subgraph (a ``Loop``/``If``/``Scan`` body): its names come from this recorder (ONNX
+        forbids a subgraph reusing an outer name), its model-local functions go to this recorder's table; its
+        constants are its own (a subgraph's are not visible outside it)."""
+        return _NestedRecorder(graph, self)
 
     # --- evaluator protocol -------------------------------------------------------------------
     def eval_op(self, op: onnxscript.values.Op, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -271,6 +282,16 @@ class GraphRecorder(evaluator.Evaluator):
             for called in function.function_ir.get_called_functions().values():
                 self._function(called)
         return self.functions[identifier]
+
+
+class _NestedRecorder(GraphRecorder):
+    def __init__(self, graph: ir.Graph, parent: GraphRecorder) -> None:
+        super().__init__(graph, parent.opset_imports)
+        self.parent = parent
+        self.functions = parent.functions
+
+    def fresh_name(self, hint: str = "v") -> str:
+        return self.parent.fresh_name(hint)
 
 
 class _ArithmeticHandler:

@@ -13,6 +13,7 @@ from typing import Any
 import onnxscript
 from onnxscript.values import TracedOnnxFunction
 
+from fx2onnx.emit.context import with_context
 from fx2onnx.records import BASE_OPSET
 
 DOMAIN = "pkg.fx2onnx"
@@ -43,17 +44,22 @@ _MODULES = (
 
 
 def lowering(
-    *targets: str, opset: tuple[int, int | None] = (BASE_OPSET, None), complex: bool = False, specific: bool = False
+    *targets: str,
+    opset: tuple[int, int | None] = (BASE_OPSET, None),
+    complex: bool = False,
+    specific: bool = False,
+    context: bool = False,
 ) -> Callable[[Callable[..., Any]], TracedOnnxFunction]:
     """Register the decorated (traced) function as fx2onnx's implementation of `targets`.
 
     `complex=True`: it is for nodes with complex inputs (kept apart from real ones, as torchlib does).
     `specific=True`: it takes fewer dtypes than fx2onnx's other lowerings of `targets` and is tried before them
     (the dispatcher takes the first perfect match), whatever the order the modules register in.
+    `context=True`: its first parameter, ``ctx``, receives the :class:`~fx2onnx.emit.context.LoweringContext`.
     """
 
     def decorate(function: Callable[..., Any]) -> TracedOnnxFunction:
-        traced = TracedOnnxFunction(_OPSET, function)
+        traced = TracedOnnxFunction(_OPSET, with_context(function) if context else function)
         if complex:
             _COMPLEX.add(id(traced))
         for target in targets:

@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript import INT64, evaluator
+from onnxscript import INT64
 from onnxscript import opset18 as op
 
-from fx2onnx.emit.recorder import GraphRecorder
+from fx2onnx.emit.context import LoweringContext
 from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.core import TFloat, _back, _const, _in_float32
 
@@ -235,39 +235,24 @@ def _scan_step(peak: TFloat, excess: TFloat, pads: INT64, axes: INT64) -> tuple[
     return new_peak, combined
 
 
-def _doubling_loop(length: INT64, peak: TFloat, excess: TFloat, axes: INT64, direction: INT64) -> tuple[TFloat, TFloat]:
+def _doubling_loop(
+    ctx: LoweringContext, length: INT64, peak: TFloat, excess: TFloat, axes: INT64, direction: INT64
+) -> tuple[TFloat, TFloat]:
     """The doubling steps for a dim whose length is known only at run time: an ONNX Loop while 2^k < length."""
-    outer = evaluator.default()
-    assert isinstance(outer, GraphRecorder), "fx2onnx's lowerings are recorded by its GraphRecorder"
 
-    def body_input(hint: str, dtype: ir.DataType, scalar: bool) -> ir.Value:
-        value = ir.Value(name=outer.fresh_name(hint), type=ir.TensorType(dtype))
-        if scalar:
-            value.shape = ir.Shape([])
-        return value
-
-    iteration = body_input("scan_iteration", ir.DataType.INT64, scalar=True)
-    condition = body_input("scan_condition", ir.DataType.BOOL, scalar=True)
-    shift = body_input("scan_shift", ir.DataType.INT64, scalar=True)
-    peak_in = body_input("scan_peak", peak.dtype, scalar=False)
-    excess_in = body_input("scan_excess", excess.dtype, scalar=False)
-    body = ir.Graph([iteration, condition, shift, peak_in, excess_in], [], nodes=[], name=outer.fresh_name("scan"))
-    inner = GraphRecorder(body, outer.opset_imports)
-    inner._names = outer._names  # one name space: ONNX forbids a subgraph reusing an outer name
-    with inner.recording(outer._metadata), evaluator.default_as(inner):
+    def body(iteration: ir.Value, carried: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]]:
+        shift, peak_in, excess_in = carried
         peak_out, excess_out = _scan_step(peak_in, excess_in, op.Mul(direction, shift), axes)
         doubled = op.Add(shift, shift)
-        more = op.Less(doubled, length)
-    outer._names = inner._names
-    body.outputs.extend([more, doubled, peak_out, excess_out])
+        return op.Less(doubled, length), [doubled, peak_out, excess_out]
+
     one = op.Constant(value=ir.tensor(1, dtype=ir.DataType.INT64))
-    _, final_peak, final_excess = op.Loop(length, op.Less(one, length), one, peak, excess, body=body)
-    final_peak.dtype, final_excess.dtype = peak.dtype, excess.dtype  # the recorder does not infer Loop's outputs
+    _, final_peak, final_excess = ctx.loop(length, op.Less(one, length), [one, peak, excess], body, name="scan")
     return final_peak, final_excess
 
 
-@lowering("aten::logcumsumexp")
-def logcumsumexp(self: TFloat, dim: int) -> TFloat:
+@lowering("aten::logcumsumexp", context=True)
+def logcumsumexp(ctx: LoweringContext, self: TFloat, dim: int) -> TFloat:
     """log(cumsum(exp(x))) along `dim`, stable for any magnitudes and at +-inf/NaN; float16/bfloat16 in float32.
     ceil(log2(n)) steps of a dozen elementwise nodes over the whole tensor: about 5 to 10 times torchlib's time."""
     x = _in_float32(self)
@@ -288,7 +273,7 @@ def logcumsumexp(self: TFloat, dim: int) -> TFloat:
     else:
         direction = op.Constant(value_ints=[1, -1])  # pads: `shift` before, -`shift` (cut) after
         size = op.Squeeze(op.Shape(x, start=dim, end=dim + 1))
-        peak, excess = _doubling_loop(size, peak, excess, axes, direction)
+        peak, excess = _doubling_loop(ctx, size, peak, excess, axes, direction)
     return _back(op.Add(peak, log1p(excess)), self)
 
 

@@ -39,7 +39,7 @@ from onnxscript import opset18 as op
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from fx2onnx import dtypes
-from fx2onnx.emit.graph_builder import current_lowering
+from fx2onnx.emit.context import LoweringContext
 from fx2onnx.lowerings import lowering
 from fx2onnx.records import BASE_OPSET
 
@@ -89,21 +89,6 @@ def has_kernel(op_type: str, **types: ir.DataType) -> bool:
 
 
 # --- shared helpers ----------------------------------------------------------------------------------
-def _folded(array: np.ndarray, name: str) -> ir.Value:
-    """A constant computed at export time: an initializer of the graph being emitted (shared by name)."""
-    found = current_lowering()
-    if found is None:
-        return op.Constant(value=ir.tensor(array, name=name))
-    graph = found[0].graph
-    existing = graph.initializers.get(name)
-    if existing is not None:
-        return existing
-    tensor = ir.tensor(np.ascontiguousarray(array), name=name)
-    value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(tensor.shape), const_value=tensor)
-    graph.register_initializer(value)
-    return value
-
-
 def _constant_array(value: Any) -> np.ndarray | None:
     """The value of an initializer or Constant, or of a Python number; None when computed at run time."""
     if isinstance(value, ir.Value):
@@ -118,7 +103,7 @@ def _scalar(value: Any) -> ir.Value:
     return op.Reshape(value, np.array([], dtype=np.int64))
 
 
-def _as_uint8(value: ir.Value, transpose: bool = False) -> tuple[ir.Value, ir.Value | None]:
+def _as_uint8(ctx: LoweringContext, value: ir.Value, transpose: bool = False) -> tuple[ir.Value, ir.Value | None]:
     """(uint8 operand, its zero point): an int8 operand shifted by 128, with zero point 128.
 
     (q + 128) - 128 == q, so MatMulInteger/ConvInteger compute the int8 product exactly with their uint8 x
@@ -131,7 +116,7 @@ def _as_uint8(value: ir.Value, transpose: bool = False) -> tuple[ir.Value, ir.Va
             array = (array.astype(np.int16) + 128).astype(np.uint8)
         if transpose or value.dtype == ir.DataType.INT8:
             suffix = ("_t" if transpose else "") + ("_uint8" if value.dtype == ir.DataType.INT8 else "")
-            folded = _folded(array, f"{value.name}{suffix}")
+            folded = ctx.initializer(array, f"{value.name}{suffix}")  # computed at export time
         else:
             folded = value
         return folded, (np.array(128, np.uint8) if value.dtype == ir.DataType.INT8 else None)
@@ -143,11 +128,11 @@ def _as_uint8(value: ir.Value, transpose: bool = False) -> tuple[ir.Value, ir.Va
     return op.Cast(shifted, to=ir.DataType.UINT8), np.array(128, np.uint8)
 
 
-def integer_matmul(a: ir.Value, b: ir.Value, *, transpose_b: bool = False) -> ir.Value:
+def integer_matmul(ctx: LoweringContext, a: ir.Value, b: ir.Value, *, transpose_b: bool = False) -> ir.Value:
     """int32 ``a @ b`` (``b.T`` when `transpose_b`) for int8/uint8 operands, exactly (wrapping as int32 does)."""
     if has_kernel("MatMulInteger", T1=ir.DataType.UINT8, T2=ir.DataType.UINT8):
-        a_uint8, a_zero = _as_uint8(a)
-        b_uint8, b_zero = _as_uint8(b, transpose=transpose_b)
+        a_uint8, a_zero = _as_uint8(ctx, a)
+        b_uint8, b_zero = _as_uint8(ctx, b, transpose=transpose_b)
         if b_zero is not None:
             return op.MatMulInteger(a_uint8, b_uint8, a_zero, b_zero)
         if a_zero is not None:
@@ -163,11 +148,18 @@ def _ints(value: Any, rank: int) -> list[int]:
 
 
 def integer_convolution(
-    x: ir.Value, weight: ir.Value, stride: Any, padding: Any, dilation: Any, groups: int, rank: int
+    ctx: LoweringContext,
+    x: ir.Value,
+    weight: ir.Value,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: int,
+    rank: int,
 ) -> ir.Value:
     """int32 convolution of int8/uint8 operands with ``ConvInteger``, exactly; padding contributes zero."""
-    x_uint8, x_zero = _as_uint8(x)
-    w_uint8, w_zero = _as_uint8(weight)
+    x_uint8, x_zero = _as_uint8(ctx, x)
+    w_uint8, w_zero = _as_uint8(ctx, weight)
     pads = _ints(padding, rank)
     inputs: list[Any] = [x_uint8, w_uint8]
     if x_zero is not None or w_zero is not None:
@@ -184,16 +176,6 @@ def integer_convolution(
 
 
 # --- out_dtype ---------------------------------------------------------------------------------------
-def _outer_node() -> tuple[Any, torch.fx.Node]:
-    found = current_lowering()
-    if found is None:
-        raise RuntimeError(
-            "higher_order::out_dtype is lowered only inside fx2onnx.export: it reads the FX node's example "
-            "values and dispatches its inner op through the export's registry"
-        )
-    return found
-
-
 def _example(argument: Any) -> Any:
     return argument.meta["val"] if isinstance(argument, torch.fx.Node) else argument
 
@@ -209,7 +191,9 @@ def _is_byte_tensor(value: Any) -> bool:
     return isinstance(value, ir.Value) and value.dtype in _BYTE_TYPES
 
 
-def _specialised(operator: Any, operands: list[Any], fx_operands: Sequence[Any]) -> ir.Value | None:
+def _specialised(
+    ctx: LoweringContext, operator: Any, operands: list[Any], fx_operands: Sequence[Any]
+) -> ir.Value | None:
     """MatMulInteger/ConvInteger for int8/uint8 operands computed in int32; None when they do not apply."""
     if len(operands) < 2 or not (_is_byte_tensor(operands[0]) and _is_byte_tensor(operands[1])):
         return None
@@ -217,7 +201,7 @@ def _specialised(operator: Any, operands: list[Any], fx_operands: Sequence[Any])
     if operator in _MATMULS:
         if operands[1].shape is not None and operands[1].shape.rank() != 2:
             return None
-        result = integer_matmul(operands[0], operands[1], transpose_b=operator is _ATEN.linear.default)
+        result = integer_matmul(ctx, operands[0], operands[1], transpose_b=operator is _ATEN.linear.default)
     elif operator in _CONVOLUTIONS:
         if operator is _ATEN.convolution.default:
             stride, padding, dilation, transposed, _output_padding, groups = operands[3:9]
@@ -231,7 +215,7 @@ def _specialised(operator: Any, operands: list[Any], fx_operands: Sequence[Any])
             return None
         if isinstance(padding, str) or any(isinstance(v, ir.Value) for v in (stride, padding, dilation, groups)):
             return None
-        result = integer_convolution(operands[0], operands[1], stride, padding, dilation, groups, rank)
+        result = integer_convolution(ctx, operands[0], operands[1], stride, padding, dilation, groups, rank)
         if bias is not None:  # one value per output channel: broadcast over the spatial dims
             bias = op.Reshape(bias, np.array([-1] + [1] * rank, np.int64))
     else:
@@ -241,20 +225,19 @@ def _specialised(operator: Any, operands: list[Any], fx_operands: Sequence[Any])
     return result
 
 
-def _dispatch_inner(operator: Any, operands: list[Any], compute: torch.dtype) -> ir.Value:
+def _dispatch_inner(ctx: LoweringContext, operator: Any, operands: list[Any], compute: torch.dtype) -> ir.Value:
     """Emit ``operator`` on operands cast to `compute`, dispatched through the export's registry like any node."""
-    emitter, outer = _outer_node()
+    outer = ctx.node
     graph = torch.fx.Graph()
     fx_args: list[Any] = []
-    scratch: list[torch.fx.Node] = []
+    bindings: dict[torch.fx.Node, ir.Value] = {}
     for index, (fx_arg, value) in enumerate(zip(outer.args[2:], operands)):
         if isinstance(fx_arg, torch.fx.Node) and isinstance(value, ir.Value):
             placeholder = graph.placeholder(f"{outer.name}_operand{index}")
             placeholder.meta["val"] = fx_arg.meta["val"].to(compute)
             target = dtypes.to_onnx(compute)
-            emitter.env[placeholder] = value if value.dtype == target else op.Cast(value, to=target)
+            bindings[placeholder] = value if value.dtype == target else op.Cast(value, to=target)
             fx_args.append(placeholder)
-            scratch.append(placeholder)
         else:
             fx_args.append(fx_arg)
     short = operator.__name__.split(".")[0]
@@ -263,16 +246,12 @@ def _dispatch_inner(operator: Any, operands: list[Any], compute: torch.dtype) ->
     for key in ("stack_trace", "nn_module_stack"):
         if key in outer.meta:
             inner.meta[key] = outer.meta[key]
-    try:
-        emitter.call_function(inner)
-        return emitter.env[inner]
-    finally:
-        for node in [*scratch, inner]:
-            emitter.env.pop(node, None)
+    return ctx.lower_inner(inner, bindings)
 
 
-@lowering("higher_order::out_dtype")
+@lowering("higher_order::out_dtype", context=True)
 def out_dtype(
+    ctx: LoweringContext,
     operator: torch._ops.OpOverload,
     dtype: int,
     operand0: Any = None,
@@ -286,14 +265,13 @@ def out_dtype(
     operand8: Any = None,
 ) -> Any:
     """``out_dtype(operator, dtype, *operands)``: `operator` in the promoted dtype, then cast to `dtype`."""
-    _, outer = _outer_node()
-    fx_operands = outer.args[2:]
+    fx_operands = ctx.node.args[2:]
     operands = [operand0, operand1, operand2, operand3, operand4, operand5, operand6, operand7, operand8]
     operands = operands[: len(fx_operands)]
     target = ir.DataType(dtype)
     promoted = _promoted_dtype(fx_operands, dtypes.to_torch(target))
     if promoted == torch.int32:
-        result = _specialised(operator, operands, fx_operands)
+        result = _specialised(ctx, operator, operands, fx_operands)
         if result is not None:
             return op.Cast(result, to=target) if target != ir.DataType.INT32 else result
     # The inner op computes in float where eager's does for these inputs (true division of integers).
@@ -301,14 +279,14 @@ def out_dtype(
     converted = pytree.tree_map_only(torch.Tensor, lambda t: t.to(promoted), examples)
     computed = operator(*converted).dtype
     compute = computed if computed.is_floating_point and not promoted.is_floating_point else promoted
-    result = _dispatch_inner(operator, operands, compute)
+    result = _dispatch_inner(ctx, operator, operands, compute)
     return op.Cast(result, to=target) if result.dtype != target else result
 
 
-@lowering("aten::_int_mm")
-def aten_int_mm(self: Any, mat2: Any) -> Any:
+@lowering("aten::_int_mm", context=True)
+def aten_int_mm(ctx: LoweringContext, self: Any, mat2: Any) -> Any:
     """int8 x int8 -> int32 matrix product."""
-    return integer_matmul(self, mat2)
+    return integer_matmul(ctx, self, mat2)
 
 
 # --- quantize / dequantize -------------------------------------------------------------------------

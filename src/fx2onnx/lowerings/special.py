@@ -15,10 +15,10 @@ from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, evaluator
+from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8
 from onnxscript import opset18 as op
 
-from fx2onnx.emit.recorder import GraphRecorder
+from fx2onnx.emit.context import LoweringContext
 from fx2onnx.lowerings import _cephes as _c
 from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.accuracy import log1p
@@ -63,7 +63,7 @@ def _acos(x: ir.Value) -> ir.Value:
 Step = Callable[[ir.Value, ir.Value, ir.Value], ir.Value]
 
 
-def _recurrence(first: ir.Value, second: ir.Value, steps: ir.Value, step: Step) -> ir.Value:
+def _recurrence(ctx: LoweringContext, first: ir.Value, second: ir.Value, steps: ir.Value, step: Step) -> ir.Value:
     """Run q_{k+1} = step(k, q_{k-1}, q_k) from (first, second) = (q_0, q_1) for k = 1 .. steps - 1 elementwise.
 
     The degree is a tensor, so the trip count is known only at run time: an ONNX Loop runs max(steps) - 1
@@ -71,19 +71,10 @@ def _recurrence(first: ir.Value, second: ir.Value, steps: ir.Value, step: Step) 
     steps <= 1; callers select the low degrees themselves). The body is recorded into its own graph by a
     nested recorder; it reads `steps` (and whatever `step` closes over) from the outer scope.
     """
-    outer = evaluator.default()
-    assert isinstance(outer, GraphRecorder), "special-function loops are recorded by fx2onnx's GraphRecorder"
     dtype = first.dtype
-    iteration = ir.Value(name=outer.fresh_name("loop_iteration"), type=ir.TensorType(ir.DataType.INT64))
-    iteration.shape = ir.Shape([])
-    condition = ir.Value(name=outer.fresh_name("loop_condition"), type=ir.TensorType(ir.DataType.BOOL))
-    condition.shape = ir.Shape([])
-    previous = ir.Value(name=outer.fresh_name("loop_previous"), type=ir.TensorType(dtype))
-    current = ir.Value(name=outer.fresh_name("loop_current"), type=ir.TensorType(dtype))
-    body = ir.Graph([iteration, condition, previous, current], [], nodes=[], name=outer.fresh_name("recurrence"))
-    inner = GraphRecorder(body, outer.opset_imports)
-    inner._names = outer._names  # one name space: ONNX forbids a subgraph reusing an outer name
-    with inner.recording(outer._metadata), evaluator.default_as(inner):
+
+    def body(iteration: ir.Value, carried: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]]:
+        previous, current = carried
         k = op.Add(op.Cast(iteration, to=dtype), op.Constant(value=ir.tensor(1.0, dtype=dtype)))
         following = step(k, previous, current)
         active = op.Less(k, steps)
@@ -94,8 +85,8 @@ def _recurrence(first: ir.Value, second: ir.Value, steps: ir.Value, step: Step) 
             op.Less(op.Add(k, op.Constant(value=ir.tensor(1.0, dtype=dtype))), steps), op.Not(op.IsNaN(new_current))
         )
         keep_going = op.Cast(_largest(op.Cast(going, to=INT32.dtype)), to=BOOL.dtype)
-    outer._names = inner._names
-    body.outputs.extend([keep_going, new_previous, new_current])
+        return keep_going, [new_previous, new_current]
+
     # Start from values broadcast to the result's shape: a loop-carried value keeps its shape.
     shape = op.Shape(op.Add(op.Add(first, second), op.CastLike(steps, first)))
     first = op.Expand(first, shape)
@@ -103,8 +94,7 @@ def _recurrence(first: ir.Value, second: ir.Value, steps: ir.Value, step: Step) 
     trips = op.Cast(_largest(steps), to=INT64.dtype)
     trips = op.Max(op.Sub(trips, op.Constant(value=ir.tensor(1, dtype=ir.DataType.INT64))), op.Constant(value_int=0))
     keep = op.Constant(value=ir.tensor(True))
-    _, last = op.Loop(trips, keep, first, second, body=body)
-    last.dtype = dtype
+    _, last = ctx.loop(trips, keep, [first, second], body, name="recurrence")
     return last
 
 
@@ -147,7 +137,7 @@ def _chebyshev_step(x: ir.Value) -> Step:
 _TRIGONOMETRIC_ABOVE = {"t": (6.0, 6.0), "u": (8.0, 6.0), "v": (8.0, 6.0), "w": (8.0, 4.0)}
 
 
-def _chebyshev(x: TReal, n: TDegree, kind: str, shifted: bool = False) -> ir.Value:
+def _chebyshev(ctx: LoweringContext, x: TReal, n: TDegree, kind: str, shifted: bool = False) -> ir.Value:
     """T, U, V or W (at 2x - 1 when `shifted`): eager's special values at |x| = 1, its trigonometric form for
     |x| < 1 above a degree, and the recurrence otherwise (Math.h's [shifted_]chebyshev_polynomial_*_forward)."""
     x, n = _degree(x, n)
@@ -162,7 +152,7 @@ def _chebyshev(x: TReal, n: TDegree, kind: str, shifted: bool = False) -> ir.Val
     trigonometric_form = op.And(inside, op.Greater(n, _const(_TRIGONOMETRIC_ABOVE[kind][shifted], x)))
     # Elements the closed forms below answer need no steps of the recurrence.
     steps = op.Where(op.Or(trigonometric_form, op.Equal(magnitude, one)), _const(0.0, n), n)
-    result = _select_low_degrees(n, _recurrence(first, second, steps, _chebyshev_step(x)), first, second)
+    result = _select_low_degrees(n, _recurrence(ctx, first, second, steps, _chebyshev_step(x)), first, second)
     positive = op.Greater(x, _const(0.0, x))
     zero = _const(0.0, x)
     odd = _is_odd(n)
@@ -197,48 +187,48 @@ def _chebyshev(x: TReal, n: TDegree, kind: str, shifted: bool = False) -> ir.Val
     return op.Where(op.Less(n, _const(0.0, n)), _const(0.0, n), result)
 
 
-@lowering("aten::special_chebyshev_polynomial_t")
-def chebyshev_polynomial_t(x: TReal, n: TDegree) -> TReal:
-    return _chebyshev(x, n, "t")
+@lowering("aten::special_chebyshev_polynomial_t", context=True)
+def chebyshev_polynomial_t(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _chebyshev(ctx, x, n, "t")
 
 
-@lowering("aten::special_chebyshev_polynomial_u")
-def chebyshev_polynomial_u(x: TReal, n: TDegree) -> TReal:
-    return _chebyshev(x, n, "u")
+@lowering("aten::special_chebyshev_polynomial_u", context=True)
+def chebyshev_polynomial_u(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _chebyshev(ctx, x, n, "u")
 
 
-@lowering("aten::special_chebyshev_polynomial_v")
-def chebyshev_polynomial_v(x: TReal, n: TDegree) -> TReal:
-    return _chebyshev(x, n, "v")
+@lowering("aten::special_chebyshev_polynomial_v", context=True)
+def chebyshev_polynomial_v(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _chebyshev(ctx, x, n, "v")
 
 
-@lowering("aten::special_chebyshev_polynomial_w")
-def chebyshev_polynomial_w(x: TReal, n: TDegree) -> TReal:
-    return _chebyshev(x, n, "w")
+@lowering("aten::special_chebyshev_polynomial_w", context=True)
+def chebyshev_polynomial_w(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _chebyshev(ctx, x, n, "w")
 
 
-@lowering("aten::special_shifted_chebyshev_polynomial_t")
-def shifted_chebyshev_polynomial_t(x: TReal, n: TDegree) -> TReal:
-    return _chebyshev(x, n, "t", shifted=True)
+@lowering("aten::special_shifted_chebyshev_polynomial_t", context=True)
+def shifted_chebyshev_polynomial_t(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _chebyshev(ctx, x, n, "t", shifted=True)
 
 
-@lowering("aten::special_shifted_chebyshev_polynomial_u")
-def shifted_chebyshev_polynomial_u(x: TReal, n: TDegree) -> TReal:
-    return _chebyshev(x, n, "u", shifted=True)
+@lowering("aten::special_shifted_chebyshev_polynomial_u", context=True)
+def shifted_chebyshev_polynomial_u(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _chebyshev(ctx, x, n, "u", shifted=True)
 
 
-@lowering("aten::special_shifted_chebyshev_polynomial_v")
-def shifted_chebyshev_polynomial_v(x: TReal, n: TDegree) -> TReal:
-    return _chebyshev(x, n, "v", shifted=True)
+@lowering("aten::special_shifted_chebyshev_polynomial_v", context=True)
+def shifted_chebyshev_polynomial_v(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _chebyshev(ctx, x, n, "v", shifted=True)
 
 
-@lowering("aten::special_shifted_chebyshev_polynomial_w")
-def shifted_chebyshev_polynomial_w(x: TReal, n: TDegree) -> TReal:
-    return _chebyshev(x, n, "w", shifted=True)
+@lowering("aten::special_shifted_chebyshev_polynomial_w", context=True)
+def shifted_chebyshev_polynomial_w(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _chebyshev(ctx, x, n, "w", shifted=True)
 
 
 # --- Hermite, Laguerre and Legendre polynomials -----------------------------------------------------------
-def _hermite(x: TReal, n: TDegree, physicists: bool) -> ir.Value:
+def _hermite(ctx: LoweringContext, x: TReal, n: TDegree, physicists: bool) -> ir.Value:
     """H_n (physicists') or He_n (probabilists'); NaN above eager's degree limit (128 in float32, 512 in float64)."""
     x, n = _degree(x, n)
     one = op.Expand(_const(1.0, x), op.Shape(x))
@@ -250,23 +240,23 @@ def _hermite(x: TReal, n: TDegree, physicists: bool) -> ir.Value:
         step = lambda k, p, q: op.Sub(op.Mul(x, q), op.Mul(k, p))  # noqa: E731
     limit = 512.0 if x.dtype == ir.DataType.DOUBLE else 128.0
     steps = op.Min(n, _const(limit + 1.0, n))  # no element needs more steps than the limit
-    result = _recurrence(one, second, steps, step)
+    result = _recurrence(ctx, one, second, steps, step)
     result = op.Where(op.Greater(n, _const(limit, n)), _const(float("nan"), x), result)
     return _select_low_degrees(n, result, one, second)
 
 
-@lowering("aten::special_hermite_polynomial_h")
-def hermite_polynomial_h(x: TReal, n: TDegree) -> TReal:
-    return _hermite(x, n, physicists=True)
+@lowering("aten::special_hermite_polynomial_h", context=True)
+def hermite_polynomial_h(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _hermite(ctx, x, n, physicists=True)
 
 
-@lowering("aten::special_hermite_polynomial_he")
-def hermite_polynomial_he(x: TReal, n: TDegree) -> TReal:
-    return _hermite(x, n, physicists=False)
+@lowering("aten::special_hermite_polynomial_he", context=True)
+def hermite_polynomial_he(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
+    return _hermite(ctx, x, n, physicists=False)
 
 
-@lowering("aten::special_laguerre_polynomial_l")
-def laguerre_polynomial_l(x: TReal, n: TDegree) -> TReal:
+@lowering("aten::special_laguerre_polynomial_l", context=True)
+def laguerre_polynomial_l(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
     """L_n(x) by ((2k + 1 - x) L_k - k L_{k-1}) / (k + 1); 1 at x = 0."""
     x, n = _degree(x, n)
     one = _const(1.0, x)
@@ -276,12 +266,12 @@ def laguerre_polynomial_l(x: TReal, n: TDegree) -> TReal:
     def step(k: ir.Value, p: ir.Value, q: ir.Value) -> ir.Value:
         return op.Div(op.Sub(op.Mul(op.Add(op.Add(k, k), second), q), op.Mul(k, p)), op.Add(k, one))
 
-    result = _select_low_degrees(n, _recurrence(first, second, n, step), first, second)
+    result = _select_low_degrees(n, _recurrence(ctx, first, second, n, step), first, second)
     return op.Where(op.And(op.Equal(x, _const(0.0, x)), op.GreaterOrEqual(n, _const(0.0, n))), one, result)
 
 
-@lowering("aten::special_legendre_polynomial_p")
-def legendre_polynomial_p(x: TReal, n: TDegree) -> TReal:
+@lowering("aten::special_legendre_polynomial_p", context=True)
+def legendre_polynomial_p(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
     """P_n(x) by ((2k + 1) x P_k - k P_{k-1}) / (k + 1); +-1 at |x| = 1."""
     x, n = _degree(x, n)
     one = _const(1.0, x)
@@ -290,7 +280,7 @@ def legendre_polynomial_p(x: TReal, n: TDegree) -> TReal:
     def step(k: ir.Value, p: ir.Value, q: ir.Value) -> ir.Value:
         return op.Div(op.Sub(op.Mul(op.Mul(op.Add(op.Add(k, k), one), x), q), op.Mul(k, p)), op.Add(k, one))
 
-    result = _select_low_degrees(n, _recurrence(first, x, n, step), first, x)
+    result = _select_low_degrees(n, _recurrence(ctx, first, x, n, step), first, x)
     at_one = _where(op.Or(op.Greater(x, _const(0.0, x)), op.Not(_is_odd(n))), 1.0, -1.0, x)
     result = op.Where(op.And(op.Equal(op.Abs(x), one), op.GreaterOrEqual(n, _const(0.0, n))), at_one, result)
     return result
@@ -675,8 +665,8 @@ def _trigamma(x: ir.Value) -> ir.Value:
     return op.Where(reflect, op.Neg(total), total)
 
 
-@lowering("aten::polygamma")
-def polygamma(n: int, self: TReal) -> TReal:
+@lowering("aten::polygamma", context=True)
+def polygamma(ctx: LoweringContext, n: int, self: TReal) -> TReal:
     """As eager: digamma for n = 0, its trigamma for n = 1 (huge but finite at negative integers, where
     float32 sin(pi x) is not 0), and (-1)^(n+1) n! zeta(n + 1, x) above (zeta in float64, as eager's)."""
     x = _float(self)
@@ -685,7 +675,7 @@ def polygamma(n: int, self: TReal) -> TReal:
     if n == 1:
         return _trigamma(x)
     sign = 1.0 if n % 2 == 1 else -1.0
-    return op.Mul(_const(sign * math.factorial(n), x), zeta(op.Expand(_const(float(n + 1), x), op.Shape(x)), x))
+    return op.Mul(_const(sign * math.factorial(n), x), zeta(ctx, op.Expand(_const(float(n + 1), x), op.Shape(x)), x))
 
 
 # --- erfinv and ndtri (Cephes' ndtri.c, as Math.h's calc_ndtri) ------------------------------------------------
@@ -828,8 +818,8 @@ _ZETA_A = (
 _ZETA_MAX_TERMS = 1_000_000  # direct terms beyond the first nine: q down to about -10^6 (eager: any q)
 
 
-@lowering("aten::special_zeta")
-def zeta(self: TReal, other: TDegree) -> TReal:
+@lowering("aten::special_zeta", context=True)
+def zeta(ctx: LoweringContext, self: TReal, other: TDegree) -> TReal:
     """zeta(x, q) = sum_k (q + k)^-x: direct terms, then the Euler-Maclaurin tail; in float64 (eager
     accumulates float32 in double too). inf at x = 1 or at integer q <= 0, NaN for x < 1 or for q <= 0 with
     x not an integer.
@@ -866,7 +856,7 @@ def zeta(self: TReal, other: TDegree) -> TReal:
         return [a, b, op.Add(total, b)], op.Greater(a, nine)
 
     more = op.And(op.LessOrEqual(a, nine), op.Not(answered))
-    a, b, total = _iterate(more, [a, op.Expand(b, shape), total], step, _ZETA_MAX_TERMS)
+    a, b, total = _iterate(ctx, more, [a, op.Expand(b, shape), total], step, _ZETA_MAX_TERMS)
     w = a
     total = op.Add(total, op.Div(op.Mul(b, w), op.Sub(x, one)))
     total = op.Sub(total, op.Mul(_const(0.5, x), b))
@@ -1100,42 +1090,27 @@ def log_ndtr(self: TReal) -> TReal:
 IterationStep = Callable[[ir.Value, list[ir.Value]], tuple[list[ir.Value], ir.Value]]
 
 
-def _iterate(active: ir.Value, states: list[ir.Value], step: IterationStep, max_trips: int) -> list[ir.Value]:
+def _iterate(
+    ctx: LoweringContext, active: ir.Value, states: list[ir.Value], step: IterationStep, max_trips: int
+) -> list[ir.Value]:
     """Eager's convergence loops, elementwise: step(k, states) -> (next states, converged) for k = 0, 1, ...
 
     An element updates while it is active and stops after the step that converges (as a `break` after the
     update); the ONNX Loop ends when no element is active, or after `max_trips` (eager's MAXITER).
     """
-    outer = evaluator.default()
-    assert isinstance(outer, GraphRecorder), "special-function loops are recorded by fx2onnx's GraphRecorder"
 
-    def body_input(hint: str, dtype: ir.DataType, scalar: bool = False) -> ir.Value:
-        value = ir.Value(name=outer.fresh_name(hint), type=ir.TensorType(dtype))
-        if scalar:
-            value.shape = ir.Shape([])
-        return value
-
-    iteration = body_input("loop_iteration", ir.DataType.INT64, scalar=True)
-    condition = body_input("loop_condition", ir.DataType.BOOL, scalar=True)
-    active_in = body_input("loop_active", ir.DataType.BOOL)
-    states_in = [body_input("loop_state", state.dtype) for state in states]
-    body = ir.Graph([iteration, condition, active_in, *states_in], [], nodes=[], name=outer.fresh_name("iterate"))
-    inner = GraphRecorder(body, outer.opset_imports)
-    inner._names = outer._names  # one name space: ONNX forbids a subgraph reusing an outer name
-    with inner.recording(outer._metadata), evaluator.default_as(inner):
+    def body(iteration: ir.Value, carried: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]]:
+        active_in, *states_in = carried
         k = op.Cast(iteration, to=states[0].dtype)
         following, converged = step(k, states_in)
         updated = [op.Where(active_in, new, old) for new, old in zip(following, states_in)]
         still = op.And(active_in, op.Not(converged))
         keep_going = op.Cast(_largest(op.Cast(still, to=INT32.dtype)), to=BOOL.dtype)
-    outer._names = inner._names
-    body.outputs.extend([keep_going, still, *updated])
+        return keep_going, [still, *updated]
+
     trips = op.Constant(value=ir.tensor(max_trips, dtype=ir.DataType.INT64))
     anything = op.Cast(_largest(op.Cast(active, to=INT32.dtype)), to=BOOL.dtype)  # no trip if nothing is active
-    outputs = op.Loop(trips, anything, active, *states, body=body)
-    for output, state in zip(outputs[1:], states):
-        output.dtype = state.dtype
-    return list(outputs[1:])
+    return ctx.loop(trips, anything, [active, *states], body, name="iterate")[1:]
 
 
 # (machine epsilon as igam.c uses it, largest log, continued-fraction rescaling bound) per compute dtype.
@@ -1184,7 +1159,7 @@ def _igam_factor(a: ir.Value, x: ir.Value) -> ir.Value:
     return op.Where(op.Greater(op.Abs(op.Sub(a, x)), op.Mul(_const(0.4, a), op.Abs(a))), direct, lanczos)
 
 
-def _igam_series(a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
+def _igam_series(ctx: LoweringContext, a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
     """The lower function by its power series (DLMF 8.11.4)."""
     epsilon, _, _ = _IGAM_LIMITS[a.dtype]
     one = _const(1.0, a)
@@ -1197,12 +1172,12 @@ def _igam_series(a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
         return [r, c, total], op.LessOrEqual(c, op.Mul(_const(epsilon, a), total))
 
     ones = op.Expand(one, op.Shape(active))
-    _, _, total = _iterate(active, [op.Expand(a, op.Shape(active)), ones, ones], step, 2000)
+    _, _, total = _iterate(ctx, active, [op.Expand(a, op.Shape(active)), ones, ones], step, 2000)
     factor = _igam_factor(a, x)
     return op.Where(op.Equal(factor, _const(0.0, a)), _const(0.0, a), op.Div(op.Mul(total, factor), a))
 
 
-def _igamc_series(a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
+def _igamc_series(ctx: LoweringContext, a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
     """The upper function for small x by DLMF 8.7.3, arranged against cancellation."""
     epsilon, _, _ = _IGAM_LIMITS[a.dtype]
     one = _const(1.0, a)
@@ -1216,13 +1191,13 @@ def _igamc_series(a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
         return [factor, total], op.LessOrEqual(op.Abs(term), op.Mul(_const(epsilon, a), op.Abs(total)))
 
     shape = op.Shape(active)
-    _, total = _iterate(active, [op.Expand(one, shape), op.Expand(_const(0.0, a), shape)], step, 1999)
+    _, total = _iterate(ctx, active, [op.Expand(one, shape), op.Expand(_const(0.0, a), shape)], step, 1999)
     log_x = op.Log(x)
     head = op.Neg(_expm1(op.Sub(op.Mul(a, log_x), _lgamma(op.Add(one, a)))))
     return op.Sub(head, op.Mul(op.Exp(op.Sub(op.Mul(a, log_x), _lgamma(a))), total))
 
 
-def _igamc_continued_fraction(a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
+def _igamc_continued_fraction(ctx: LoweringContext, a: ir.Value, x: ir.Value, active: ir.Value) -> ir.Value:
     """The upper function for large x by its continued fraction (DLMF 8.9.2), rescaled as igam.c does."""
     epsilon, _, big = _IGAM_LIMITS[a.dtype]
     one = _const(1.0, a)
@@ -1253,7 +1228,7 @@ def _igamc_continued_fraction(a: ir.Value, x: ir.Value, active: ir.Value) -> ir.
 
     zero = op.Expand(_const(0.0, a), shape)
     initial = [zero, op.Expand(y, shape), op.Expand(z, shape), p_current, p_previous, q_current, q_previous, answer]
-    answer = _iterate(active, initial, step, 2000)[-1]
+    answer = _iterate(ctx, active, initial, step, 2000)[-1]
     factor = _igam_factor(a, x)
     return op.Where(op.Equal(factor, _const(0.0, a)), _const(0.0, a), op.Mul(answer, factor))
 
@@ -1289,7 +1264,7 @@ def _igam_asymptotic(a: ir.Value, x: ir.Value, lower: bool) -> ir.Value:
     return op.Add(result, op.Mul(_const(sign, a), op.Mul(scale, total)))
 
 
-def _incomplete_gamma(self: TReal, other: TReal, lower: bool) -> ir.Value:
+def _incomplete_gamma(ctx: LoweringContext, self: TReal, other: TReal, lower: bool) -> ir.Value:
     """igamma (lower) or igammac: eager's boundary values, then its choice among the expansions."""
     dtype = ir.DataType.DOUBLE if _compute_dtype(self, other) == ir.DataType.DOUBLE else ir.DataType.FLOAT
     a, x = _as(self, dtype), _as(other, dtype)
@@ -1329,9 +1304,9 @@ def _incomplete_gamma(self: TReal, other: TReal, lower: bool) -> ir.Value:
     else:
         through_upper, direct = regular, op.And(regular, op.Not(regular))
     series_active = op.Or(direct, op.And(through_upper, complement_series))
-    series = _igam_series(a_safe, x_safe, series_active)
-    continued = _igamc_continued_fraction(a_safe, x_safe, op.And(through_upper, fraction))
-    upper_small = _igamc_series(a_safe, x_safe, op.And(through_upper, upper_series))
+    series = _igam_series(ctx, a_safe, x_safe, series_active)
+    continued = _igamc_continued_fraction(ctx, a_safe, x_safe, op.And(through_upper, fraction))
+    upper_small = _igamc_series(ctx, a_safe, x_safe, op.And(through_upper, upper_series))
     upper = op.Where(complement_series, op.Sub(one, series), op.Where(fraction, continued, upper_small))
     if lower:
         result = op.Where(through_upper, op.Sub(one, upper), series)
@@ -1349,14 +1324,14 @@ def _incomplete_gamma(self: TReal, other: TReal, lower: bool) -> ir.Value:
     return op.Where(op.Or(op.IsNaN(a), op.IsNaN(x)), nan, result)
 
 
-@lowering("aten::igamma")
-def igamma(self: TReal, other: TReal) -> TReal:
-    return _incomplete_gamma(self, other, lower=True)
+@lowering("aten::igamma", context=True)
+def igamma(ctx: LoweringContext, self: TReal, other: TReal) -> TReal:
+    return _incomplete_gamma(ctx, self, other, lower=True)
 
 
-@lowering("aten::igammac")
-def igammac(self: TReal, other: TReal) -> TReal:
-    return _incomplete_gamma(self, other, lower=False)
+@lowering("aten::igammac", context=True)
+def igammac(ctx: LoweringContext, self: TReal, other: TReal) -> TReal:
+    return _incomplete_gamma(ctx, self, other, lower=False)
 
 
 # --- overloads with one Python-number argument: the number as a tensor of the other's compute dtype -----------

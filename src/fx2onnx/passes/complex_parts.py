@@ -22,6 +22,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from fx2onnx.passes.base import PassResult
 from fx2onnx.passes.node_builder import NodeBuilder, fake_mode_of, replace_node
 
 aten = torch.ops.aten
@@ -130,11 +131,23 @@ class Registry(Protocol):
     def overloads(self, target: Any) -> Sequence[Any]: ...
 
 
-def rewrite_complex_on_parts(
-    graph_module: torch.fx.GraphModule, registry: Registry | None = None
-) -> dict[torch.fx.Node, torch.fx.Node]:
+class ComplexOnParts:
     """Rewrite the listed ops with complex inputs on the parts, unless `registry` lowers them with complex inputs
-    (a user's implementation); returns each replaced node's replacement."""
+    (a user's implementation)."""
+
+    name = "rewrite_complex_on_parts"
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry
+
+    def __call__(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        replaced = _rewrite_complex_on_parts(graph_module, self.registry)
+        return PassResult(bool(replaced), replaced)
+
+
+def _rewrite_complex_on_parts(
+    graph_module: torch.fx.GraphModule, registry: Registry | None
+) -> dict[torch.fx.Node, torch.fx.Node]:
     graph = graph_module.graph
     fake_mode = fake_mode_of(graph)
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}

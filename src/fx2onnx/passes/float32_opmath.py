@@ -29,6 +29,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from fx2onnx.passes.base import PassResult
 from fx2onnx.passes.node_builder import NodeBuilder, fake_mode_of, replace_node
 from fx2onnx.passes.promotion import constant_value, node_dtype
 from fx2onnx.passes.promotion_rules import CAST
@@ -71,18 +72,29 @@ ROUND_ONCE = {
 _OPS = frozenset(ROUND_ONCE | _BY_SCALAR | _WITH_ALPHA)
 
 
-def compute_in_float32(
-    graph_module: torch.fx.GraphModule, constants: Mapping[torch.fx.Node, torch.Tensor] | None = None
+class ComputeInFloat32:
+    """Rewrite the reduced-float nodes eager computes in float32 to do so. `constants` maps placeholders holding
+    constants to their values, so that a constant factor the dtype holds exactly is left to promotion."""
+
+    name = "compute_in_float32"
+
+    def __init__(self, constants: Mapping[torch.fx.Node, torch.Tensor] | None = None) -> None:
+        self.constants = constants or {}
+
+    def __call__(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        replaced = _compute_in_float32(graph_module, self.constants)
+        return PassResult(bool(replaced), replaced)
+
+
+def _compute_in_float32(
+    graph_module: torch.fx.GraphModule, constants: Mapping[torch.fx.Node, torch.Tensor]
 ) -> dict[torch.fx.Node, torch.fx.Node]:
-    """Rewrite the reduced-float nodes eager computes in float32 to do so; returns each replaced node's
-    replacement (its users now use the replacement). `constants` maps placeholders holding constants to their
-    values, so that a constant factor the dtype holds exactly is left to promotion."""
     graph = graph_module.graph
     fake_mode = fake_mode_of(graph)
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in list(graph.nodes):
         dtype = _reduced_float_result(node)
-        if dtype is None or not _computed_in_float32(node, dtype, constants or {}):
+        if dtype is None or not _computed_in_float32(node, dtype, constants):
             continue
         build = NodeBuilder(graph, node, fake_mode)
         args, kwargs = _float32_arguments(build, node, dtype)

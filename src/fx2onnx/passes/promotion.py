@@ -31,6 +31,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes, get_computation_dtype
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
+from fx2onnx.passes.base import PassResult
 from fx2onnx.passes.promotion_rules import (
     CAST,
     CONVERSIONS,
@@ -54,16 +55,25 @@ _COPIES = {aten.clone.default, aten.lift_fresh_copy.default, aten.alias.default,
 FOLD_LIMIT = 4096
 
 
-def promote_types(
-    graph_module: torch.fx.GraphModule, constants: Mapping[torch.fx.Node, torch.Tensor] | None = None
-) -> bool:
-    """Insert the casts eager's type promotion implies; returns True when the graph changed.
+class PromoteTypes:
+    """Insert the casts eager's type promotion implies.
 
     `constants` maps placeholders that hold constants (weights, lifted tensors) to their values, so casts of
     small ones can be folded.
     """
+
+    name = "promote_types"
+
+    def __init__(self, constants: Mapping[torch.fx.Node, torch.Tensor] | None = None) -> None:
+        self.constants = constants or {}
+
+    def __call__(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        return PassResult(_promote_types(graph_module, self.constants))
+
+
+def _promote_types(graph_module: torch.fx.GraphModule, constants: Mapping[torch.fx.Node, torch.Tensor]) -> bool:
     graph = graph_module.graph
-    casts = _CastInserter(graph, constants or {})
+    casts = _CastInserter(graph, constants)
     graph_changed = False
     for node in list(graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
