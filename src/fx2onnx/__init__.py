@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from fx2onnx.errors import (
     CaptureError,
     ExportError,
@@ -18,6 +16,7 @@ from fx2onnx.finalize import max_opset
 from fx2onnx.program import ONNXProgram
 from fx2onnx.registry import Implementation, Registry, is_registered, overloads, register, unregister
 from fx2onnx.verification import OutputVerification
+from fx2onnx.version import __version__
 
 __all__ = [
     "CaptureError",

@@ -205,16 +205,16 @@ def _default_registry() -> Registry:
     from fx2onnx import lowerings
 
     registry = Registry()
-    for key, impl, opset in lowerings.own_lowerings():
+    for rule in lowerings.registered_rules():  # by their precedence
         registry._add_default(
-            key,
+            rule.target,
             Implementation(
-                name=f"fx2onnx:{_function_name(impl)}",
-                function=impl,
+                name=f"fx2onnx:{_function_name(rule.function)}",
+                function=rule.function,
                 source="fx2onnx",
-                opset_min=opset[0],
-                opset_max=opset[1],
-                complex=lowerings.takes_complex(impl),
+                opset_min=rule.opset[0],
+                opset_max=rule.opset[1],
+                complex=rule.complex,
             ),
         )
     for key, overloaded in registration.default_registry.items():

@@ -22,6 +22,7 @@ import torch.fx
 from fx2onnx import dtypes, errors
 from fx2onnx.dispatch import DispatchDecision
 from fx2onnx.records import BASE_OPSET, CastRecord
+from fx2onnx.version import __version__
 
 if TYPE_CHECKING:
     from fx2onnx.intermediates import NodeComparison
@@ -371,7 +372,6 @@ class ExportReport:
 
     def to_sarif(self) -> dict[str, Any]:
         """The report as a SARIF 2.1.0 log: one run, a result per finding, the tables in the run's properties."""
-        from fx2onnx import __version__
 
         rule_index = {name: i for i, name in enumerate(RULES)}
         results = list(self._sarif_results())

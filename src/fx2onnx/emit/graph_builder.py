@@ -28,6 +28,7 @@ from fx2onnx.emit.context import LoweringContext, context_rule
 from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.errors import LoweringError, describe_value, source_line
 from fx2onnx.records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, target_name
+from fx2onnx.version import __version__
 
 
 @dataclasses.dataclass
@@ -87,7 +88,7 @@ class GraphEmitter:
             self.graph,
             ir_version=8,
             producer_name="fx2onnx",
-            producer_version=_version(),
+            producer_version=__version__,
             functions=list(self.recorder.functions.values()),
         )
         self.graph.opset_imports.update(self.opset_imports)
@@ -344,12 +345,6 @@ def symbol_names_for(
                 if name and dim.node.expr not in names:
                     names[dim.node.expr] = name
     return names
-
-
-def _version() -> str:
-    from fx2onnx import __version__
-
-    return __version__
 
 
 __all__ = ["CastRecord", "EmitResult", "GraphEmitter", "is_runtime_check", "symbol_names_for", "value_dtype"]

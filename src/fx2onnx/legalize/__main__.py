@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from fx2onnx.legalize.tables import main
+from fx2onnx.legalize.cli import main
 
 sys.exit(main())

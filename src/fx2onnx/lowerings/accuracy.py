@@ -20,8 +20,8 @@ from onnxscript import INT64
 from onnxscript import opset18 as op
 
 from fx2onnx.emit.context import LoweringContext
-from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.core import TFloat, _back, _const, _in_float32
+from fx2onnx.lowerings.rules import lowering
 
 _NUMPY = {ir.DataType.FLOAT: np.float32, ir.DataType.DOUBLE: np.float64}
 # torch's constants for selu (ATen's Activation.cpp).

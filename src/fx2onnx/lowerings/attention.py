@@ -10,7 +10,7 @@ from onnxscript import BOOL, opset23
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
-from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.rules import lowering
 
 
 @lowering("aten::scaled_dot_product_attention")

@@ -15,7 +15,7 @@ import onnx_ir as ir
 from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.rules import lowering
 
 TFloat = TypeVar("TFloat", BFLOAT16, DOUBLE, FLOAT, FLOAT16)
 # Every real dtype eager computes with, bool included; types the target lacks are left to legalization.
@@ -619,7 +619,7 @@ def _resize_uint8(
     return op.Cast(resized, to=ir.DataType.UINT8)
 
 
-@lowering("aten::upsample_bilinear2d.vec", specific=True)
+@lowering("aten::upsample_bilinear2d.vec", variant="uint8")
 def upsample_bilinear_vec_uint8(
     input: UINT8,
     output_size: Sequence[int] | None = None,
@@ -629,7 +629,7 @@ def upsample_bilinear_vec_uint8(
     return _resize_uint8(input, output_size, align_corners, scale_factors, "linear")
 
 
-@lowering("aten::upsample_bicubic2d.vec", specific=True)
+@lowering("aten::upsample_bicubic2d.vec", variant="uint8")
 def upsample_bicubic_vec_uint8(
     input: UINT8,
     output_size: Sequence[int] | None = None,

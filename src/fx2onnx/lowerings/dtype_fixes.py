@@ -7,7 +7,7 @@ from typing import TypeVar
 from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.rules import lowering
 
 # Every real dtype eager sorts, bool included (torchlib's aten_sort takes no bool). Types the
 # target's TopK lacks (bool, int16, bfloat16 on ONNX Runtime CPU) are left to legalization.

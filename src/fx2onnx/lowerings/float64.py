@@ -27,8 +27,8 @@ from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.ops.core import aten_arange_start_step
 from onnxscript.function_libs.torch_lib.tensor_typing import TTensor
 
-from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.accuracy import log1p
+from fx2onnx.lowerings.rules import lowering
 
 _FLOAT_RESULTS = (ir.DataType.DOUBLE, ir.DataType.FLOAT)
 

@@ -8,8 +8,8 @@ graph, and for NonZero another result (a float64 1e-50 is 0.0 in float32 and dro
 These lowerings compute in float64 from Exp, Log, Sqrt, Mul, Div, Where... with the algorithms of Cephes and
 fdlibm (eager calls glibc or SLEEF's double functions, within an ulp or two of the exact value), so results are
 within a few ulps of eager's, and keep its special values (+-0, +-inf, NaN, NaN outside the domain). They are
-registered ``specific=True`` for DOUBLE only: float64 nodes reach them before fx2onnx's generic lowerings of the
-same ops, every other dtype keeps its dispatch.
+registered with ``variant="float64"`` for DOUBLE only: float64 nodes reach them before fx2onnx's generic lowerings
+of the same ops, every other dtype keeps its dispatch.
 """
 
 from __future__ import annotations
@@ -25,34 +25,14 @@ from onnxscript import opset18 as op
 from fx2onnx.lowerings import _cephes as _c
 from fx2onnx.lowerings import core as _core
 from fx2onnx.lowerings import integer_pooling as _pooling
-from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.accuracy import expm1, log1p
 from fx2onnx.lowerings.core import _polynomial
-from fx2onnx.lowerings.special import _erf_small
+from fx2onnx.lowerings.kernels import acos_of_double, atan_nonnegative, double, erf_small, keep_nan
+from fx2onnx.lowerings.rules import lowering
 
 _LN2 = 0.693147180559945309417232121458176568
-_HALF_PI = 1.57079632679489661923  # rounded down: pi/2 - _HALF_PI is _MOREBITS
-_QUARTER_PI = 7.85398163397448309616e-1
 _PI_HIGH, _PI_LOW = 3.141592653589793, 1.2246467991473532e-16  # pi = high + low to 107 bits
-_MOREBITS = 6.123233995736765886130e-17
 _TANH_ONE = 18.714973875  # SLEEF's tanh is +-1 above this
-_TAN_3PI_8 = 2.41421356237309504880
-# atan.c: atan(x) = x + x^3 P(x^2) / Q(x^2) for 0 <= x <= 0.66 (highest power first; Q's leading 1 written out).
-_ATAN_P = (
-    -8.750608600031904122785e-1,
-    -1.615753718733365076637e1,
-    -7.500855792314704667340e1,
-    -1.228866684490136173410e2,
-    -6.485021904942025371773e1,
-)
-_ATAN_Q = (
-    1.0,
-    2.485846490142306297962e1,
-    1.650270098316988542046e2,
-    4.328810604912902668951e2,
-    4.853903996359136964868e2,
-    1.945506571482613964425e2,
-)
 
 
 # erfc's Taylor coefficients about 3/4 (highest power first), for 0.5 <= x < 1: terms beyond h^20 are below 1e-19
@@ -82,36 +62,27 @@ _ERFC_NEAR_3_4 = (
 )
 
 
-def _double(value: float) -> DOUBLE:
-    return op.Constant(value=ir.tensor(float(value), dtype=ir.DataType.DOUBLE))
-
-
 def _is_negative(x: DOUBLE) -> BOOL:
     """The sign bit: true for -0 too (1 / -0 is -inf)."""
-    zero = _double(0.0)
-    return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Div(_double(1.0), x), zero)))
+    zero = double(0.0)
+    return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Div(double(1.0), x), zero)))
 
 
 def _with_sign_of(magnitude: DOUBLE, x: DOUBLE) -> DOUBLE:
     """-magnitude where x < 0 (zeros: see _zeros_kept)."""
-    return op.Where(op.Less(x, _double(0.0)), op.Neg(magnitude), magnitude)
+    return op.Where(op.Less(x, double(0.0)), op.Neg(magnitude), magnitude)
 
 
 def _zeros_kept(x: DOUBLE, result: DOUBLE) -> DOUBLE:
     """x itself where it is +-0 (and NaN), for odd functions. x goes in Where's second branch: ONNX Runtime's
     Where turns a -0 in its first branch into +0."""
-    return op.Where(op.Greater(op.Abs(x), _double(0.0)), result, x)
-
-
-def _keep_nan(x: DOUBLE, result: DOUBLE) -> DOUBLE:
-    """NaN where x is NaN: Min/Max clamps inside the formulas may not carry it."""
-    return op.Where(op.IsNaN(x), x, result)
+    return op.Where(op.Greater(op.Abs(x), double(0.0)), result, x)
 
 
 # --- nonzero: float32 would turn tiny values into 0 and drop them from the indices ------------------------------
 def _nonzero_mask(self: DOUBLE) -> BOOL:
     """x != 0, NaN included, as eager's nonzero tests it."""
-    return op.Not(op.Equal(self, _double(0.0)))
+    return op.Not(op.Equal(self, double(0.0)))
 
 
 def _nonzero_indices(self: DOUBLE) -> INT64:
@@ -121,7 +92,7 @@ def _nonzero_indices(self: DOUBLE) -> INT64:
     return op.Transpose(op.NonZero(flat), perm=[1, 0])
 
 
-@lowering("aten::nonzero", specific=True)
+@lowering("aten::nonzero", variant="float64")
 def nonzero(self: DOUBLE) -> INT64:
     """Indices of the non-zero elements, [count, rank]; a 0-d input gives [0 or 1, 0] as in eager."""
     indices = _nonzero_indices(self)
@@ -130,7 +101,7 @@ def nonzero(self: DOUBLE) -> INT64:
     return indices
 
 
-@lowering("aten::nonzero_static", specific=True)
+@lowering("aten::nonzero_static", variant="float64")
 def nonzero_static(self: DOUBLE, size: int, fill_value: int = -1) -> INT64:
     """The first `size` rows of nonzero's indices, padded with `fill_value` rows."""
     rank = len(self.shape)
@@ -143,7 +114,7 @@ def nonzero_static(self: DOUBLE, size: int, fill_value: int = -1) -> INT64:
     return op.Slice(padded, starts, ends, op.Constant(value_ints=[0, 1]))
 
 
-@lowering("aten::masked_scatter", specific=True)
+@lowering("aten::masked_scatter", variant="float64")
 def masked_scatter(self: DOUBLE, mask: BOOL, source: DOUBLE) -> DOUBLE:
     """source's leading elements, in order, where the (broadcast) mask is true. The mask stays bool: torchlib's
     takes it in self's dtype, and NonZero of a float64 mask would run in float32 (exact, but a lossy Cast)."""
@@ -173,11 +144,11 @@ def _avg_pool(
         return _core.avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
     dims = _pooling._dims(self, spatial, name, kernel_size, stride, padding, (1,), ceil_mode)
     padded = _pooling._pad(self, dims, 0)
-    total = _double(0.0)  # eager's running sum starts at +0 (an all -0 window averages to +0)
+    total = double(0.0)  # eager's running sum starts at +0 (an all -0 window averages to +0)
     for offset in _pooling._offsets(dims):
         total = op.Add(total, _pooling._at_offset(padded, dims, offset))
     if divisor_override is not None:
-        return op.Div(total, _double(divisor_override))
+        return op.Div(total, double(divisor_override))
     counts = _pooling.window_counts(dims, count_include_pad)
     divisor = np.ones([len(c) for c in counts], dtype=np.float64)
     for axis, count in enumerate(counts):
@@ -185,7 +156,7 @@ def _avg_pool(
     return op.Div(total, op.Constant(value=ir.tensor(divisor)))
 
 
-@lowering("aten::avg_pool1d", specific=True)
+@lowering("aten::avg_pool1d", variant="float64")
 def avg_pool1d(
     self: DOUBLE,
     kernel_size: Sequence[int],
@@ -197,7 +168,7 @@ def avg_pool1d(
     return _avg_pool(self, 1, "avg_pool1d", kernel_size, stride, padding, ceil_mode, count_include_pad, None)
 
 
-@lowering("aten::avg_pool2d", specific=True)
+@lowering("aten::avg_pool2d", variant="float64")
 def avg_pool2d(
     self: DOUBLE,
     kernel_size: Sequence[int],
@@ -212,7 +183,7 @@ def avg_pool2d(
     )
 
 
-@lowering("aten::avg_pool3d", specific=True)
+@lowering("aten::avg_pool3d", variant="float64")
 def avg_pool3d(
     self: DOUBLE,
     kernel_size: Sequence[int],
@@ -232,13 +203,13 @@ def _exp_minus_square(t: DOUBLE) -> DOUBLE:
     """exp(-t^2) for 0 <= t <= 32 to about an ulp: t = h + l with h on a 2^-21 grid, so h^2 is exact, and
     exp(-t^2) = exp(-h^2) exp(-s) with s = (2h + l) l < 3.1e-5, whose exponential is a short series (one Exp
     rounding instead of two, as in special.py's version for every dtype)."""
-    scale = _double(2.0**21)
+    scale = double(2.0**21)
     high = op.Div(op.Floor(op.Mul(t, scale)), scale)
     low = op.Sub(t, high)
     s = op.Mul(op.Add(op.Add(high, high), low), low)
     # 1 - s + s^2/2 - s^3/6: the next term, s^4/24, is below 4e-20
     series = op.Sub(
-        _double(1.0), op.Mul(s, op.Sub(_double(1.0), op.Mul(s, op.Sub(_double(0.5), op.Mul(s, _double(1 / 6))))))
+        double(1.0), op.Mul(s, op.Sub(double(1.0), op.Mul(s, op.Sub(double(0.5), op.Mul(s, double(1 / 6))))))
     )
     return op.Mul(op.Exp(op.Neg(op.Mul(high, high))), series)
 
@@ -246,40 +217,40 @@ def _exp_minus_square(t: DOUBLE) -> DOUBLE:
 def _erfc_from_one(a: DOUBLE) -> DOUBLE:
     """erfc(a) for a >= 1 (NaN aside): exp(-a^2) P(a) / Q(a) below 8, exp(-a^2) R(a) / S(a) above; exp(-a^2) taken
     without rounding a^2 first (it would cost a^2 ulps). 0 from about 27.3 on, as in eager; inf gives 0."""
-    a = op.Min(a, _double(32.0))  # erfc(32) underflows anyway; R(inf) / S(inf) would be NaN
+    a = op.Min(a, double(32.0))  # erfc(32) underflows anyway; R(inf) / S(inf) would be NaN
     middle = op.Div(_polynomial(a, _c.ERFC_P), _polynomial(a, _c.ERFC_Q))
     large = op.Div(_polynomial(a, _c.ERFC_R), _polynomial(a, _c.ERFC_S))
-    return op.Mul(_exp_minus_square(a), op.Where(op.Less(a, _double(8.0)), middle, large))
+    return op.Mul(_exp_minus_square(a), op.Where(op.Less(a, double(8.0)), middle, large))
 
 
 def _erf(x: DOUBLE) -> DOUBLE:
     magnitude = op.Abs(x)
-    small = op.Less(magnitude, _double(1.0))
-    safe = op.Where(small, _double(1.0), magnitude)  # keeps the unused branch finite
-    large = _with_sign_of(op.Sub(_double(1.0), _erfc_from_one(safe)), x)
+    small = op.Less(magnitude, double(1.0))
+    safe = op.Where(small, double(1.0), magnitude)  # keeps the unused branch finite
+    large = _with_sign_of(op.Sub(double(1.0), _erfc_from_one(safe)), x)
     # erf_small's -0 for -0 in Where's second branch (see _zeros_kept); NaN takes it too
-    large_side = op.GreaterOrEqual(magnitude, _double(1.0))
-    return op.Where(large_side, large, _erf_small(op.Where(large_side, _double(0.0), x)))
+    large_side = op.GreaterOrEqual(magnitude, double(1.0))
+    return op.Where(large_side, large, erf_small(op.Where(large_side, double(0.0), x)))
 
 
 def _erfc(x: DOUBLE) -> DOUBLE:
     """1 - erf(x) for -1 < x < 0.5; erfc's Taylor series about 0.75 up to 1 (1 - erf(x) would lose 3 bits to
     cancellation there); erfc(|x|), and 2 - erfc(|x|) below -1: no cancellation in the tail."""
     magnitude = op.Abs(x)
-    small = op.Less(magnitude, _double(1.0))
-    tail = _erfc_from_one(op.Where(small, _double(1.0), magnitude))
-    large = op.Where(op.Less(x, _double(0.0)), op.Sub(_double(2.0), tail), tail)
-    middle = op.Sub(_double(1.0), _erf_small(op.Where(small, x, _double(0.0))))
-    middle = op.Where(op.GreaterOrEqual(x, _double(0.5)), _polynomial(op.Sub(x, _double(0.75)), _ERFC_NEAR_3_4), middle)
-    return _keep_nan(x, op.Where(small, middle, large))
+    small = op.Less(magnitude, double(1.0))
+    tail = _erfc_from_one(op.Where(small, double(1.0), magnitude))
+    large = op.Where(op.Less(x, double(0.0)), op.Sub(double(2.0), tail), tail)
+    middle = op.Sub(double(1.0), erf_small(op.Where(small, x, double(0.0))))
+    middle = op.Where(op.GreaterOrEqual(x, double(0.5)), _polynomial(op.Sub(x, double(0.75)), _ERFC_NEAR_3_4), middle)
+    return keep_nan(x, op.Where(small, middle, large))
 
 
-@lowering("aten::erf", "aten::special_erf", specific=True)
+@lowering("aten::erf", "aten::special_erf", variant="float64")
 def erf(self: DOUBLE) -> DOUBLE:
     return _erf(self)
 
 
-@lowering("aten::erfc", "aten::special_erfc", specific=True)
+@lowering("aten::erfc", "aten::special_erfc", variant="float64")
 def erfc(self: DOUBLE) -> DOUBLE:
     return _erfc(self)
 
@@ -290,107 +261,80 @@ def _tanh(x: DOUBLE) -> DOUBLE:
     ONNX Runtime's float64 Tanh is off by up to 7 ulps and is +-1 from about 18.4 on, which 1 + tanh(x) (gelu's
     tanh form) turns into large relative errors and zeros for negative x."""
     a = op.Abs(x)
-    one, two = _double(1.0), _double(2.0)
-    capped = op.Min(a, _double(_TANH_ONE))
+    one, two = double(1.0), double(2.0)
+    capped = op.Min(a, double(_TANH_ONE))
     from_one = op.Sub(one, op.Div(two, op.Add(expm1(op.Add(capped, capped)), two)))
-    t = expm1(op.Mul(_double(-2.0), capped))
+    t = expm1(op.Mul(double(-2.0), capped))
     below_one = op.Div(op.Neg(t), op.Add(t, two))
     magnitude = op.Where(op.GreaterOrEqual(a, one), from_one, below_one)
-    magnitude = op.Where(op.Greater(a, _double(_TANH_ONE)), one, magnitude)
+    magnitude = op.Where(op.Greater(a, double(_TANH_ONE)), one, magnitude)
     return _zeros_kept(x, _with_sign_of(magnitude, x))
 
 
-@lowering("aten::gelu", specific=True)
+@lowering("aten::gelu", variant="float64")
 def gelu(self: DOUBLE, approximate: str = "none") -> DOUBLE:
     """eager's kernel: x * 0.5 * (1 + erf(x * M_SQRT1_2)), or 0.5 * x * (1 + tanh(kBeta * (x + 0.044715 x^3)))
     with kBeta = M_SQRT2 * M_2_SQRTPI * 0.5, in its order."""
     if approximate == "tanh":
         beta = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5
         cube = op.Mul(op.Mul(self, self), self)
-        inner = op.Mul(_double(beta), op.Add(self, op.Mul(_double(0.044715), cube)))
-        return op.Mul(op.Mul(_double(0.5), self), op.Add(_double(1.0), _tanh(inner)))
-    one_plus = op.Add(_double(1.0), _erf(op.Mul(self, _double(0.70710678118654752440))))
-    return op.Mul(op.Mul(self, _double(0.5)), one_plus)
+        inner = op.Mul(double(beta), op.Add(self, op.Mul(double(0.044715), cube)))
+        return op.Mul(op.Mul(double(0.5), self), op.Add(double(1.0), _tanh(inner)))
+    one_plus = op.Add(double(1.0), _erf(op.Mul(self, double(0.70710678118654752440))))
+    return op.Mul(op.Mul(self, double(0.5)), one_plus)
 
 
-@lowering("aten::sigmoid", "aten::special_expit", specific=True)
+@lowering("aten::sigmoid", "aten::special_expit", variant="float64")
 def sigmoid(self: DOUBLE) -> DOUBLE:
     """eager's kernel, 1 / (1 + exp(-x)): ONNX Runtime's float64 Sigmoid is 0 below about -36.7 (eager: 4.9e-60
     at -136.5, 0 only from -745)."""
-    return op.Reciprocal(op.Add(_double(1.0), op.Exp(op.Neg(self))))
-
-
-# --- inverse trigonometric functions (Cephes atan.c; asin, acos, atan2 from atan) --------------------------------
-def _atan_nonnegative(a: DOUBLE) -> DOUBLE:
-    """atan(a) for a >= 0 (inf: pi/2): reduced to [0, 0.66] by atan(a) = pi/2 + atan(-1/a) above tan(3pi/8) and
-    pi/4 + atan((a - 1)/(a + 1)) above 0.66, then a + a^3 P(a^2) / Q(a^2); pi/2's and pi/4's rounding errors are
-    added back (Cephes' MOREBITS)."""
-    above = op.Greater(a, _double(_TAN_3PI_8))
-    middle = op.And(op.Greater(a, _double(0.66)), op.Not(above))
-    reduced = op.Where(
-        above,
-        op.Div(_double(-1.0), a),
-        op.Where(middle, op.Div(op.Sub(a, _double(1.0)), op.Add(a, _double(1.0))), a),
-    )
-    offset = op.Where(above, _double(_HALF_PI), op.Where(middle, _double(_QUARTER_PI), _double(0.0)))
-    extra = op.Where(above, _double(_MOREBITS), op.Where(middle, _double(0.5 * _MOREBITS), _double(0.0)))
-    square = op.Mul(reduced, reduced)
-    ratio = op.Div(op.Mul(square, _polynomial(square, _ATAN_P)), _polynomial(square, _ATAN_Q))
-    series = op.Add(op.Mul(reduced, ratio), reduced)
-    return op.Add(offset, op.Add(series, extra))
+    return op.Reciprocal(op.Add(double(1.0), op.Exp(op.Neg(self))))
 
 
 def _atan(x: DOUBLE) -> DOUBLE:
     """Odd; +-0 give themselves; NaN stays NaN."""
-    return _zeros_kept(x, _with_sign_of(_atan_nonnegative(op.Abs(x)), x))
+    return _zeros_kept(x, _with_sign_of(atan_nonnegative(op.Abs(x)), x))
 
 
 def _asin(x: DOUBLE) -> DOUBLE:
     """atan(x / sqrt((1 - x)(1 + x))): no cancellation (1 - x is exact near 1), and atan does not magnify the
     quotient's relative error; +-1 give +-pi/2 (x / 0), |x| > 1 NaN (sqrt of a negative)."""
-    one = _double(1.0)
+    one = double(1.0)
     return _atan(op.Div(x, op.Sqrt(op.Mul(op.Sub(one, x), op.Add(one, x)))))
-
-
-def acos_of_double(x: DOUBLE) -> DOUBLE:
-    """2 atan(sqrt((1 - x) / (1 + x))): -1 gives pi (sqrt of inf), |x| > 1 NaN."""
-    one = _double(1.0)
-    half_angle = _atan_nonnegative(op.Sqrt(op.Div(op.Sub(one, x), op.Add(one, x))))
-    return _keep_nan(x, op.Mul(_double(2.0), half_angle))
 
 
 def _atan2(y: DOUBLE, x: DOUBLE) -> DOUBLE:
     """atan(y / x), plus or minus pi (in two parts) where x's sign bit is set; C's special values: both zero or both
     infinite are replaced by their signs (+-1) before dividing, so that 0/0 and inf/inf give atan2's angles."""
-    both_zero = op.And(op.Equal(x, _double(0.0)), op.Equal(y, _double(0.0)))
+    both_zero = op.And(op.Equal(x, double(0.0)), op.Equal(y, double(0.0)))
     both_infinite = op.And(op.IsInf(x), op.IsInf(y))
     replace = op.Or(both_zero, both_infinite)
     x_negative, y_negative = _is_negative(x), _is_negative(y)
-    one, minus_one = _double(1.0), _double(-1.0)
+    one, minus_one = double(1.0), double(-1.0)
     x_unit = op.Where(x_negative, minus_one, one)
     numerator = op.Where(both_infinite, op.Where(y_negative, minus_one, one), y)  # zeros keep their sign
     angle = _atan(op.Div(numerator, op.Where(replace, x_unit, x)))
     sign = op.Where(y_negative, minus_one, one)
-    turned = op.Add(op.Add(angle, op.Mul(sign, _double(_PI_LOW))), op.Mul(sign, _double(_PI_HIGH)))
+    turned = op.Add(op.Add(angle, op.Mul(sign, double(_PI_LOW))), op.Mul(sign, double(_PI_HIGH)))
     return op.Where(x_negative, turned, angle)
 
 
-@lowering("aten::atan", "aten::arctan", specific=True)
+@lowering("aten::atan", "aten::arctan", variant="float64")
 def atan(self: DOUBLE) -> DOUBLE:
     return _atan(self)
 
 
-@lowering("aten::asin", "aten::arcsin", specific=True)
+@lowering("aten::asin", "aten::arcsin", variant="float64")
 def asin(self: DOUBLE) -> DOUBLE:
     return _asin(self)
 
 
-@lowering("aten::acos", "aten::arccos", specific=True)
+@lowering("aten::acos", "aten::arccos", variant="float64")
 def acos(self: DOUBLE) -> DOUBLE:
     return acos_of_double(self)
 
 
-@lowering("aten::atan2", "aten::arctan2", specific=True)
+@lowering("aten::atan2", "aten::arctan2", variant="float64")
 def atan2(self: DOUBLE, other: DOUBLE) -> DOUBLE:
     return _atan2(self, other)
 
@@ -398,16 +342,16 @@ def atan2(self: DOUBLE, other: DOUBLE) -> DOUBLE:
 # --- hyperbolic functions and their inverses (fdlibm's formulas) --------------------------------------------------
 def _exp_overflow_safe(a: DOUBLE) -> DOUBLE:
     """exp(a) / 2 for a >= 0 without overflowing before the result does: (exp(a/2) / 2) exp(a/2)."""
-    half = op.Exp(op.Mul(a, _double(0.5)))
-    return op.Mul(op.Mul(half, _double(0.5)), half)
+    half = op.Exp(op.Mul(a, double(0.5)))
+    return op.Mul(op.Mul(half, double(0.5)), half)
 
 
 def _sinh(x: DOUBLE) -> DOUBLE:
     """(t + t / (t + 1)) / 2 with t = expm1(|x|) below 22 (no cancellation near 0), exp(|x|) / 2 above; odd."""
     a = op.Abs(x)
-    below = op.Less(a, _double(22.0))
-    t = expm1(op.Where(below, a, _double(0.0)))
-    small = op.Mul(_double(0.5), op.Add(t, op.Div(t, op.Add(t, _double(1.0)))))
+    below = op.Less(a, double(22.0))
+    t = expm1(op.Where(below, a, double(0.0)))
+    small = op.Mul(double(0.5), op.Add(t, op.Div(t, op.Add(t, double(1.0)))))
     return _zeros_kept(x, _with_sign_of(op.Where(below, small, _exp_overflow_safe(a)), x))
 
 
@@ -415,76 +359,76 @@ def _cosh(x: DOUBLE) -> DOUBLE:
     """(e + 1/e) / 2 with e = exp(|x|) below 22; near 0, 1 + t^2 / (2 (1 + t)) with t = expm1(|x|) (fdlibm), as
     the plain sum's rounding would show there; exp(|x|) / 2 above 22."""
     a = op.Abs(x)
-    one = _double(1.0)
-    below = op.Less(a, _double(22.0))
-    e = op.Exp(op.Where(below, a, _double(0.0)))
-    moderate = op.Add(op.Mul(_double(0.5), e), op.Div(_double(0.5), e))
-    t = expm1(op.Where(below, a, _double(0.0)))
-    near_zero = op.Add(one, op.Div(op.Mul(t, t), op.Mul(_double(2.0), op.Add(one, t))))
-    result = op.Where(op.Less(a, _double(0.5 * _LN2)), near_zero, moderate)
-    return _keep_nan(x, op.Where(below, result, _exp_overflow_safe(a)))
+    one = double(1.0)
+    below = op.Less(a, double(22.0))
+    e = op.Exp(op.Where(below, a, double(0.0)))
+    moderate = op.Add(op.Mul(double(0.5), e), op.Div(double(0.5), e))
+    t = expm1(op.Where(below, a, double(0.0)))
+    near_zero = op.Add(one, op.Div(op.Mul(t, t), op.Mul(double(2.0), op.Add(one, t))))
+    result = op.Where(op.Less(a, double(0.5 * _LN2)), near_zero, moderate)
+    return keep_nan(x, op.Where(below, result, _exp_overflow_safe(a)))
 
 
 def _asinh(x: DOUBLE) -> DOUBLE:
     """log1p(a + a^2 / (1 + sqrt(1 + a^2))) up to 2, log(2a + 1 / (sqrt(a^2 + 1) + a)) up to 2^28, log(a) + log(2)
     beyond (a^2 would overflow); odd, +-0 give themselves."""
     a = op.Abs(x)
-    one = _double(1.0)
+    one = double(1.0)
     square = op.Mul(a, a)
     root = op.Sqrt(op.Add(square, one))
     small = log1p(op.Add(a, op.Div(square, op.Add(one, root))))
     medium = op.Log(op.Add(op.Add(a, a), op.Div(one, op.Add(root, a))))
-    huge = op.Add(op.Log(a), _double(_LN2))
-    magnitude = op.Where(op.Greater(a, _double(2.0**28)), huge, op.Where(op.Greater(a, _double(2.0)), medium, small))
+    huge = op.Add(op.Log(a), double(_LN2))
+    magnitude = op.Where(op.Greater(a, double(2.0**28)), huge, op.Where(op.Greater(a, double(2.0)), medium, small))
     return _zeros_kept(x, _with_sign_of(magnitude, x))
 
 
 def _acosh(x: DOUBLE) -> DOUBLE:
     """log1p(t + sqrt(2t + t^2)) with t = x - 1 (exact) up to 2, log(2x - 1 / (x + sqrt(x^2 - 1))) up to 2^28,
     log(x) + log(2) beyond; below 1, NaN (sqrt of a negative)."""
-    one = _double(1.0)
+    one = double(1.0)
     t = op.Sub(x, one)
     small = log1p(op.Add(t, op.Sqrt(op.Add(op.Add(t, t), op.Mul(t, t)))))
     medium = op.Log(op.Sub(op.Add(x, x), op.Div(one, op.Add(x, op.Sqrt(op.Sub(op.Mul(x, x), one))))))
-    huge = op.Add(op.Log(x), _double(_LN2))
-    result = op.Where(op.Greater(x, _double(2.0**28)), huge, op.Where(op.Greater(x, _double(2.0)), medium, small))
-    nan = _double(float("nan"))
-    return op.Where(op.Less(x, one), nan, _keep_nan(x, result))
+    huge = op.Add(op.Log(x), double(_LN2))
+    result = op.Where(op.Greater(x, double(2.0**28)), huge, op.Where(op.Greater(x, double(2.0)), medium, small))
+    nan = double(float("nan"))
+    return op.Where(op.Less(x, one), nan, keep_nan(x, result))
 
 
 def _atanh(x: DOUBLE) -> DOUBLE:
     """log1p(2a + 2a^2 / (1 - a)) / 2 below 0.5, log1p(2a / (1 - a)) / 2 above; odd; +-1 give +-inf, |x| > 1 NaN."""
     a = op.Abs(x)
-    one = _double(1.0)
+    one = double(1.0)
     twice = op.Add(a, a)
     gap = op.Sub(one, a)
     small = log1p(op.Add(twice, op.Div(op.Mul(twice, a), gap)))
     large = log1p(op.Div(twice, gap))
-    magnitude = op.Mul(_double(0.5), op.Where(op.Less(a, _double(0.5)), small, large))
-    result = op.Where(op.Greater(a, one), _double(float("nan")), _with_sign_of(magnitude, x))
+    magnitude = op.Mul(double(0.5), op.Where(op.Less(a, double(0.5)), small, large))
+    result = op.Where(op.Greater(a, one), double(float("nan")), _with_sign_of(magnitude, x))
     return _zeros_kept(x, result)
 
 
-@lowering("aten::sinh", specific=True)
+@lowering("aten::sinh", variant="float64")
 def sinh(self: DOUBLE) -> DOUBLE:
     return _sinh(self)
 
 
-@lowering("aten::cosh", specific=True)
+@lowering("aten::cosh", variant="float64")
 def cosh(self: DOUBLE) -> DOUBLE:
     return _cosh(self)
 
 
-@lowering("aten::asinh", "aten::arcsinh", specific=True)
+@lowering("aten::asinh", "aten::arcsinh", variant="float64")
 def asinh(self: DOUBLE) -> DOUBLE:
     return _asinh(self)
 
 
-@lowering("aten::acosh", "aten::arccosh", specific=True)
+@lowering("aten::acosh", "aten::arccosh", variant="float64")
 def acosh(self: DOUBLE) -> DOUBLE:
     return _acosh(self)
 
 
-@lowering("aten::atanh", "aten::arctanh", specific=True)
+@lowering("aten::atanh", "aten::arctanh", variant="float64")
 def atanh(self: DOUBLE) -> DOUBLE:
     return _atanh(self)

@@ -13,8 +13,8 @@ import onnx_ir as ir
 from onnxscript import BOOL, DOUBLE, FLOAT, INT32, INT64, UINT64
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.core import _LOW_PRECISION, _NARROW_INTS, TReal, _identity_for
+from fx2onnx.lowerings.rules import lowering
 
 _INTEGERS = (*_NARROW_INTS, ir.DataType.INT32, ir.DataType.INT64)
 

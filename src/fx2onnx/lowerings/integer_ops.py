@@ -28,8 +28,8 @@ import onnx_ir as ir
 from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.linalg import cov as float_cov
+from fx2onnx.lowerings.rules import lowering
 
 # Every integer dtype eager rounds and classifies (isfinite & co. take bool too).
 TIntegral = TypeVar("TIntegral", INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64)

@@ -33,7 +33,7 @@ import onnx_ir as ir
 from onnxscript import DOUBLE, INT8, INT16, INT32, INT64, UINT8
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.rules import lowering
 
 # The integer dtypes eager's CPU max pooling takes (avg pooling takes int64 only).
 TInt = TypeVar("TInt", INT8, INT16, INT32, INT64, UINT8)

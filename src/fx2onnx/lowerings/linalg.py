@@ -22,8 +22,8 @@ import torch
 from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.core import TFloat, TReal
+from fx2onnx.lowerings.rules import lowering
 
 # Weights and indices are typed apart from the data they go with (frequency weights are integers).
 TOther = TypeVar("TOther", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)

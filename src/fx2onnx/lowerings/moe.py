@@ -25,7 +25,7 @@ import onnx_ir as ir
 from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT32, INT64
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.rules import lowering
 
 TFloat = TypeVar("TFloat", BFLOAT16, DOUBLE, FLOAT, FLOAT16)
 TOffset = TypeVar("TOffset", INT32, INT64)

@@ -18,8 +18,8 @@ import onnx_ir as ir
 from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.core import TFloat, TReal, _back, _batch_norm, _const, _in_float32
+from fx2onnx.lowerings.rules import lowering
 
 
 # --- variance and standard deviation with a correction -------------------------------------------------------------

@@ -40,7 +40,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from fx2onnx import dtypes
 from fx2onnx.emit.context import LoweringContext
-from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.rules import lowering
 from fx2onnx.records import BASE_OPSET
 
 _ATEN = torch.ops.aten

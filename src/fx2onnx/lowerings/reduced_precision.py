@@ -16,7 +16,7 @@ import onnx_ir as ir
 from onnxscript import BFLOAT16, FLOAT, FLOAT16
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.rules import lowering
 
 TReduced = TypeVar("TReduced", BFLOAT16, FLOAT16)
 

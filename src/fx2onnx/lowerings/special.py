@@ -20,9 +20,10 @@ from onnxscript import opset18 as op
 
 from fx2onnx.emit.context import LoweringContext
 from fx2onnx.lowerings import _cephes as _c
-from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.accuracy import log1p
 from fx2onnx.lowerings.core import _const, _polynomial
+from fx2onnx.lowerings.kernels import acos_of_double, erf_small
+from fx2onnx.lowerings.rules import lowering
 
 TReal = TypeVar("TReal", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
 TDegree = TypeVar("TDegree", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
@@ -53,8 +54,6 @@ def _acos(x: ir.Value) -> ir.Value:
     """acos; float64 from float64 ops (ONNX Runtime's CPU Acos has no float64 kernel, so it would run in float32)."""
     if x.dtype != ir.DataType.DOUBLE:
         return op.Acos(x)
-    from fx2onnx.lowerings.float64_math import acos_of_double  # imported here: float64_math imports this module
-
     return acos_of_double(x)
 
 
@@ -1002,17 +1001,11 @@ def nextafter(self: TFloat, other: TFloat) -> TFloat:
 _ONE_OVER_SQRT_PI = 0.56418958354775628694807945156
 
 
-def _erf_small(x: ir.Value) -> ir.Value:
-    """erf for |x| < 1 (Cephes), to float64 accuracy: ONNX Runtime's Erf has no float64 kernel."""
-    square = op.Mul(x, x)
-    return op.Div(op.Mul(x, _polynomial(square, _c.ERF_T)), _polynomial(square, _c.ERF_U))
-
-
 def _erfcx_nonnegative(x: ir.Value) -> ir.Value:
     """exp(x^2) erfc(x) for x >= 0."""
     one = _const(1.0, x)
     square = op.Mul(x, x)
-    below_one = op.Mul(op.Exp(square), op.Sub(one, _erf_small(x)))
+    below_one = op.Mul(op.Exp(square), op.Sub(one, erf_small(x)))
     middle = op.Div(_polynomial(x, _c.ERFC_P), _polynomial(x, _c.ERFC_Q))
     large = op.Div(_polynomial(x, _c.ERFC_R), _polynomial(x, _c.ERFC_S))
     # Above 50 eager's continued fraction (5 terms), and its 1-term form above 5e7 (no overflow of x^4).
@@ -1079,7 +1072,7 @@ def log_ndtr(self: TReal) -> TReal:
     magnitude = op.Abs(t)
     erfc = op.Where(
         op.Less(t, _const(0.0, x)),
-        op.Add(_const(1.0, x), _erf_small(magnitude)),
+        op.Add(_const(1.0, x), erf_small(magnitude)),
         op.Mul(_erfcx_nonnegative(magnitude), _exp_minus_square(magnitude)),
     )
     upper = log1p(op.Neg(op.Div(erfc, _const(2.0, x))))

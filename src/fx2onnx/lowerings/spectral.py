@@ -27,9 +27,9 @@ from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT3
 from onnxscript import opset18 as op
 
 from fx2onnx import complex_layout, dtypes
-from fx2onnx.lowerings import lowering
 from fx2onnx.lowerings.core import _const
 from fx2onnx.lowerings.core import pad as _real_pad
+from fx2onnx.lowerings.rules import lowering
 
 # A complex tensor's components, as the layout carries them.
 TComponent = TypeVar("TComponent", FLOAT, DOUBLE)

@@ -14,7 +14,7 @@ from typing import TypeVar
 from onnxscript import BOOL, FLOAT, INT64
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.rules import lowering
 
 TScalar = TypeVar("TScalar", BOOL, FLOAT, INT64)
 TNumber = TypeVar("TNumber", FLOAT, INT64)

@@ -1,0 +1,223 @@
+"""The package's structure: imports follow the pipeline's stages, with no cycle; every lowering's key is an op.
+
+The import graph is read from the sources with ``ast`` (imports inside functions and under ``TYPE_CHECKING``
+included: a cycle hidden by a deferred import is still a cycle). Importing ``a.b.c`` runs ``a.b``'s
+``__init__`` too, so it counts as importing the package ``a.b`` (the root package, the public facade, excepted).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import operator
+import pathlib
+
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx.lowerings import registered_rules
+from fx2onnx.records import qualified_name
+
+PACKAGE = pathlib.Path(fx2onnx.__file__).parent
+
+# Lowest first. A module may import modules of its own layer or of lower ones, never of a higher one. The stages
+# run capture -> passes -> registry/dispatch -> emit -> finalize -> legalize -> program; below the registry sit
+# the lowerings it holds, and below those what lowerings record with (the recorder and the lowering context).
+# A module is placed by its longest matching prefix.
+LAYERS: list[tuple[str, ...]] = [
+    (  # leaves every stage may use
+        "fx2onnx.version",
+        "fx2onnx.records",
+        "fx2onnx.errors",
+        "fx2onnx.dtypes",
+        "fx2onnx.complex_layout",
+        "fx2onnx.rounding_noise",
+        "fx2onnx.streaming",
+        "fx2onnx.verification",
+        "fx2onnx.fake_kernels",
+        "fx2onnx.torch_compat",
+        "fx2onnx.examples",
+    ),
+    ("fx2onnx.capture",),
+    ("fx2onnx.passes",),
+    ("fx2onnx.emit", "fx2onnx.emit.recorder", "fx2onnx.emit.context"),
+    ("fx2onnx.lowerings",),
+    ("fx2onnx.registry",),
+    ("fx2onnx.dispatch",),
+    ("fx2onnx.emit.graph_builder", "fx2onnx.emit.control_flow"),
+    ("fx2onnx.finalize",),
+    ("fx2onnx.legalize",),
+    ("fx2onnx.intermediates", "fx2onnx.report"),
+    ("fx2onnx.program",),
+    ("fx2onnx.export",),
+    ("fx2onnx", "fx2onnx.cli", "fx2onnx.coverage"),
+]
+
+
+def _modules() -> dict[str, tuple[pathlib.Path, bool]]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ["fx2onnx", *path.relative_to(PACKAGE).with_suffix("").parts]
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts = parts[:-1]
+        found[".".join(parts)] = (path, is_package)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+
+    def resolve(name: str) -> str | None:
+        while name not in modules and "." in name:
+            name = name.rpartition(".")[0]
+        return name if name in modules else None
+
+    graph: dict[str, set[str]] = {}
+    for name, (path, is_package) in modules.items():
+        package = name if is_package else name.rpartition(".")[0]
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names if alias.name.startswith("fx2onnx"))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                if not module.startswith("fx2onnx"):
+                    continue
+                submodules = [f"{module}.{alias.name}" for alias in node.names if f"{module}.{alias.name}" in modules]
+                imported.update(submodules)
+                if len(submodules) < len(node.names):  # names defined in the module itself
+                    imported.add(module)
+        edges = set()
+        for target in filter(None, map(resolve, imported)):
+            edges.add(target)
+            while target.count(".") > 1:  # the packages it sits in run first (the root excepted)
+                target = target.rpartition(".")[0]
+                if not name.startswith(target + "."):
+                    edges.add(target)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                item = stack.pop()
+                on_stack.discard(item)
+                component.append(item)
+                if item == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def _layer(module: str) -> int | None:
+    best, best_length = None, -1
+    for position, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_length:
+                best, best_length = position, len(prefix)
+    return best
+
+
+def test_import_graph_has_no_cycle() -> None:
+    graph = _import_graph()
+    assert len(graph) > 50  # the whole package was read
+    assert "fx2onnx.registry" in graph["fx2onnx.dispatch"]  # and its imports, deferred ones included
+    assert _cycles(graph) == []
+
+
+def test_imports_follow_the_stage_order() -> None:
+    graph = _import_graph()
+    unplaced = sorted(module for module in graph if _layer(module) is None)
+    assert not unplaced, f"place these modules in LAYERS (tests/test_architecture.py): {unplaced}"
+    upward = [
+        f"{module} (layer {_layer(module)}) imports {imported} (layer {_layer(imported)})"
+        for module, imports in sorted(graph.items())
+        for imported in sorted(imports)
+        if _layer(imported) > _layer(module)  # type: ignore[operator]
+    ]
+    assert upward == []
+
+
+def test_the_layering_check_sees_a_violation() -> None:
+    """The checks above can fail: an upward import and a cycle are found in a made-up graph."""
+    graph = {"fx2onnx.capture": {"fx2onnx.program"}, "fx2onnx.program": {"fx2onnx.capture"}}
+    assert _cycles(graph) == [["fx2onnx.capture", "fx2onnx.program"]]
+    assert _layer("fx2onnx.capture") < _layer("fx2onnx.program")  # type: ignore[operator]
+    assert _layer("fx2onnx.emit.graph_builder") > _layer("fx2onnx.lowerings.core")  # type: ignore[operator]
+
+
+# Custom ops fx2onnx lowers, registered by the modules that define them.
+_OP_LIBRARIES = {
+    "quantized_decomposed": "torch.ao.quantization.fx._decomposed",
+    "torch_nn": "torch.nn.modules.linear_cross_entropy",
+    "transformers": "transformers.integrations.moe",
+}
+_PYTHON_MODULES = {"torch": torch, "_operator": operator}
+
+
+def _resolve(key: str) -> object:
+    namespace, _, rest = key.partition("::")
+    if namespace in _PYTHON_MODULES:
+        return getattr(_PYTHON_MODULES[namespace], rest)
+    if namespace in _OP_LIBRARIES:
+        importlib.import_module(_OP_LIBRARIES[namespace])
+    name, _, overload = rest.partition(".")
+    found = getattr(getattr(torch.ops, namespace), name)
+    if namespace == "higher_order":
+        return found
+    return getattr(found, overload or "default")
+
+
+@pytest.mark.parametrize("namespace", ["aten", "prims", "other"])
+def test_every_lowering_key_names_an_existing_overload(namespace: str) -> None:
+    keys = sorted(
+        {
+            rule.target
+            for rule in registered_rules()
+            if rule.target.startswith(f"{namespace}::") or (namespace == "other" and "aten::" not in rule.target)
+        }
+    )
+    if namespace == "other":
+        keys = [key for key in keys if not key.startswith("prims::")]
+    assert keys
+    unresolved = []
+    for key in keys:
+        try:
+            resolved = _resolve(key)
+        except AttributeError as error:
+            unresolved.append(f"{key}: {error}")
+            continue
+        if qualified_name(resolved) != key:
+            unresolved.append(f"{key}: resolves to {qualified_name(resolved)}")
+    assert unresolved == []
