@@ -1333,17 +1333,17 @@ def _number_like(value: float, like: ir.Value) -> ir.Value:
 
 
 def _register_number_overloads(name: str, function: Callable[..., ir.Value]) -> None:
-    def second_is_number(self: TReal, other: float) -> TReal:
-        return function(self, _number_like(other, self))
+    def second_is_number(ctx: LoweringContext, self: TReal, other: float) -> TReal:
+        return function(ctx, self, _number_like(other, self))
 
-    def first_is_number(self: float, other: TReal) -> TReal:
-        return function(_number_like(self, other), other)
+    def first_is_number(ctx: LoweringContext, self: float, other: TReal) -> TReal:
+        return function(ctx, _number_like(self, other), other)
 
     second_is_number.__name__ = f"{name}_second_number"
     first_is_number.__name__ = f"{name}_first_number"
     second, first = ("other_scalar", "self_scalar") if name == "special_zeta" else ("n_scalar", "x_scalar")
-    lowering(f"aten::{name}.{second}")(second_is_number)
-    lowering(f"aten::{name}.{first}")(first_is_number)
+    lowering(f"aten::{name}.{second}", context=True)(second_is_number)
+    lowering(f"aten::{name}.{first}", context=True)(first_is_number)
 
 
 for _name, _function in {
