@@ -1,26 +1,27 @@
-"""fx2onnx's own lowerings, for operators torchlib lacks or lowers wrongly.
+"""fx2onnx's own lowerings, for operators torchlib lacks or lowers wrongly, one module per op family.
 
-Each module registers its rules where they are defined, with :func:`~fx2onnx.lowerings.rules.lowering`;
-importing this package imports them all.
+Each module registers its rules where they are defined, with :func:`~fx2onnx.lowerings.rules.lowering`, an op's
+generic rule beside its dtype variants; shared builders are in :mod:`~fx2onnx.lowerings.builders`, pure math
+kernels in :mod:`~fx2onnx.lowerings.kernels`. Importing this package imports them all.
 """
 
 from __future__ import annotations
 
 from fx2onnx.lowerings import (
-    accuracy,
     attention,
-    core,
-    dtype_fixes,
-    float64,
-    float64_math,
+    complex,
+    convolution,
+    creation,
+    elementwise,
     indexing,
-    integer_ops,
-    integer_pooling,
     linalg,
+    losses,
     moe,
-    nn,
+    normalization,
+    pooling,
     quantized,
-    reduced_precision,
+    reductions,
+    resize,
     special,
     spectral,
     symbolic,
@@ -28,20 +29,20 @@ from fx2onnx.lowerings import (
 from fx2onnx.lowerings.rules import DOMAIN, Rule, lowering, registered_rules
 
 FAMILIES = (
-    accuracy,
     attention,
-    core,
-    dtype_fixes,
-    float64,
-    float64_math,
+    complex,
+    convolution,
+    creation,
+    elementwise,
     indexing,
-    integer_ops,
-    integer_pooling,
     linalg,
+    losses,
     moe,
-    nn,
+    normalization,
+    pooling,
     quantized,
-    reduced_precision,
+    reductions,
+    resize,
     special,
     spectral,
     symbolic,

@@ -1,4 +1,4 @@
-"""Attention lowerings where torchlib's differ from eager."""
+"""Attention: scaled_dot_product_attention (ONNX Attention at opset 23+)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,374 @@
-"""Scatter, gather, put/take, *_scatter and shape ops where torchlib has no implementation or a wrong one.
-
-Each lowering here was found by the coverage sweep (``fx2onnx coverage``, docs/support-matrix.md).
+"""Indexing and shapes: gather/scatter/index_put, masked ops, nonzero, sorting and searching, unique,
+views and reshapes, padding, embedding bags.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript import BOOL, DOUBLE, FLOAT, INT32, INT64, UINT64
+from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT64
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings.core import _LOW_PRECISION, _NARROW_INTS, TReal, _identity_for
+from fx2onnx.lowerings.builders import (
+    _LOW_PRECISION,
+    _NARROW_INTS,
+    TFloat,
+    TIndex,
+    TOther,
+    TReal,
+    _back,
+    _const,
+    _flat,
+    _in_float32,
+    _widened,
+)
+from fx2onnx.lowerings.kernels import double
 from fx2onnx.lowerings.rules import lowering
+
+
+# --- dtype helpers -----------------------------------------------------------------------------------------------
+def _as(value: TFloat, dtype: ir.DataType) -> TFloat:
+    return op.Cast(value, to=dtype) if value.dtype != dtype else value
+
+
+# --- embedding_renorm ---------------------------------------------------------------------------------------------
+def _row_norms(rows: TFloat, norm_type: float) -> TFloat:
+    """Each row's p-norm (keepdims), as ``row.norm(p)``: 0 counts the nonzeros, +-inf the largest/smallest |x|."""
+    axes = op.Constant(value_ints=[1])
+    if norm_type == 1:
+        return op.ReduceL1(rows, axes, keepdims=True)
+    if norm_type == 2:
+        return op.ReduceL2(rows, axes, keepdims=True)
+    if norm_type == math.inf:
+        return op.ReduceMax(op.Abs(rows), axes, keepdims=True)
+    if norm_type == -math.inf:
+        return op.ReduceMin(op.Abs(rows), axes, keepdims=True)
+    if norm_type == 0:
+        nonzero = op.Cast(op.Not(op.Equal(rows, _const(0.0, rows))), to=rows.dtype)
+        return op.ReduceSum(nonzero, axes, keepdims=True)
+    powers = op.ReduceSum(op.Pow(op.Abs(rows), _const(norm_type, rows)), axes, keepdims=True)
+    return op.Pow(powers, _const(1.0 / norm_type, rows))
+
+
+@lowering("aten::embedding_renorm")
+def embedding_renorm(weight: TFloat, indices: INT64, max_norm: float, norm_type: float = 2.0) -> TFloat:
+    """eager's loop over the distinct indices: a row whose norm (in the weight's dtype) exceeds max_norm is
+    multiplied by max_norm / (norm + 1e-7), taken in double and rounded to the weight's dtype."""
+    unique = op.Unique(indices)[0]
+    rows = _in_float32(op.Gather(weight, unique))
+    norms = _as(_back(_row_norms(rows, norm_type), weight), ir.DataType.DOUBLE)
+    limit = op.Constant(value=ir.tensor(float(max_norm), dtype=ir.DataType.DOUBLE))
+    scale = op.Div(limit, op.Add(norms, op.Constant(value=ir.tensor(1e-7, dtype=ir.DataType.DOUBLE))))
+    scaled = op.Mul(rows, _in_float32(_as(scale, weight.dtype)))
+    renormed = _back(op.Where(op.Greater(norms, limit), scaled, rows), weight)
+    return op.ScatterND(weight, op.Unsqueeze(unique, op.Constant(value_ints=[1])), renormed)
+
+
+# --- selection and signs ---------------------------------------------------------------------------------------
+@lowering("aten::masked_select")
+def masked_select(self: TReal, mask: BOOL) -> TReal:
+    """The elements where `mask` (broadcast with `self`) is true, flattened: a Compress of both, flattened."""
+    both = op.Shape(op.Where(mask, self, self))  # the broadcast shape of self and mask
+    flat_self = op.Reshape(op.Expand(self, both), op.Constant(value_ints=[-1]))
+    flat_mask = op.Reshape(op.Expand(mask, both), op.Constant(value_ints=[-1]))
+    return op.Compress(flat_self, flat_mask, axis=0)
+
+
+# --- searching sorted boundaries -------------------------------------------------------------------------------
+def _count_below(values: TReal, sorted_sequence: TReal, right: bool, out_int32: bool) -> INT64:
+    """For each value, how many sequence entries (last axis) are < it (<= it when `right`)."""
+    if sorted_sequence.shape is not None and len(sorted_sequence.shape) and sorted_sequence.shape[-1] == 0:
+        # ONNX Runtime's ReduceSum over an empty axis keeps the axis: the count is 0 everywhere.
+        zeros = op.Expand(op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)), op.Shape(values))
+        return op.Cast(zeros, to=INT32.dtype) if out_int32 else zeros
+    pairs = op.Unsqueeze(values, op.Constant(value_ints=[-1]))
+    below = op.LessOrEqual(sorted_sequence, pairs) if right else op.Less(sorted_sequence, pairs)
+    counts = op.ReduceSum(op.Cast(below, to=INT64.dtype), op.Constant(value_ints=[-1]), keepdims=False)
+    return op.Cast(counts, to=INT32.dtype) if out_int32 else counts
+
+
+@lowering("aten::bucketize.Tensor")
+def bucketize(self: TReal, boundaries: TReal, out_int32: bool = False, right: bool = False) -> INT64:
+    """torch.bucketize: a count of the (1-D) boundaries below each value (torch decomposes it data-dependently)."""
+    return _count_below(self, boundaries, right, out_int32)
+
+
+@lowering("aten::searchsorted.Tensor")
+def searchsorted(
+    sorted_sequence: TReal,
+    self: TReal,
+    out_int32: bool = False,
+    right: bool = False,
+    side: str | None = None,
+    sorter: INT64 | None = None,
+) -> INT64:
+    """torch.searchsorted over the last axis (a 1-D sequence serves every value)."""
+    if sorter is not None:
+        sorted_sequence = op.GatherElements(sorted_sequence, sorter, axis=-1)
+    sequence = sorted_sequence
+    if len(sorted_sequence.shape) > 1:  # [..., m] against values [..., k]: pair each k with its row
+        sequence = op.Unsqueeze(sorted_sequence, op.Constant(value_ints=[-2]))
+    return _count_below(self, sequence, right or side == "right", out_int32)
+
+
+# --- nonzero of a 0-d tensor ------------------------------------------------------------------------------------
+@lowering("aten::nonzero")
+def nonzero(self: TReal) -> INT64:
+    """Indices of the non-zero elements, [count, rank]; a 0-d input gives [0 or 1, 0] as in eager."""
+    rank = len(self.shape)
+    flat = op.Reshape(self, op.Constant(value_ints=[-1])) if rank == 0 else self
+    indices = op.Transpose(op.NonZero(flat), perm=[1, 0])
+    if rank == 0:
+        return op.Slice(indices, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]), op.Constant(value_ints=[1]))
+    return indices
+
+
+# --- diagonals, products over a dim of a scalar, atleast_Nd of lists ---------------------------------------------
+@lowering("aten::diagonal", "aten::diagonal_copy")
+def diagonal(self: TReal, offset: int = 0, dim1: int = 0, dim2: int = 1) -> TReal:
+    """A Gather of the diagonal's flat positions: the same ops for every dtype.
+
+    dim1 and dim2 move last, are flattened into one axis, and positions i*m + i + offset are gathered; the
+    diagonal ends up as the last axis, as in eager. (torchlib's multiplies by an identity mask, which
+    narrow integers do not run.) Needs the two dims' sizes to be static.
+    """
+    rank = len(self.shape)
+    dim1, dim2 = dim1 % rank, dim2 % rank
+    rows, columns = self.shape[dim1], self.shape[dim2]
+    if not isinstance(rows, int) or not isinstance(columns, int):
+        raise NotImplementedError("diagonal over dynamic dims has no lowering here")
+    rest = [d for d in range(rank) if d not in (dim1, dim2)]
+    moved = op.Transpose(self, perm=[*rest, dim1, dim2])
+    flat = op.Reshape(moved, op.Constant(value_ints=[*([0] * len(rest)), rows * columns]))
+    if offset >= 0:
+        length = max(0, min(rows, columns - offset))
+        positions = [i * columns + i + offset for i in range(length)]
+    else:
+        length = max(0, min(rows + offset, columns))
+        positions = [(i - offset) * columns + i for i in range(length)]
+    indices = op.Constant(value=ir.tensor(positions, dtype=ir.DataType.INT64))
+    return op.Gather(flat, indices, axis=len(rest))
+
+
+def _at_least(tensor: TReal, rank: int) -> TReal:
+    """torch.atleast_{1,2,3}d of one tensor: 0-d -> all ones; 1-d [n] -> [1, n] or [1, n, 1]; 2-d -> [m, n, 1]."""
+    current = len(tensor.shape)
+    if current >= rank:
+        return op.Identity(tensor)
+    if current == 0:
+        return op.Reshape(tensor, op.Constant(value_ints=[1] * rank))
+    axes = {(1, 2): [0], (1, 3): [0, 2], (2, 3): [2]}[(current, rank)]
+    return op.Unsqueeze(tensor, op.Constant(value_ints=axes))
+
+
+@lowering("aten::atleast_1d.Sequence")
+def atleast_1d_sequence(tensors: Sequence[TReal]) -> Sequence[TReal]:
+    """Each tensor reshaped on its own (torchlib's SequenceMap with a graph body does not run everywhere)."""
+    return [_at_least(t, 1) for t in tensors]
+
+
+@lowering("aten::atleast_2d.Sequence")
+def atleast_2d_sequence(tensors: Sequence[TReal]) -> Sequence[TReal]:
+    return [_at_least(t, 2) for t in tensors]
+
+
+@lowering("aten::atleast_3d.Sequence")
+def atleast_3d_sequence(tensors: Sequence[TReal]) -> Sequence[TReal]:
+    return [_at_least(t, 3) for t in tensors]
+
+
+# --- index_reduce --------------------------------------------------------------------------------------------------
+_IDENTITY = {"amax": float("-inf"), "amin": float("inf"), "prod": 1.0, "mean": 0.0}
+
+
+_SCATTER_REDUCTION = {"amax": "max", "amin": "min", "prod": "mul", "mean": "add"}
+
+
+def _compute_type(value: TReal) -> TReal:
+    """float16/bfloat16 -> float32, narrow ints -> int32: types every ScatterElements reduction runs in."""
+    if value.dtype in _LOW_PRECISION:
+        return op.Cast(value, to=FLOAT.dtype)
+    return _widened(value)
+
+
+def _identity_for(reduce: str, like: TReal) -> TReal:
+    value = _IDENTITY[reduce]
+    if like.dtype in (ir.DataType.INT32, ir.DataType.INT64) and reduce in ("amax", "amin"):
+        info = np.iinfo(np.int32 if like.dtype == ir.DataType.INT32 else np.int64)
+        value = info.min if reduce == "amax" else info.max
+    if like.dtype in (ir.DataType.INT32, ir.DataType.INT64):
+        return op.Constant(value=ir.tensor(int(value), dtype=like.dtype))
+    return _const(value, like)
+
+
+@lowering("aten::index_reduce")
+def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True) -> TReal:
+    """Reduce `source` slices into `self` at `index` along `dim` (amax, amin, prod, mean) with ScatterElements.
+
+    Without include_self, the positions `index` touches start from the reduction's identity; mean divides
+    by the number of values reduced into each position (floor division for integers, as in eager).
+    """
+    scalar = len(self.shape) == 0
+    one = op.Constant(value_ints=[1])
+    base = _compute_type(op.Reshape(self, one) if scalar else self)
+    values = _compute_type(op.Reshape(source, one) if scalar else source)
+    rank = 1 if scalar else len(self.shape)
+    axis = dim % rank
+    index_shape = [1] * rank
+    index_shape[axis] = -1
+    positions = op.Expand(op.Reshape(index, op.Constant(value_ints=index_shape)), op.Shape(values))
+    reduction = _SCATTER_REDUCTION[reduce]
+    identity = _identity_for(reduce, base)
+    if not include_self:  # touched positions forget self's value
+        base = op.ScatterElements(base, positions, op.Expand(identity, op.Shape(values)), axis=axis)
+    result = op.ScatterElements(base, positions, values, axis=axis, reduction=reduction)
+    if reduce == "mean":
+        ones = op.Expand(op.CastLike(1, base), op.Shape(base))
+        counts = ones
+        zeros_at = op.Expand(op.CastLike(0, base), op.Shape(values))
+        ones_at = op.Expand(op.CastLike(1, base), op.Shape(values))
+        if not include_self:
+            counts = op.ScatterElements(ones, positions, zeros_at, axis=axis)
+        counts = op.ScatterElements(counts, positions, ones_at, axis=axis, reduction="add")
+        if base.dtype in (ir.DataType.INT32, ir.DataType.INT64):
+            quotient = op.Div(op.Cast(result, to=DOUBLE.dtype), op.Cast(counts, to=DOUBLE.dtype))
+            result = op.Cast(op.Floor(quotient), to=base.dtype)
+        else:
+            result = op.Div(result, counts)
+    if scalar:
+        result = op.Reshape(result, op.Constant(value_ints=[]))
+    return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+# --- padding with negative amounts, linspace, cross entropy with class probabilities -----------------------------
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+@lowering("aten::pad")
+def pad(self: TReal, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> TReal:
+    """torch.nn.functional.pad with negative amounts (crops), which ONNX Runtime's edge and wrap modes refuse.
+
+    Eager's circular mode crops before wrapping; its replicate mode indexes as if padding came first (a
+    crop larger than the input repeats the edge), so there the crop follows. `pad` lists (before, after)
+    pairs from the last dim backwards. An empty tensor pads in constant mode: no values to repeat.
+    """
+    rank = len(self.shape)
+    befores, afters = [0] * rank, [0] * rank
+    for offset in range(len(pad) // 2):
+        befores[rank - 1 - offset], afters[rank - 1 - offset] = pad[2 * offset], pad[2 * offset + 1]
+    crop_axes = [a for a in range(rank) if befores[a] < 0 or afters[a] < 0]
+
+    def crop(x: TReal) -> TReal:
+        if not crop_axes:
+            return x
+        starts = [max(0, -befores[a]) for a in crop_axes]
+        ends = [afters[a] if afters[a] < 0 else 2**62 for a in crop_axes]
+        return op.Slice(
+            x, op.Constant(value_ints=starts), op.Constant(value_ints=ends), op.Constant(value_ints=crop_axes)
+        )
+
+    x = crop(self) if mode == "circular" else self
+    amounts = [max(0, b) for b in befores] + [max(0, a) for a in afters]
+    if any(amounts):
+        empty = any(isinstance(d, int) and d == 0 for d in self.shape)
+        onnx_mode = "constant" if empty else _PAD_MODES[mode]
+        fill = op.CastLike(value if value is not None else 0, x) if onnx_mode == "constant" else None
+        x = op.Pad(x, op.Constant(value_ints=amounts), fill, mode=onnx_mode)
+    if mode != "circular":
+        x = crop(x)
+    return op.Identity(x) if x is self else x
+
+
+@lowering("aten::numpy_T")
+def numpy_t(self: TReal) -> TReal:
+    return op.Transpose(self, perm=list(reversed(range(len(self.shape)))))
+
+
+@lowering("aten::squeeze.dims")
+def squeeze_dims(self: TReal, dim: Sequence[int]) -> TReal:
+    """Eager drops only the listed dims that have size 1 (others stay); a 0-d tensor stays as it is."""
+    rank = len(self.shape)
+    axes = sorted({d % rank for d in dim} if rank else set())
+    ones = [a for a in axes if isinstance(self.shape[a], int) and self.shape[a] == 1]
+    if any(not isinstance(self.shape[a], int) for a in axes):
+        raise NotImplementedError("squeeze of a dynamic dim: whether it is 1 is unknown at export")
+    if not ones:
+        return op.Identity(self)
+    return op.Squeeze(self, op.Constant(value_ints=ones))
+
+
+# Every real dtype eager sorts, bool included (torchlib's aten_sort takes no bool). Types the
+# target's TopK lacks (bool, int16, bfloat16 on ONNX Runtime CPU) are left to legalization.
+TSortable = TypeVar("TSortable", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
+
+
+@lowering("aten::sort.stable")
+def sort_stable(
+    self: TSortable, stable: bool | None = None, dim: int = -1, descending: bool = False
+) -> tuple[TSortable, INT64]:
+    """``torch.sort(x, stable=...)``: a TopK over the whole dimension.
+
+    ONNX's TopK puts equal elements in index order, in either direction, which is the order a
+    stable sort keeps; an unstable sort may return any order of ties, so that order serves too.
+    """
+    del stable
+    rank = len(self.shape)
+    if rank == 0:
+        return op.Identity(self), op.Constant(value_int=0)
+    axis = dim % rank
+    size = op.Shape(self, start=axis, end=axis + 1)
+    return op.TopK(self, size, axis=axis, largest=descending, sorted=True)
+
+
+# --- nonzero: float32 would turn tiny values into 0 and drop them from the indices ------------------------------
+def _nonzero_mask(self: DOUBLE) -> BOOL:
+    """x != 0, NaN included, as eager's nonzero tests it."""
+    return op.Not(op.Equal(self, double(0.0)))
+
+
+def _nonzero_indices(self: DOUBLE) -> INT64:
+    """[count, max(rank, 1)] indices of the non-zero elements (a 0-d input as a 1-element vector)."""
+    mask = _nonzero_mask(self)
+    flat = op.Reshape(mask, op.Constant(value_ints=[-1])) if len(self.shape) == 0 else mask
+    return op.Transpose(op.NonZero(flat), perm=[1, 0])
+
+
+@lowering("aten::nonzero", variant="float64")
+def nonzero_float64(self: DOUBLE) -> INT64:
+    """Indices of the non-zero elements, [count, rank]; a 0-d input gives [0 or 1, 0] as in eager."""
+    indices = _nonzero_indices(self)
+    if len(self.shape) == 0:
+        return op.Slice(indices, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]), op.Constant(value_ints=[1]))
+    return indices
+
+
+@lowering("aten::nonzero_static", variant="float64")
+def nonzero_static(self: DOUBLE, size: int, fill_value: int = -1) -> INT64:
+    """The first `size` rows of nonzero's indices, padded with `fill_value` rows."""
+    rank = len(self.shape)
+    columns = max(rank, 1)
+    padding = op.Expand(
+        op.Constant(value=ir.tensor([fill_value], dtype=ir.DataType.INT64)), op.Constant(value_ints=[size, columns])
+    )
+    padded = op.Concat(_nonzero_indices(self), padding, axis=0)
+    starts, ends = op.Constant(value_ints=[0, 0]), op.Constant(value_ints=[size, rank])
+    return op.Slice(padded, starts, ends, op.Constant(value_ints=[0, 1]))
+
+
+@lowering("aten::masked_scatter", variant="float64")
+def masked_scatter(self: DOUBLE, mask: BOOL, source: DOUBLE) -> DOUBLE:
+    """source's leading elements, in order, where the (broadcast) mask is true. The mask stays bool: torchlib's
+    takes it in self's dtype, and NonZero of a float64 mask would run in float32 (exact, but a lossy Cast)."""
+    full_mask = op.Expand(mask, op.Shape(self))
+    indices = op.Transpose(op.NonZero(full_mask), perm=[1, 0])
+    count = op.Shape(indices, start=0, end=1)
+    updates = op.Slice(op.Reshape(source, op.Constant(value_ints=[-1])), op.Constant(value_ints=[0]), count)
+    return op.ScatterND(self, indices, updates)
+
 
 _INTEGERS = (*_NARROW_INTS, ir.DataType.INT32, ir.DataType.INT64)
 
@@ -30,14 +384,14 @@ def _const_ints(values: np.ndarray | Sequence[int]) -> INT64:
     return op.Constant(value=ir.tensor(np.asarray(values, dtype=np.int64)))
 
 
-def _flat(value: TReal) -> TReal:
+def _flat_indexing(value: TReal) -> TReal:
     return op.Reshape(value, op.Constant(value_ints=[-1]))
 
 
 # --- scatter with a reduction --------------------------------------------------------------------------------
 # ONNX Runtime's ScatterElements reduces float16/bfloat16 with no kernel (add, mul) and bool with none (max,
 # min); those compute in float32 / int32 and round back. Integer sums and products wrap alike in any width.
-def _compute_type(value: TReal) -> TReal:
+def _compute_type_indexing(value: TReal) -> TReal:
     if value.dtype in _LOW_PRECISION:
         return op.Cast(value, to=FLOAT.dtype)
     if value.dtype in (*_NARROW_INTS, ir.DataType.BOOL):
@@ -65,8 +419,8 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
     else:
         starts = op.Constant(value_ints=[0] * rank)
         updates = op.Slice(src, starts, op.Shape(positions), op.Constant(value_ints=list(range(rank))))
-    base = _compute_type(op.Reshape(self, one) if scalar else self)
-    values = _compute_type(updates)
+    base = _compute_type_indexing(op.Reshape(self, one) if scalar else self)
+    values = _compute_type_indexing(updates)
     reduction = "add" if reduce == "mean" else _REDUCTIONS[reduce]
     if not include_self:  # touched positions forget self's value
         identity = _identity_for({"add": "mean", "mul": "prod", "max": "amax", "min": "amin"}[reduction], base)
@@ -127,13 +481,13 @@ def scatter_value_reduce(self: TReal, dim: int, index: INT64, value: float, redu
 @lowering("aten::put")
 def put(self: TReal, index: INT64, source: TReal, accumulate: bool = False) -> TReal:
     """torch.put: source's elements written (or added) at flat `index` positions of self (negatives wrap)."""
-    positions = _flat(index)
+    positions = _flat_indexing(index)
     positions = op.Where(op.Less(positions, op.Constant(value_int=0)), op.Add(positions, op.Size(self)), positions)
-    flat = _flat(self)
+    flat = _flat_indexing(self)
     if accumulate:
-        result = _scatter_reduce(flat, 0, positions, _flat(source), "sum", include_self=True)
+        result = _scatter_reduce(flat, 0, positions, _flat_indexing(source), "sum", include_self=True)
     else:
-        result = op.ScatterElements(flat, positions, _flat(source), axis=0)
+        result = op.ScatterElements(flat, positions, _flat_indexing(source), axis=0)
     return op.Reshape(result, op.Shape(self))
 
 
@@ -142,7 +496,7 @@ def _scatter_flat(self: TReal, positions: np.ndarray, src: TReal) -> TReal:
     """self with src's elements (in src's order) at the flat `positions` of self (a constant array)."""
     if positions.size == 0:
         return op.Identity(self)
-    written = op.ScatterElements(_flat(self), _const_ints(positions.reshape(-1)), _flat(src), axis=0)
+    written = op.ScatterElements(_flat_indexing(self), _const_ints(positions.reshape(-1)), _flat_indexing(src), axis=0)
     return op.Reshape(written, op.Shape(self))
 
 
@@ -184,7 +538,7 @@ def resize(self: TReal, size: Sequence[int], memory_format: int | None = None) -
     """
     del memory_format
     count = math.prod(int(s) for s in size)
-    flat = _flat(self)
+    flat = _flat_indexing(self)
     missing = op.Max(
         op.Sub(op.Constant(value_ints=[count]), op.Reshape(op.Size(self), op.Constant(value_ints=[1]))),
         op.Constant(value_ints=[0]),
@@ -324,3 +678,137 @@ def pixel_unshuffle(self: TReal, downscale_factor: int) -> TReal:
     x = op.Transpose(x, perm=[*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3])
     merged = op.Concat(batch, _times(channels, r * r), _over(height, r), _over(width, r), axis=0)
     return op.Reshape(x, merged, allowzero=1)
+
+
+# --- data-dependent indexing ---------------------------------------------------------------------------------
+# Kept whole so that capture does not decompose them into `.item()` calls on the (input) indices.
+@lowering("aten::take")
+def take(self: TReal, index: INT64) -> TReal:
+    """self.flatten()[index], index of any shape; negative indices count from the end, as in eager."""
+    flat = _flat(self)
+    count = op.Size(self)
+    wrapped = op.Where(op.Less(index, op.Constant(value_int=0)), op.Add(index, count), index)
+    return op.Gather(flat, wrapped, axis=0)
+
+
+@lowering("aten::nonzero_static")
+def nonzero_static_linalg(self: TReal, size: int, fill_value: int = -1) -> INT64:
+    """The first `size` rows of nonzero's [count, rank] indices, padded with `fill_value` rows."""
+    rank = len(self.shape)
+    flat = _flat(self) if rank == 0 else self
+    indices = op.Transpose(op.NonZero(flat), perm=[1, 0])  # [count, max(rank, 1)]
+    columns = max(rank, 1)
+    padding = op.Expand(
+        op.Constant(value=ir.tensor([fill_value], dtype=ir.DataType.INT64)), op.Constant(value_ints=[size, columns])
+    )
+    padded = op.Concat(indices, padding, axis=0)
+    starts, ends = op.Constant(value_ints=[0, 0]), op.Constant(value_ints=[size, rank])
+    return op.Slice(padded, starts, ends, op.Constant(value_ints=[0, 1]))
+
+
+@lowering("aten::narrow.Tensor")
+def narrow_tensor(self: TReal, dim: int, start: TOther, length: int) -> TReal:
+    """`length` elements along `dim` from `start`, a 0-d tensor read at run time (negative counts from the end)."""
+    begin = op.Reshape(op.Cast(start, to=INT64.dtype), op.Constant(value_ints=[1]))
+    size = op.Shape(self, start=dim % len(self.shape), end=dim % len(self.shape) + 1)
+    begin = op.Where(op.Less(begin, op.Constant(value_ints=[0])), op.Add(begin, size), begin)
+    end = op.Add(begin, op.Constant(value_ints=[length]))
+    return op.Slice(self, begin, end, op.Constant(value_ints=[dim]))
+
+
+@lowering("aten::one_hot")
+def one_hot(self: INT64, num_classes: int = -1) -> INT64:
+    """Each index compared with 0..num_classes-1; num_classes=-1 takes the largest index plus one, at run time."""
+    if num_classes >= 0:
+        depth = op.Constant(value_int=num_classes)
+    else:
+        depth = op.Add(
+            op.ReduceMax(op.Reshape(self, op.Constant(value_ints=[-1])), keepdims=False), op.Constant(value_int=1)
+        )
+    classes = op.Range(op.Constant(value_int=0), depth, op.Constant(value_int=1))
+    return op.Cast(op.Equal(op.Unsqueeze(self, op.Constant(value_ints=[-1])), classes), to=INT64.dtype)
+
+
+# --- embedding_bag ----------------------------------------------------------------------------------------------------
+@lowering("aten::embedding_bag.padding_idx")  # (aten::_embedding_bag reads padding_idx -1 as "none")
+def embedding_bag(
+    weight: TFloat,
+    indices: TIndex,
+    offsets: TIndex,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: TFloat | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> tuple[TFloat, INT64, INT64, INT64]:
+    """Sum (0), mean (1) or max (2) of the embedding rows of each bag, as eager (an empty bag gives zeros).
+
+    Bag b holds the indices at positions [offsets[b], offsets[b+1]) (2-D indices: one bag per row); a
+    [bags, positions] membership mask selects them, without the padding_idx entries. Also returns eager's
+    offset2bag, bag_size and max_indices for the mode (torchlib's CastLike on int64 has no ORT kernel).
+    """
+    del scale_grad_by_freq, sparse  # gradient-only options
+    if len(indices.shape) == 2:
+        rows, width = indices.shape
+        offsets = op.Range(op.Constant(value_int=0), op.Constant(value_int=rows * width), op.Constant(value_int=width))
+        indices = op.Reshape(indices, op.Constant(value_ints=[-1]))
+        include_last_offset = False
+    index = op.Cast(indices, to=INT64.dtype)
+    bounds = op.Cast(offsets, to=INT64.dtype)
+    count = op.Shape(index)
+    if include_last_offset:
+        starts = op.Slice(bounds, op.Constant(value_ints=[0]), op.Constant(value_ints=[-1]))
+        ends = op.Slice(bounds, op.Constant(value_ints=[1]), op.Constant(value_ints=[2**62]))
+    else:
+        starts = bounds
+        ends = op.Concat(op.Slice(bounds, op.Constant(value_ints=[1]), op.Constant(value_ints=[2**62])), count, axis=0)
+    positions = op.Range(op.Constant(value_int=0), op.Squeeze(count), op.Constant(value_int=1))
+    column = op.Constant(value_ints=[1])
+    member = op.And(
+        op.GreaterOrEqual(positions, op.Unsqueeze(starts, column)), op.Less(positions, op.Unsqueeze(ends, column))
+    )  # [bags, positions]
+    if padding_idx is not None:
+        rows_total = weight.shape[0]
+        padding = padding_idx + rows_total if padding_idx < 0 and isinstance(rows_total, int) else padding_idx
+        member = op.And(member, op.Not(op.Equal(index, op.Constant(value_int=padding))))
+    x = _in_float32(weight)
+    rows_of = op.Gather(x, index, axis=0)  # [positions, dim]
+    if per_sample_weights is not None:
+        sample_weights = op.Reshape(op.CastLike(per_sample_weights, x), op.Constant(value_ints=[-1, 1]))
+        rows_of = op.Mul(rows_of, sample_weights)
+    selected = op.Unsqueeze(member, op.Constant(value_ints=[2]))  # [bags, positions, 1]
+    bag_size = op.ReduceSum(op.Cast(member, to=INT64.dtype), column, keepdims=False)
+    zero = op.CastLike(0.0, x)
+    if mode == 2:
+        lowest = op.CastLike(-math.inf, x)
+        largest = op.ReduceMax(op.Where(selected, rows_of, lowest), column, keepdims=True)  # [bags, 1, dim]
+        output = op.Where(
+            op.Greater(op.Unsqueeze(bag_size, column), op.Constant(value_int=0)), op.Squeeze(largest, column), zero
+        )
+        hits = op.And(selected, op.Equal(rows_of, largest))
+        beyond = op.Constant(value_int=2**62)
+        first = op.ReduceMin(op.Where(hits, op.Unsqueeze(positions, column), beyond), column, keepdims=False)
+        found = op.Less(first, beyond)
+        max_indices = op.Where(
+            found, op.Gather(index, op.Where(found, first, op.Constant(value_int=0)), axis=0), op.Constant(value_int=0)
+        )
+    else:
+        total = op.ReduceSum(
+            op.Where(selected, op.Unsqueeze(rows_of, op.Constant(value_ints=[0])), zero), column, keepdims=False
+        )
+        if mode == 1:
+            sizes = op.CastLike(op.Unsqueeze(bag_size, column), x)
+            output = op.Where(op.Greater(sizes, zero), op.Div(total, op.Max(sizes, op.CastLike(1.0, x))), zero)
+        else:
+            output = total
+    bag_of = op.ArgMax(op.Cast(member, to=INT32.dtype), axis=0, keepdims=False)  # [positions]
+    if mode == 0:
+        offset2bag = op.Cast(op.ConstantOfShape(op.Constant(value_ints=[0])), to=INT64.dtype)
+        bag_size = op.Mul(bag_size, op.Constant(value_int=0))
+        max_indices = bag_size
+    else:
+        offset2bag = bag_of
+        if mode == 1:
+            max_indices = bag_size
+    return _back(output, weight), offset2bag, bag_size, max_indices

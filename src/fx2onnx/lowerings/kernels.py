@@ -10,7 +10,47 @@ from onnxscript import DOUBLE
 from onnxscript import opset18 as op
 
 from fx2onnx.lowerings import _cephes as _c
-from fx2onnx.lowerings.core import _polynomial
+from fx2onnx.lowerings.builders import _polynomial
+
+
+def _with_sign_of(magnitude: DOUBLE, x: DOUBLE) -> DOUBLE:
+    """-magnitude where x < 0 (zeros: see _zeros_kept)."""
+    return op.Where(op.Less(x, double(0.0)), op.Neg(magnitude), magnitude)
+
+
+# --- erf, erfc, gelu (Cephes ndtr.c) ----------------------------------------------------------------------------
+def _exp_minus_square(t: DOUBLE) -> DOUBLE:
+    """exp(-t^2) for 0 <= t <= 32 to about an ulp: t = h + l with h on a 2^-21 grid, so h^2 is exact, and
+    exp(-t^2) = exp(-h^2) exp(-s) with s = (2h + l) l < 3.1e-5, whose exponential is a short series (one Exp
+    rounding instead of two, as in special.py's version for every dtype)."""
+    scale = double(2.0**21)
+    high = op.Div(op.Floor(op.Mul(t, scale)), scale)
+    low = op.Sub(t, high)
+    s = op.Mul(op.Add(op.Add(high, high), low), low)
+    # 1 - s + s^2/2 - s^3/6: the next term, s^4/24, is below 4e-20
+    series = op.Sub(
+        double(1.0), op.Mul(s, op.Sub(double(1.0), op.Mul(s, op.Sub(double(0.5), op.Mul(s, double(1 / 6))))))
+    )
+    return op.Mul(op.Exp(op.Neg(op.Mul(high, high))), series)
+
+
+def _erfc_from_one(a: DOUBLE) -> DOUBLE:
+    """erfc(a) for a >= 1 (NaN aside): exp(-a^2) P(a) / Q(a) below 8, exp(-a^2) R(a) / S(a) above; exp(-a^2) taken
+    without rounding a^2 first (it would cost a^2 ulps). 0 from about 27.3 on, as in eager; inf gives 0."""
+    a = op.Min(a, double(32.0))  # erfc(32) underflows anyway; R(inf) / S(inf) would be NaN
+    middle = op.Div(_polynomial(a, _c.ERFC_P), _polynomial(a, _c.ERFC_Q))
+    large = op.Div(_polynomial(a, _c.ERFC_R), _polynomial(a, _c.ERFC_S))
+    return op.Mul(_exp_minus_square(a), op.Where(op.Less(a, double(8.0)), middle, large))
+
+
+def _erf(x: DOUBLE) -> DOUBLE:
+    magnitude = op.Abs(x)
+    small = op.Less(magnitude, double(1.0))
+    safe = op.Where(small, double(1.0), magnitude)  # keeps the unused branch finite
+    large = _with_sign_of(op.Sub(double(1.0), _erfc_from_one(safe)), x)
+    # erf_small's -0 for -0 in Where's second branch (see _zeros_kept); NaN takes it too
+    large_side = op.GreaterOrEqual(magnitude, double(1.0))
+    return op.Where(large_side, large, erf_small(op.Where(large_side, double(0.0), x)))
 
 
 def erf_small(x: ir.Value) -> ir.Value:
@@ -20,8 +60,14 @@ def erf_small(x: ir.Value) -> ir.Value:
 
 
 _HALF_PI = 1.57079632679489661923  # rounded down: pi/2 - _HALF_PI is _MOREBITS
+
+
 _QUARTER_PI = 7.85398163397448309616e-1
+
+
 _MOREBITS = 6.123233995736765886130e-17
+
+
 _TAN_3PI_8 = 2.41421356237309504880
 
 

@@ -1,112 +1,133 @@
-"""Data-dependent ops, and dense linear algebra on static matrix sizes unrolled into ONNX ops.
-
-Data-dependent: take, nonzero_static, unique, combinations, narrow with a tensor start, one_hot, cov, ...:
-lowered whole so that capture keeps them (their decompositions read tensor values with ``.item()``);
-fake_kernels.py gives the composite ones static output shapes during capture.
-Linear algebra: LU with partial pivoting (solve, inv, lu*, slogdet), Cholesky, triangular solves, QR by
-Householder reflections, one-sided Jacobi SVD and symmetric eigenvalues, pinv, the matrix exponential,
-following LAPACK's conventions (pivot choice, reflector signs) where eager's results depend on them.
-
-Each lowering here was found by the coverage sweep (``fx2onnx coverage``, docs/support-matrix.md).
+"""Linear algebra: products (mm/bmm/addmm/linear... with their integer and reduced-precision variants),
+decompositions, solvers, determinants, covariance.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
 import torch
-from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8
+from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64
 from onnxscript import opset18 as op
 
-from fx2onnx.lowerings.core import TFloat, TReal
+from fx2onnx.lowerings.builders import (
+    _NARROW_INTS,
+    TFloat,
+    TInt,
+    TIntegral,
+    TOther,
+    TReal,
+    _back,
+    _double,
+    _in_float32,
+    _p_norm,
+    _scaled_sum,
+    _widened,
+)
 from fx2onnx.lowerings.rules import lowering
 
-# Weights and indices are typed apart from the data they go with (frequency weights are integers).
-TOther = TypeVar("TOther", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
+
+@lowering("aten::addmm")
+def addmm_int(self: TInt, mat1: TInt, mat2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    return _scaled_sum(self, op.MatMul(_widened(mat1), _widened(mat2)), beta, alpha)
 
 
-def _flat(self: TReal) -> TReal:
-    return op.Reshape(self, op.Constant(value_ints=[-1]))
+@lowering("aten::addmv")
+def addmv_int(self: TInt, mat: TInt, vec: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    return _scaled_sum(self, op.MatMul(_widened(mat), _widened(vec)), beta, alpha)
 
 
-# --- data-dependent indexing ---------------------------------------------------------------------------------
-# Kept whole so that capture does not decompose them into `.item()` calls on the (input) indices.
-@lowering("aten::take")
-def take(self: TReal, index: INT64) -> TReal:
-    """self.flatten()[index], index of any shape; negative indices count from the end, as in eager."""
-    flat = _flat(self)
-    count = op.Size(self)
-    wrapped = op.Where(op.Less(index, op.Constant(value_int=0)), op.Add(index, count), index)
-    return op.Gather(flat, wrapped, axis=0)
+@lowering("aten::baddbmm")
+def baddbmm_int(self: TInt, batch1: TInt, batch2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    return _scaled_sum(self, op.MatMul(_widened(batch1), _widened(batch2)), beta, alpha)
 
 
-@lowering("aten::nonzero_static")
-def nonzero_static(self: TReal, size: int, fill_value: int = -1) -> INT64:
-    """The first `size` rows of nonzero's [count, rank] indices, padded with `fill_value` rows."""
-    rank = len(self.shape)
-    flat = _flat(self) if rank == 0 else self
-    indices = op.Transpose(op.NonZero(flat), perm=[1, 0])  # [count, max(rank, 1)]
-    columns = max(rank, 1)
-    padding = op.Expand(
-        op.Constant(value=ir.tensor([fill_value], dtype=ir.DataType.INT64)), op.Constant(value_ints=[size, columns])
-    )
-    padded = op.Concat(indices, padding, axis=0)
-    starts, ends = op.Constant(value_ints=[0, 0]), op.Constant(value_ints=[size, rank])
-    return op.Slice(padded, starts, ends, op.Constant(value_ints=[0, 1]))
+@lowering("aten::addbmm")
+def addbmm_int(self: TInt, batch1: TInt, batch2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    products = op.MatMul(_widened(batch1), _widened(batch2))
+    return _scaled_sum(self, op.ReduceSum(products, op.Constant(value_ints=[0]), keepdims=False), beta, alpha)
 
 
-@lowering("aten::unique_consecutive")
-def unique_consecutive(
-    self: TReal, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
-) -> tuple[TReal, INT64, INT64]:
-    """Flattened runs of equal elements: their values, each element's run index, each run's length.
-
-    Inverse and counts are empty unless asked for, as in eager's aten op; `dim` is not supported here.
-    """
-    if dim is not None:
-        raise NotImplementedError("unique_consecutive over a dim has no lowering here")
-    flat = _flat(self)
-    zero, one, last = op.Constant(value_ints=[0]), op.Constant(value_ints=[1]), op.Constant(value_ints=[-1])
-    big = op.Constant(value_ints=[2**62])
-    # A run starts at position 0 and wherever an element differs from the one before (NaN differs from NaN).
-    differs = op.Not(op.Equal(op.Slice(flat, one, big), op.Slice(flat, zero, last)))
-    count = op.Size(flat)
-    first = op.Greater(op.Reshape(count, one), zero)  # position 0 starts a run unless there is no element
-    starts = op.Concat(first, differs, axis=0)
-    values = op.Compress(flat, starts, axis=0)
-    empty = op.Constant(value=ir.tensor([], dtype=ir.DataType.INT64))
-    inverse = counts = empty
-    if return_inverse:
-        run = op.Sub(op.CumSum(op.Cast(starts, to=INT64.dtype), zero), op.Constant(value_int=1))
-        inverse = op.Reshape(run, op.Shape(self))
-    if return_counts:
-        positions = op.Reshape(op.NonZero(starts), last)
-        ends = op.Concat(op.Slice(positions, one, big), op.Reshape(count, one), axis=0)
-        counts = op.Sub(ends, positions)
-    return values, inverse, counts
+# --- matrix products with scaled terms: Gemm's alpha/beta and torchlib's script functions are float32 -----------
+def _scaled_sum_float64(self: DOUBLE, product: DOUBLE, beta: float, alpha: float) -> DOUBLE:
+    """beta * self + alpha * product; beta == 0 ignores `self` (its NaNs too) but keeps the broadcast shape."""
+    if alpha != 1:
+        product = op.Mul(product, _double(alpha))
+    if beta == 0:
+        return op.Expand(product, op.Shape(op.Add(self, product)))
+    return op.Add(self if beta == 1 else op.Mul(self, _double(beta)), product)
 
 
-@lowering("aten::_unique2")
-def unique2(
-    self: TReal, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False
-) -> tuple[TReal, INT64, INT64]:
-    """Sorted distinct values of the flattened input (eager sorts on CPU whatever `sorted` says).
+@lowering("aten::addmm")
+def addmm(self: DOUBLE, mat1: DOUBLE, mat2: DOUBLE, beta: float = 1.0, alpha: float = 1.0) -> DOUBLE:
+    return _scaled_sum_float64(self, op.MatMul(mat1, mat2), beta, alpha)
 
-    Bools go through uint8: ONNX Runtime has no Unique kernel for them. Inverse and counts are empty unless
-    asked for, as in eager's aten op.
-    """
-    is_bool = self.dtype == ir.DataType.BOOL
-    x = op.Cast(self, to=UINT8.dtype) if is_bool else self
-    values, _, inverse, counts = op.Unique(x, sorted=1)
-    if is_bool:
-        values = op.Cast(values, to=BOOL.dtype)
-    empty = op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.int64)))
-    inverse = op.Reshape(inverse, op.Shape(self), allowzero=1) if return_inverse else empty
-    return values, inverse, (counts if return_counts else empty)
+
+@lowering("aten::addmv")
+def addmv(self: DOUBLE, mat: DOUBLE, vec: DOUBLE, beta: float = 1.0, alpha: float = 1.0) -> DOUBLE:
+    return _scaled_sum_float64(self, op.MatMul(mat, vec), beta, alpha)
+
+
+@lowering("aten::addbmm")
+def addbmm(self: DOUBLE, batch1: DOUBLE, batch2: DOUBLE, beta: float = 1.0, alpha: float = 1.0) -> DOUBLE:
+    products = op.MatMul(batch1, batch2)
+    return _scaled_sum_float64(self, op.ReduceSum(products, op.Constant(value_ints=[0]), keepdims=False), beta, alpha)
+
+
+# The integer dtypes eager's CPU matrix products take (not bool, not uint16/32/64).
+TMatmulInt = TypeVar("TMatmulInt", INT8, INT16, INT32, INT64, UINT8)
+
+
+TWeightInt = TypeVar("TWeightInt", INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64)
+
+
+# --- matrix products in integer arithmetic ---------------------------------------------------------------------
+def _widened_integer(value: TMatmulInt) -> TMatmulInt:
+    """int8/int16/uint8 as int32, which MatMul takes; int32/int64 as they are."""
+    return op.Cast(value, to=INT32.dtype) if value.dtype in _NARROW_INTS else value
+
+
+def _narrowed(result: TMatmulInt, dtype: ir.DataType) -> TMatmulInt:
+    return op.Cast(result, to=dtype) if result.dtype != dtype else result
+
+
+@lowering("aten::bmm")
+def bmm_integer(self: TMatmulInt, mat2: TMatmulInt) -> TMatmulInt:
+    return _narrowed(op.MatMul(_widened_integer(self), _widened_integer(mat2)), self.dtype)
+
+
+@lowering("aten::dot")
+def dot_integer(self: TMatmulInt, tensor: TMatmulInt) -> TMatmulInt:
+    """MatMul of two vectors is their (0-d) inner product."""
+    return _narrowed(op.MatMul(_widened_integer(self), _widened_integer(tensor)), self.dtype)
+
+
+@lowering("aten::linear")
+def linear_integer(input: TMatmulInt, weight: TMatmulInt, bias: TMatmulInt | None = None) -> TMatmulInt:
+    """input @ weight.T + bias; a 1-D weight is a single output feature (no transpose)."""
+    wide_weight = _widened_integer(weight)
+    if len(weight.shape) == 2:
+        wide_weight = op.Transpose(wide_weight, perm=[1, 0])
+    result = op.MatMul(_widened_integer(input), wide_weight)
+    if bias is not None:
+        result = op.Add(result, _widened_integer(bias))
+    return _narrowed(result, input.dtype)
+
+
+# --- covariance of integers with float weights -----------------------------------------------------------------
+@lowering("aten::cov")
+def cov_integer_weighted(
+    self: TIntegral, aweights: TFloat, correction: int = 1, fweights: TWeightInt | None = None
+) -> TFloat:
+    """Eager multiplies `self` by the weights first (``in * w``): `self` becomes the weights' float dtype
+    (promote_types(integer, float) is the float), and everything after computes in it. Without `aweights`
+    (required here; parameters bind by name) integers keep the float lowering, which computes in float32."""
+    return cov.func(op.Cast(self, to=aweights.dtype), correction, fweights, aweights)
 
 
 @lowering("aten::combinations")
@@ -118,16 +139,6 @@ def combinations(self: TReal, r: int = 2, with_replacement: bool = False) -> TRe
     rows = [list(row) for row in pick(range(self.shape[0]), r)]
     positions = np.array(rows, dtype=np.int64).reshape(len(rows), r)
     return op.Gather(self, op.Constant(value=ir.tensor(positions)), axis=0)
-
-
-@lowering("aten::narrow.Tensor")
-def narrow_tensor(self: TReal, dim: int, start: TOther, length: int) -> TReal:
-    """`length` elements along `dim` from `start`, a 0-d tensor read at run time (negative counts from the end)."""
-    begin = op.Reshape(op.Cast(start, to=INT64.dtype), op.Constant(value_ints=[1]))
-    size = op.Shape(self, start=dim % len(self.shape), end=dim % len(self.shape) + 1)
-    begin = op.Where(op.Less(begin, op.Constant(value_ints=[0])), op.Add(begin, size), begin)
-    end = op.Add(begin, op.Constant(value_ints=[length]))
-    return op.Slice(self, begin, end, op.Constant(value_ints=[dim]))
 
 
 def _constant_of_dtype(values: torch.Tensor, dtype: int | None) -> INT64:
@@ -163,19 +174,6 @@ def triu_indices(
 ) -> INT64:
     """All arguments are constants: eager's indices, computed once at export."""
     return _constant_of_dtype(torch.triu_indices(row, col, offset), dtype)
-
-
-@lowering("aten::one_hot")
-def one_hot(self: INT64, num_classes: int = -1) -> INT64:
-    """Each index compared with 0..num_classes-1; num_classes=-1 takes the largest index plus one, at run time."""
-    if num_classes >= 0:
-        depth = op.Constant(value_int=num_classes)
-    else:
-        depth = op.Add(
-            op.ReduceMax(op.Reshape(self, op.Constant(value_ints=[-1])), keepdims=False), op.Constant(value_int=1)
-        )
-    classes = op.Range(op.Constant(value_int=0), depth, op.Constant(value_int=1))
-    return op.Cast(op.Equal(op.Unsqueeze(self, op.Constant(value_ints=[-1])), classes), to=INT64.dtype)
 
 
 # --- covariance -------------------------------------------------------------------------------------------
@@ -657,6 +655,8 @@ def linalg_tensorinv(self: TFloat, ind: int = 2) -> TFloat:
 
 # --- matrix exponential ------------------------------------------------------------------------------------------
 _EXP_MAX_SQUARINGS = 40  # scales norms up to ~5e11; exp of anything larger overflows every float type
+
+
 _EXP_TAYLOR_DEGREE = 18  # the error of a degree-18 Taylor polynomial at norm 1/2 is below float64's epsilon
 
 
@@ -968,3 +968,87 @@ def ormqr(self: TFloat, input2: TFloat, input3: TFloat, left: bool = True, trans
     for v, tau in pairs if forward else reversed(pairs):
         target = _apply_reflector(v, tau, target)
     return target if left else _transpose(target)
+
+
+# --- vector norms over given dims, rank 0 included ----------------------------------------------------------------
+@lowering("aten::linalg_vector_norm")
+def linalg_vector_norm(
+    self: TFloat, ord: float = 2.0, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
+) -> TFloat:
+    """torch.linalg.vector_norm; a 0-d input with dim 0 or -1 reduces nothing (ONNX refuses the axis)."""
+    x = op.Cast(self, to=dtype) if dtype is not None else self
+    computed = _in_float32(x)
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    axes = op.Constant(value_ints=dims) if dims and len(self.shape) else None
+    return _back(_p_norm(computed, float(ord), axes, keepdim), x)
+
+
+# --- pairwise distances ----------------------------------------------------------------------------------------------
+@lowering("aten::_cdist_forward")
+def cdist_forward(x1: TFloat, x2: TFloat, p: float, compute_mode: int | None = None) -> TFloat:
+    """[..., P, M] x [..., R, M] -> [..., P, R] p-norm distances, from the broadcast differences directly."""
+    del compute_mode  # eager's matrix-product shortcut for p=2 is a speed/accuracy trade-off; this is exact
+    if any(size == 0 for size in [*x1.shape[:-1], *x2.shape[:-1]]):
+        # ORT's reductions keep the reduced axis of a zero-size tensor: build the empty result directly.
+        shape = op.Concat(op.Shape(x1, start=0, end=-1), op.Shape(x2, start=-2, end=-1), axis=0)
+        return op.CastLike(op.ConstantOfShape(shape), x1)
+    a = op.Unsqueeze(_in_float32(x1), op.Constant(value_ints=[-2]))  # [..., P, 1, M]
+    b = op.Unsqueeze(_in_float32(x2), op.Constant(value_ints=[-3]))  # [..., 1, R, M]
+    return _back(_p_norm(op.Sub(a, b), float(p), op.Constant(value_ints=[-1]), False), x1)
+
+
+TReduced = TypeVar("TReduced", BFLOAT16, FLOAT16)
+
+
+def _float(x: TReduced) -> FLOAT:
+    return op.Cast(x, to=ir.DataType.FLOAT)
+
+
+def _scaled(x: FLOAT, factor: float) -> FLOAT:
+    return x if factor == 1 else op.Mul(x, op.Constant(value=ir.tensor(float(factor), dtype=ir.DataType.FLOAT)))
+
+
+def _rounded_once(self: TReduced, product: FLOAT, beta: float, alpha: float) -> TReduced:
+    """beta * self + alpha * product, in float32, rounded to self's dtype. beta == 0 ignores `self`, NaN
+    included (as eager), but the result keeps the broadcast shape."""
+    product = _scaled(product, alpha)
+    if beta == 0:
+        result = op.Expand(product, op.Shape(op.Add(_float(self), product)))
+    else:
+        result = op.Add(_scaled(_float(self), beta), product)
+    return op.Cast(result, to=self.dtype)
+
+
+@lowering("aten::addmm")
+def addmm_reduced_precision(
+    self: TReduced, mat1: TReduced, mat2: TReduced, beta: float = 1.0, alpha: float = 1.0
+) -> TReduced:
+    return _rounded_once(self, op.MatMul(_float(mat1), _float(mat2)), beta, alpha)
+
+
+@lowering("aten::addmv")
+def addmv_reduced_precision(
+    self: TReduced, mat: TReduced, vec: TReduced, beta: float = 1.0, alpha: float = 1.0
+) -> TReduced:
+    return _rounded_once(self, op.MatMul(_float(mat), _float(vec)), beta, alpha)
+
+
+@lowering("aten::baddbmm")
+def baddbmm(self: TReduced, batch1: TReduced, batch2: TReduced, beta: float = 1.0, alpha: float = 1.0) -> TReduced:
+    return _rounded_once(self, op.MatMul(_float(batch1), _float(batch2)), beta, alpha)
+
+
+@lowering("aten::linear")
+def linear(input: TReduced, weight: TReduced, bias: TReduced | None = None) -> TReduced:
+    """input @ weight.T + bias; a 1-D weight is a single output feature (no transpose)."""
+    if len(input.shape) == 2 and len(weight.shape) == 2:  # Gemm transposes the weight itself, bias included
+        wide_bias = _float(bias) if bias is not None else None
+        return op.Cast(op.Gemm(_float(input), _float(weight), wide_bias, transB=1), to=input.dtype)
+    # Transposed first: the optimizer folds a Transpose of a weight into a view of it, while the Cast stays a
+    # node (a float32 copy of the weights in the file would double a bfloat16 model's size).
+    if len(weight.shape) == 2:
+        weight = op.Transpose(weight, perm=[1, 0])
+    product = op.MatMul(_float(input), _float(weight))
+    if bias is None:
+        return op.Cast(product, to=input.dtype)
+    return _rounded_once(bias, product, 1.0, 1.0)

@@ -1,36 +1,19 @@
-"""Grouped matrix products of Mixture-of-Experts layers: ``aten::_grouped_mm`` and transformers' fallback op.
-
-transformers 5 runs the experts of an MoE layer (Mixtral, Qwen-MoE, OLMoE, DeepSeek, gpt-oss...) as grouped
-products: the (token, expert) pairs are sorted by expert, and rows ``offs[e-1]:offs[e]`` of the input multiply
-expert e's weight. bfloat16 models call ``torch._grouped_mm``; other dtypes (under torch.export) the custom op
-``transformers::grouped_mm_fallback``, the same product written as a loop of ``torch.mm``.
-
-ONNX has no ragged product. The number of groups is static (a dimension of a weight), the group sizes are
-run-time values, so both lowerings unroll over the groups: per group a Slice by the run-time offsets (an empty
-group is an empty Slice), a MatMul with that group's weight, and one Concat. That is eager's compute: no
-per-row gathered weights, so memory stays that of the weights.
-
-dtypes as in eager (CPU, torch 2.13): the result has the inputs' dtype; float16/bfloat16 products accumulate in
-float32 and round once. The MatMuls are emitted in the inputs' dtype and legalization runs them that way on ONNX
-Runtime CPU (Casts to float32 around each: it has no bfloat16 MatMul, and runs float16 ones through float32
-itself). Rows (or columns) beyond ``offs[-1]``, which eager's ``_grouped_mm`` leaves uninitialized, are zeros
-here, as in transformers' fallback.
-"""
+"""Mixture of experts: grouped matrix products."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
 import onnx_ir as ir
-from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT32, INT64
+from onnxscript import FLOAT, INT32, INT64
 from onnxscript import opset18 as op
 
+from fx2onnx.lowerings.builders import _LOW_PRECISION, TFloat
 from fx2onnx.lowerings.rules import lowering
 
-TFloat = TypeVar("TFloat", BFLOAT16, DOUBLE, FLOAT, FLOAT16)
 TOffset = TypeVar("TOffset", INT32, INT64)
 
-_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
 # ConstantOfShape takes bfloat16 only from opset 20; below it, zeros of that type are float32 zeros cast.
 _CONSTANT_OF_SHAPE_TYPES = (ir.DataType.FLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE)
 

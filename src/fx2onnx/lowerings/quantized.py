@@ -1,27 +1,4 @@
-"""Integer compute: ``out_dtype``, ``aten._int_mm`` and the quantize/dequantize ops PT2E leaves in a graph.
-
-Each lowering here computes what eager computes, bit for bit (measured on x86-64, torch 2.13.0, ONNX
-Runtime 1.31.1):
-
-- int8/uint8 products (``out_dtype`` of mm/linear/conv to int32, ``_int_mm``) run as ``MatMulInteger``/
-  ``ConvInteger`` on **uint8 x uint8** operands: an int8 operand is shifted by 128 into uint8 and given zero
-  point 128, which ONNX Runtime's kernels subtract exactly. Its uint8 x uint8 kernels are exact on every CPU;
-  its uint8 x int8 kernel multiplies with VPMADDUBSW on x86 without VNNI, which saturates int16 partial sums,
-  and its int8 x int8 kernel is a scalar loop there (10x slower than uint8 x uint8 on this machine).
-- Every other ``out_dtype`` dispatches its inner op for the promoted dtype through the export's registry, like
-  any FX node, then Casts to ``dtype``. Eager's float -> integer cast truncates toward zero through int32 and
-  wraps (300.7 -> 44 in int8, 1e10 -> 0, NaN -> 0); it does not saturate. ONNX Runtime's Cast does the same.
-- ``quantize_per_*`` compute ``round(x * (1 / scale))`` as eager does; ``QuantizeLinear`` computes
-  ``round(x / scale)``, which rounds differently for a few inputs in a million (more on grid-valued inputs).
-  So unless the scale is a power of two, the Mul by eager's float32 reciprocal precedes a ``QuantizeLinear``
-  of scale 1 that does the rounding, zero point and saturation; a ``Clip`` follows when
-  ``[quant_min, quant_max]`` is narrower than the dtype (torchlib omits it per tensor).
-- ``dequantize_per_*`` are ``DequantizeLinear`` with a float32 scale, exact as ``(q - zp) * scale`` is one
-  rounding in both; float64 scales that float32 cannot hold exactly are computed in float64 as eager does.
-
-Dtypes ``QuantizeLinear``/``DequantizeLinear`` lack at opset 18 (int16, uint16, int32 with a zero point) are
-computed with the same arithmetic eager uses.
-"""
+"""Integer compute and quantized graphs: out_dtype, _int_mm, quantize/dequantize."""
 
 from __future__ import annotations
 
@@ -44,10 +21,20 @@ from fx2onnx.lowerings.rules import lowering
 from fx2onnx.records import BASE_OPSET
 
 _ATEN = torch.ops.aten
+
+
 _MATMULS = (_ATEN.mm.default, _ATEN.linear.default)
+
+
 _CONVOLUTIONS = (_ATEN.conv2d.default, _ATEN.convolution.default)
+
+
 _BYTE_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
+
+
 _LOWERING_OPSET = BASE_OPSET
+
+
 _DTYPE_RANGES = {
     ir.DataType.INT8: (-128, 127),
     ir.DataType.UINT8: (0, 255),

@@ -1,10 +1,5 @@
-"""Special functions (orthogonal polynomials, Bessel, gamma family, zeta, gcd/lcm, nextafter, frexp) as ONNX graphs.
-
-Each lowering here was found by the coverage sweep (``fx2onnx coverage``, docs/support-matrix.md). They follow
-eager's algorithms (ATen/native/Math.h: the Cephes approximations, the three-term recurrences and their special
-cases), so float32 and float64 results agree with eager to a few ulps rather than merely approximating the function.
-Integer and bool inputs compute in float32 (eager promotes them to the default float dtype); float16/bfloat16 in
-float32 as eager does; the graph builder casts the result to eager's output dtype.
+"""Special functions: Bessel, gamma and zeta families, orthogonal polynomials, incomplete gamma, erf
+variants. Their kernels are in kernels.py and _cephes.py.
 """
 
 from __future__ import annotations
@@ -20,14 +15,191 @@ from onnxscript import opset18 as op
 
 from fx2onnx.emit.context import LoweringContext
 from fx2onnx.lowerings import _cephes as _c
-from fx2onnx.lowerings.accuracy import log1p
-from fx2onnx.lowerings.core import _const, _polynomial
-from fx2onnx.lowerings.kernels import acos_of_double, erf_small
+from fx2onnx.lowerings.builders import (
+    TFloat,
+    TInt,
+    TReal,
+    _back,
+    _const,
+    _double,
+    _in_float32,
+    _polynomial,
+    expm1,
+    log1p,
+)
+from fx2onnx.lowerings.kernels import _erf, _erfc_from_one, acos_of_double, double, erf_small, keep_nan
 from fx2onnx.lowerings.rules import lowering
 
-TReal = TypeVar("TReal", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
+
+@lowering("aten::log1p", "aten::special_log1p")
+def log1p_lowering(self: TFloat) -> TFloat:
+    return _back(log1p(_in_float32(self)), self)
+
+
+@lowering("aten::expm1", "aten::special_expm1")
+def expm1_lowering(self: TFloat) -> TFloat:
+    return _back(expm1(_in_float32(self)), self)
+
+
+@lowering("aten::special_xlog1py")
+def xlog1py(self: TFloat, other: TFloat) -> TFloat:
+    """x * log1p(y); 0 where x is 0 unless y is NaN."""
+    x, y = _in_float32(self), _in_float32(other)
+    zero = _const(0.0, x)
+    product = op.Mul(x, log1p(y))
+    return _back(op.Where(op.And(op.Equal(x, zero), op.Not(op.IsNaN(y))), zero, product), self)
+
+
+def _bessel_series(half: TFloat, order: int, terms: int) -> TFloat:
+    """sum_k (x/2)^(2k+order) / (k! (k+order)!), term by term (no overflow of the powers)."""
+    square = op.Mul(half, half)
+    term = _const(1.0, half) if order == 0 else half
+    total = term
+    for k in range(1, terms):
+        term = op.Div(op.Mul(term, square), _const(float(k * (k + order)), half))
+        total = op.Add(total, term)
+    return total
+
+
+def _bessel_asymptotic_scaled(magnitude: TFloat, order: int) -> TFloat:
+    """exp(-x) I_order(x) for large x: sum_k (-1)^k a_k(order) / x^k / sqrt(2 pi x)."""
+    mu = 4.0 * order * order
+    coefficient = 1.0
+    total = _const(1.0, magnitude)
+    power = _const(1.0, magnitude)
+    inverse = op.Reciprocal(magnitude)
+    for k in range(1, 8):
+        coefficient *= -(mu - (2 * k - 1) ** 2) / (k * 8.0)
+        power = op.Mul(power, inverse)
+        total = op.Add(total, op.Mul(_const(coefficient, magnitude), power))
+    return op.Div(total, op.Sqrt(op.Mul(_const(6.283185307179586, magnitude), magnitude)))
+
+
+def _modified_bessel(self: TFloat, order: int, scaled: bool) -> TFloat:
+    """I_order(x) (order 0 or 1), or exp(-|x|) I_order(x) when `scaled`: series below 30, asymptotic above."""
+    x = _in_float32(self)
+    magnitude = op.Abs(x)
+    small = op.Less(magnitude, _const(30.0, x))
+    safe_small = op.Where(small, magnitude, _const(1.0, x))
+    series = _bessel_series(op.Mul(safe_small, _const(0.5, x)), order, 60)
+    if scaled:
+        series = op.Mul(series, op.Exp(op.Neg(safe_small)))
+    safe_large = op.Where(small, _const(30.0, x), magnitude)
+    asymptotic = _bessel_asymptotic_scaled(safe_large, order)
+    if not scaled:
+        asymptotic = op.Mul(asymptotic, op.Exp(safe_large))
+    result = op.Where(small, series, asymptotic)
+    if order == 1:  # I_1 is odd
+        result = op.Where(op.Less(x, _const(0.0, x)), op.Neg(result), result)
+    result = op.Where(op.IsNaN(x), x, result)
+    return _back(result, self)
+
+
+@lowering("aten::i0", "aten::special_modified_bessel_i0")
+def bessel_i0(self: TFloat) -> TFloat:
+    return _modified_bessel(self, 0, scaled=False)
+
+
+@lowering("aten::special_i0e")
+def bessel_i0e(self: TFloat) -> TFloat:
+    return _modified_bessel(self, 0, scaled=True)
+
+
+@lowering("aten::special_i1", "aten::special_modified_bessel_i1")
+def bessel_i1(self: TFloat) -> TFloat:
+    return _modified_bessel(self, 1, scaled=False)
+
+
+@lowering("aten::special_i1e")
+def bessel_i1e(self: TFloat) -> TFloat:
+    return _modified_bessel(self, 1, scaled=True)
+
+
+@lowering("aten::special_entr")
+def entr(self: TFloat) -> TFloat:
+    """-x log x; 0 at 0, -inf below 0."""
+    zero = _const(0.0, self)
+    positive = op.Greater(self, zero)
+    safe = op.Where(positive, self, _const(1.0, self))
+    result = op.Where(positive, op.Neg(op.Mul(self, op.Log(safe))), zero)
+    result = op.Where(op.Less(self, zero), _const(float("-inf"), self), result)
+    return op.Where(op.IsNaN(self), self, result)
+
+
+@lowering("aten::special_spherical_bessel_j0")
+def spherical_bessel_j0(x: TFloat) -> TFloat:
+    """sin(x) / x, 1 at 0."""
+    zero = _const(0.0, x)
+    is_zero = op.Equal(x, zero)
+    safe = op.Where(is_zero, _const(1.0, x), x)
+    result = op.Where(is_zero, _const(1.0, x), op.Div(op.Sin(safe), safe))
+    return op.Where(op.IsInf(x), zero, result)
+
+
+@lowering("aten::sinc", "aten::special_sinc")
+def sinc(self: DOUBLE) -> DOUBLE:
+    """x == 0 ? 1 : sin(pi * x) / (pi * x)."""
+    product = op.Mul(self, _double(math.pi))
+    return op.Where(op.Equal(self, _double(0.0)), _double(1.0), op.Div(op.Sin(product), product))
+
+
+# erfc's Taylor coefficients about 3/4 (highest power first), for 0.5 <= x < 1: terms beyond h^20 are below 1e-19
+# there (|h| <= 1/4). Computed with mpmath (mpmath.taylor(mpmath.erfc, 0.75, 20)), each rounded once.
+_ERFC_NEAR_3_4 = (
+    3.7686462355785005e-08,
+    -1.988595070010976e-08,
+    -3.820585027845882e-07,
+    5.034286680771006e-07,
+    3.252264713003685e-06,
+    -7.166231694301993e-06,
+    -2.2117975642824626e-05,
+    7.57456209347206e-05,
+    0.00010618466494862627,
+    -0.0006239836743132585,
+    -0.00018603225735249506,
+    0.00396826044637477,
+    -0.0023017883040209273,
+    -0.018435235177909452,
+    0.026872509532768433,
+    0.053242729167728105,
+    -0.1506869693426267,
+    -0.026788794549800304,
+    0.4821983018964055,
+    -0.6429310691952074,
+    0.28884436634648486,
+)
+
+
+def _erfc(x: DOUBLE) -> DOUBLE:
+    """1 - erf(x) for -1 < x < 0.5; erfc's Taylor series about 0.75 up to 1 (1 - erf(x) would lose 3 bits to
+    cancellation there); erfc(|x|), and 2 - erfc(|x|) below -1: no cancellation in the tail."""
+    magnitude = op.Abs(x)
+    small = op.Less(magnitude, double(1.0))
+    tail = _erfc_from_one(op.Where(small, double(1.0), magnitude))
+    large = op.Where(op.Less(x, double(0.0)), op.Sub(double(2.0), tail), tail)
+    middle = op.Sub(double(1.0), erf_small(op.Where(small, x, double(0.0))))
+    middle = op.Where(op.GreaterOrEqual(x, double(0.5)), _polynomial(op.Sub(x, double(0.75)), _ERFC_NEAR_3_4), middle)
+    return keep_nan(x, op.Where(small, middle, large))
+
+
+@lowering("aten::erf", "aten::special_erf", variant="float64")
+def erf(self: DOUBLE) -> DOUBLE:
+    return _erf(self)
+
+
+@lowering("aten::erfc", "aten::special_erfc", variant="float64")
+def erfc(self: DOUBLE) -> DOUBLE:
+    return _erfc(self)
+
+
+@lowering("aten::sigmoid", "aten::special_expit", variant="float64")
+def sigmoid(self: DOUBLE) -> DOUBLE:
+    """eager's kernel, 1 / (1 + exp(-x)): ONNX Runtime's float64 Sigmoid is 0 below about -36.7 (eager: 4.9e-60
+    at -136.5, 0 only from -745)."""
+    return op.Reciprocal(op.Add(double(1.0), op.Exp(op.Neg(self))))
+
+
 TDegree = TypeVar("TDegree", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
-TFloat = TypeVar("TFloat", BFLOAT16, DOUBLE, FLOAT, FLOAT16)
 
 
 # --- dtype helpers ---------------------------------------------------------------------------------------------
@@ -287,8 +459,14 @@ def legendre_polynomial_p(ctx: LoweringContext, x: TReal, n: TDegree) -> TReal:
 
 # --- Bessel functions of the first and second kinds (Cephes j0.c, j1.c) ----------------------------------
 _SQRT_TWO_OVER_PI = 0.797884560802865355879892119868763737
+
+
 _TWO_OVER_PI = 0.636619772367581343075535053490057448
+
+
 _QUARTER_PI = 0.785398163397448309615660845819875721
+
+
 _THREE_QUARTERS_PI = 2.356194490192344928846982537459627163
 
 
@@ -463,8 +641,12 @@ def scaled_modified_bessel_k1(self: TReal) -> TReal:
 
 # --- the Airy function Ai (Cephes airy.c) ---------------------------------------------------------------------
 _AIRY_C1 = 0.355028053887817239260
+
+
 _AIRY_C2 = 0.258819403792806798405
-_ONE_OVER_SQRT_PI = 5.64189583547756286948e-01
+
+
+_ONE_OVER_SQRT_PI_special = 5.64189583547756286948e-01
 
 
 @lowering("aten::special_airy_ai")
@@ -482,10 +664,10 @@ def airy_ai(self: TReal) -> TReal:
     g = op.Mul(z, _ratio(square, _c.AIRY_AGN[:11], _c.AIRY_AGD[:10]))
     phase = op.Add(zeta_negative, _const(0.25 * 3.141592653589793, x))
     wave = op.Sub(op.Mul(op.Sin(phase), f), op.Mul(op.Cos(phase), g))
-    oscillating = op.Mul(op.Div(_const(_ONE_OVER_SQRT_PI, x), op.Sqrt(op.Sqrt(negative))), wave)
+    oscillating = op.Mul(op.Div(_const(_ONE_OVER_SQRT_PI_special, x), op.Sqrt(op.Sqrt(negative))), wave)
     # From 2.09.
     zeta = op.Div(op.Mul(op.Mul(_const(2.0, x), x), op.Sqrt(x)), _const(3.0, x))
-    decay = op.Mul(_const(_ONE_OVER_SQRT_PI, x), _ratio(op.Reciprocal(zeta), _c.AIRY_AN, _c.AIRY_AD))
+    decay = op.Mul(_const(_ONE_OVER_SQRT_PI_special, x), _ratio(op.Reciprocal(zeta), _c.AIRY_AN, _c.AIRY_AD))
     decaying = op.Div(decay, op.Mul(op.Mul(_const(2.0, x), op.Sqrt(op.Sqrt(x))), op.Exp(zeta)))
     # Between: Ai = c1 f(x^3) - c2 x g(x^3); eager sums until a term is below epsilon (at most ~20 terms here).
     cube = op.Mul(op.Mul(x, x), x)
@@ -509,6 +691,8 @@ def airy_ai(self: TReal) -> TReal:
 # glibc's lgamma), each with every constant in the compute dtype, so that float64 is float64-accurate. Integer
 # and bool inputs compute in float32, float16/bfloat16 in float32, as eager does.
 _PI = 3.141592653589793
+
+
 # log|Gamma(z)| for z >= 0.5: Lanczos' series (g = 7, 9 terms).
 _LANCZOS = (
     0.99999999999980993,
@@ -521,8 +705,12 @@ _LANCZOS = (
     9.9843695780195716e-6,
     1.5056327351493116e-7,
 )
+
+
 # psi(y) ~ log(y) - 1 / (2y) - sum_k B_2k / (2k y^2k): B_2k / 2k for k = 7 .. 1 (Cephes' psi.c, as eager).
 _DIGAMMA_ASYMPTOTIC = (1.0 / 12, -691.0 / 32760, 1.0 / 132, -1.0 / 240, 1.0 / 252, -1.0 / 120, 1.0 / 12)
+
+
 _DIGAMMA_STEPS = 10  # eager recurs up to y >= 10, where seven terms of the series are within 5e-17
 
 
@@ -583,6 +771,8 @@ def lgamma(self: TReal) -> TReal:
 # eager takes the sine or tangent of pi x rounded, the float64 graphs reduce that angle first, by Cody and Waite's
 # method: pi (or pi/2) in parts whose products with the (small) integer k are exact.
 _PI_PARTS = (3.141592502593994, 1.5099578831723193e-07, 1.0780605716316238e-14)  # 24, 24 and 53 bits of pi
+
+
 _HALF_PI_PARTS = (1.5707963267948966, 6.123233995736766e-17)
 
 
@@ -679,8 +869,14 @@ def polygamma(ctx: LoweringContext, n: int, self: TReal) -> TReal:
 
 # --- erfinv and ndtri (Cephes' ndtri.c, as Math.h's calc_ndtri) ------------------------------------------------
 _EXP_MINUS_TWO = 0.13533528323661269189
+
+
 _SQRT_TWO_PI = 2.50662827463100050242
+
+
 _SQRT_PI_OVER_TWO = 0.88622692545275801365  # sqrt(pi) / 2
+
+
 _ONE_OVER_SQRT_TWO = 0.70710678118654752440
 
 
@@ -746,6 +942,8 @@ _GILES_MIDDLE = (
     0.246640727,
     1.50140941,
 )
+
+
 _GILES_TAIL = (
     -0.000200214257,
     0.000100950558,
@@ -814,6 +1012,8 @@ _ZETA_A = (
     1.8152105401943546773e17,
     -7.1661652561756670113e18,
 )
+
+
 _ZETA_MAX_TERMS = 1_000_000  # direct terms beyond the first nine: q down to about -10^6 (eager: any q)
 
 
@@ -875,8 +1075,6 @@ def zeta(ctx: LoweringContext, self: TReal, other: TDegree) -> TReal:
     return _as(total, result_dtype)
 
 
-# --- gcd and lcm of integers -----------------------------------------------------------------------------
-TInt = TypeVar("TInt", INT8, INT16, INT32, INT64, UINT8)
 # Euclid's algorithm takes the most steps on consecutive Fibonacci numbers: fewer than these for each type.
 _EUCLID_STEPS = {
     ir.DataType.UINT8: 13,
@@ -998,7 +1196,7 @@ def nextafter(self: TFloat, other: TFloat) -> TFloat:
 # --- erfcx and log_ndtr ----------------------------------------------------------------------------------
 # Eager evaluates erfcx with Johnson's Faddeeva package (a 100-piece Chebyshev table); here Cephes' erf/erfc
 # rationals give erfcx(x) = exp(x^2) erfc(x) to float64 accuracy without forming erfc, so nothing underflows.
-_ONE_OVER_SQRT_PI = 0.56418958354775628694807945156
+_ONE_OVER_SQRT_PI_special = 0.56418958354775628694807945156
 
 
 def _erfcx_nonnegative(x: ir.Value) -> ir.Value:
@@ -1011,12 +1209,12 @@ def _erfcx_nonnegative(x: ir.Value) -> ir.Value:
     # Above 50 eager's continued fraction (5 terms), and its 1-term form above 5e7 (no overflow of x^4).
     fraction = op.Div(
         op.Mul(
-            _const(_ONE_OVER_SQRT_PI, x),
+            _const(_ONE_OVER_SQRT_PI_special, x),
             op.Add(op.Mul(square, op.Add(square, _const(4.5, x))), _const(2.0, x)),
         ),
         op.Mul(x, op.Add(op.Mul(square, op.Add(square, _const(5.0, x))), _const(3.75, x))),
     )
-    fraction = op.Where(op.Greater(x, _const(5e7, x)), op.Div(_const(_ONE_OVER_SQRT_PI, x), x), fraction)
+    fraction = op.Where(op.Greater(x, _const(5e7, x)), op.Div(_const(_ONE_OVER_SQRT_PI_special, x), x), fraction)
     result = op.Where(op.Less(x, one), below_one, middle)
     result = op.Where(op.GreaterOrEqual(x, _const(8.0, x)), large, result)
     return op.Where(op.Greater(x, _const(50.0, x)), fraction, result)
@@ -1111,6 +1309,8 @@ _IGAM_LIMITS = {
     ir.DataType.DOUBLE: (1.11022302462515654042e-16, 7.09782712893383996843e2, 4.503599627370496e15),
     ir.DataType.FLOAT: (5.9604644775390625e-8, 88.72283905206835, 16777216.0),
 }
+
+
 _LANCZOS_G = 6.024680040776729583740234375
 
 

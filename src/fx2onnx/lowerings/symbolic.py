@@ -1,11 +1,4 @@
-"""Lowerings for the symbolic-scalar functions torch.export leaves in a graph (``torch.sym_max`` & co.).
-
-A dynamic dimension, or a value read with ``.item()``, reaches the graph as a SymInt/SymFloat/SymBool;
-arithmetic on them is traced as calls of ``operator``/``math`` functions (torchlib lowers those) and of
-``torch.sym_*`` (lowered here). In the ONNX graph each is a 0-d tensor: INT64, BOOL, or FLOAT for
-SymFloat (fx2onnx's convention, see ``emit/graph_builder._meta_dtype``). Python numbers mixed in
-(``torch.sym_max(n, 3)``) become constants of the other operand's type through the dispatcher's casts.
-"""
+"""Symbolic scalars: sym_max/sym_min/sym_ite/sym_not/sym_float/sym_int/sqrt and floordiv on SymInts."""
 
 from __future__ import annotations
 
@@ -17,6 +10,8 @@ from onnxscript import opset18 as op
 from fx2onnx.lowerings.rules import lowering
 
 TScalar = TypeVar("TScalar", BOOL, FLOAT, INT64)
+
+
 TNumber = TypeVar("TNumber", FLOAT, INT64)
 
 

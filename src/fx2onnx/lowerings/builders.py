@@ -1,0 +1,194 @@
+"""Shared builders of fx2onnx's lowerings: constants of a value's dtype, computing in float32 and back,
+polynomials, type variables. Registers nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TypeVar
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64
+from onnxscript import opset18 as op
+
+_NUMPY = {ir.DataType.FLOAT: np.float32, ir.DataType.DOUBLE: np.float64}
+
+
+# --- log1p and expm1 (for float32/float64 values) -----------------------------------------------------------------
+# ONNX Runtime's Where (0.5-1 ms per million float32 elements) and Log (0.9 ms) cost several times a Mul, Exp or
+# Tanh (~0.1 ms): log1p has no Where, elu's expm1 neither.
+def log1p(x: TFloat) -> TFloat:
+    """log(1 + x) accurate near 0, without branches: log(u) + d / u, with u = 1 + x rounded and d = x - (u - 1) its
+    rounding error, exact for |x| <= 1 (Fast2Sum); d / u is log(1 + d / u) to first order, d / u being below an ulp.
+
+    Above 1 the correction is left out (d taken as 0; Log(1 + x) is within a few ulps there); at -1 (u = 0) d is
+    0 and is divided by the smallest normal instead of 0, leaving Log's -inf. inf gives inf; below -1 and -inf
+    give NaN, from Log. The sum is formed negated, -(-(d / u) - log(u)), which rounds the same but keeps -0 for
+    -0 (at x = +-0, log(u) is +0 and d / u is x, and +0 + -0 would be +0).
+    """
+    one = _const(1.0, x)
+    u = op.Add(x, one)
+    clamped = op.Min(x, one)
+    error = op.Sub(clamped, op.Sub(op.Add(clamped, one), one))
+    smallest = _const(float(np.finfo(_NUMPY[x.dtype]).tiny), x)
+    return op.Neg(op.Sub(op.Neg(op.Div(error, op.Max(u, smallest))), op.Log(u)))
+
+
+def expm1(x: TFloat, nonpositive: bool = False) -> TFloat:
+    """exp(x) - 1 accurate near 0: (u - 1) * (x / log(u)) with u = exp(x) rounded (Kahan's trick).
+
+    The ratio x / log(u) corrects u's rounding; it is taken first so that (u - 1) * x cannot overflow where u is
+    near the largest float. x itself where u is 1; -1 where u - 1 rounds to -1 (exp underflows, -inf included);
+    inf where exp overflows (left out when the caller promises x <= 0: `nonpositive`). NaN stays NaN.
+
+    x is the last Where's second branch, selected where |u - 1| > 0 is false, so that -0 stays -0: ONNX Runtime's
+    Where turns a -0 in its first branch into +0 (and its NotWhereFusion would swap the branches of a Not(u == 1)).
+    """
+    one = _const(1.0, x)
+    u = op.Exp(x)
+    below = op.Sub(u, one)
+    result = op.Mul(below, op.Div(x, op.Log(u)))
+    result = op.Where(op.Equal(below, _const(-1.0, x)), below, result)
+    if not nonpositive:
+        result = op.Where(op.IsInf(u), u, result)
+    return op.Where(op.Greater(op.Abs(below), _const(0.0, x)), result, x)
+
+
+TFloat = TypeVar("TFloat", BFLOAT16, DOUBLE, FLOAT, FLOAT16)
+
+
+# Every real dtype eager computes with, bool included; types the target lacks are left to legalization.
+TReal = TypeVar("TReal", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
+
+
+_LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+
+# --- integer matrix products with a scaled addend ------------------------------------------------------------
+# torchlib lowers addmm & co. with Gemm (floats only) or through CastLike of the scalars, neither of which
+# runs for integers. Integer arithmetic wraps alike in any width (results agree modulo 2**bits), so
+# int8/int16/uint8 compute in int32 (which MatMul takes) and cast back. Floats keep torchlib's implementations.
+TInt = TypeVar("TInt", INT8, INT16, INT32, INT64, UINT8)
+
+
+_NARROW_INTS = (ir.DataType.INT8, ir.DataType.INT16, ir.DataType.UINT8)
+
+
+def _widened(value: TInt) -> TInt:
+    return op.Cast(value, to=INT32.dtype) if value.dtype in _NARROW_INTS else value
+
+
+def _scaled_sum(self: TInt, product: TInt, beta: float, alpha: float) -> TInt:
+    """beta * self + alpha * product (product already widened), cast back to self's dtype.
+
+    As in eager, beta == 0 ignores `self` (but the result still has its broadcast shape).
+    """
+    wide = _widened(self)
+    if alpha != 1:
+        product = op.Mul(product, op.Constant(value=ir.tensor(int(alpha), dtype=wide.dtype)))
+    if beta == 0:
+        result = op.Expand(product, op.Shape(op.Add(wide, product)))
+    else:
+        addend = wide if beta == 1 else op.Mul(wide, op.Constant(value=ir.tensor(int(beta), dtype=wide.dtype)))
+        result = op.Add(addend, product)
+    return op.Cast(result, to=self.dtype) if wide.dtype != self.dtype else result
+
+
+# --- elementwise ops torch decomposes into prims ONNX has no lowering for ---------------------------------------
+def _is_float(value: TReal) -> bool:
+    return value.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+
+# --- special functions ---------------------------------------------------------------------------------------
+# ONNX has no gamma, Bessel or inverse error functions; these are the classic approximations, accurate to a
+# few float32 ulps (and to ~1e-7 relative in float64, within the matrix's float64 tolerance). float16 and
+# bfloat16 compute in float32: the coefficients do not survive rounding to them.
+def _in_float32(self: TFloat) -> TFloat:
+    return op.Cast(self, to=FLOAT.dtype) if self.dtype in _LOW_PRECISION else self
+
+
+def _back(result: TFloat, self: TFloat) -> TFloat:
+    return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+def _const(value: float, like: TFloat) -> TFloat:
+    return op.Constant(value=ir.tensor(value, dtype=like.dtype))
+
+
+def _polynomial(x: TFloat, coefficients: Sequence[float]) -> TFloat:
+    """Horner's rule, highest power first."""
+    result = _const(coefficients[0], x)
+    for coefficient in coefficients[1:]:
+        result = op.Add(op.Mul(result, x), _const(coefficient, x))
+    return result
+
+
+def _double(value: float) -> DOUBLE:
+    return op.Constant(value=ir.tensor(float(value), dtype=ir.DataType.DOUBLE))
+
+
+# Every integer dtype eager rounds and classifies (isfinite & co. take bool too).
+TIntegral = TypeVar("TIntegral", INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64)
+
+
+# Weights and indices are typed apart from the data they go with (frequency weights are integers).
+TOther = TypeVar("TOther", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
+
+
+def _flat(self: TReal) -> TReal:
+    return op.Reshape(self, op.Constant(value_ints=[-1]))
+
+
+def _spatial_sizes(input: TFloat, count: int, name: str) -> list[int]:
+    sizes = list(input.shape)[-count:]
+    if not all(isinstance(size, int) for size in sizes):
+        raise ValueError(f"{name} needs static spatial sizes, got {list(input.shape)}")
+    return [int(size) for size in sizes]
+
+
+TIndex = TypeVar("TIndex", INT32, INT64)
+
+
+# --- p-norms over every element (dist, norm.Scalar) ------------------------------------------------------------------
+def _p_norm(x: TFloat, p: float, axes: INT64 | None, keepdim: bool) -> TFloat:
+    """The p-norm of x over `axes` (all when None), as torch.linalg.vector_norm defines it for each p."""
+    magnitude = op.Abs(x)
+    if p == math.inf:
+        return op.ReduceMax(magnitude, axes, keepdims=keepdim)
+    if p == -math.inf:
+        return op.ReduceMin(magnitude, axes, keepdims=keepdim)
+    if p == 0:
+        return op.ReduceSum(op.CastLike(op.Not(op.Equal(x, op.CastLike(0.0, x))), x), axes, keepdims=keepdim)
+    if p == 1:
+        return op.ReduceSum(magnitude, axes, keepdims=keepdim)
+    if p == 2:
+        return op.Sqrt(op.ReduceSumSquare(x, axes, keepdims=keepdim))
+    powered = op.ReduceSum(op.Pow(magnitude, op.CastLike(p, x)), axes, keepdims=keepdim)
+    return op.Pow(powered, op.CastLike(1.0 / p, x))
+
+
+# A complex tensor's components, as the layout carries them.
+TComponent = TypeVar("TComponent", FLOAT, DOUBLE)
+
+
+# --- helpers --------------------------------------------------------------------------------------------------------
+def _part(self: TComponent, index: int) -> TComponent:
+    """The real (0) or imaginary (1) part, without the trailing dim."""
+    part = op.Slice(
+        self,
+        op.Constant(value_ints=[index]),
+        op.Constant(value_ints=[index + 1]),
+        op.Constant(value_ints=[-1]),
+    )
+    return op.Squeeze(part, op.Constant(value_ints=[-1]))
+
+
+def _complex_rank(self: TComponent) -> int:
+    return len(self.shape) - 1
+
+
+def _conj(self: TComponent) -> TComponent:
+    """Negate the imaginary part (a multiply by (1, -1) keeps NaN and inf as eager does)."""
+    return op.Mul(self, op.CastLike(op.Constant(value_floats=[1.0, -1.0]), self))
