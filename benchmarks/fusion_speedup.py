@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             model, args = MODELS[name].build(), MODELS[name].inputs()
             paths, counts = {}, {}
             for label, (opset, rotary) in variants.items():
-                skip_rotary = mock.patch("fx2onnx.finalize.fusions.fuse_rotary_embeddings", return_value=0)
+                skip_rotary = mock.patch("fx2onnx._finalize.fusions.fuse_rotary_embeddings", return_value=0)
                 patch = contextlib.nullcontext() if rotary else skip_rotary
                 with patch:
                     program = fx2onnx.export(model, args, opset_version=opset)

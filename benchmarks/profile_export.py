@@ -29,14 +29,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 # (module, attribute, step name): what is timed. Nested steps are subtracted from their parents.
 STEPS = [
-    ("fx2onnx.registry", "global_registry", "registry (first use builds it)"),
-    ("fx2onnx.capture", "decomposition_table", "decomposition table"),
+    ("fx2onnx._registry", "global_registry", "registry (first use builds it)"),
+    ("fx2onnx._capture", "decomposition_table", "decomposition table"),
     ("torch.export", "export", "torch.export.export"),
     ("torch.export.exported_program.ExportedProgram", "run_decompositions", "run_decompositions"),
-    ("fx2onnx.passes", "run_fx_passes", "fx passes"),
-    ("fx2onnx.emit.recorder", "infer_node_types", "emit: per-node type inference"),
-    ("fx2onnx.emit.graph_builder.GraphEmitter", "run", "dispatch+emit (rest)"),
-    ("fx2onnx.finalize.optimizer", "optimize", "finalize: onnxscript optimizer"),
+    ("fx2onnx._passes", "run_fx_passes", "fx passes"),
+    ("fx2onnx._emit.recorder", "infer_node_types", "emit: per-node type inference"),
+    ("fx2onnx._emit.graph_builder.GraphEmitter", "run", "dispatch+emit (rest)"),
+    ("fx2onnx._finalize.optimizer", "optimize", "finalize: onnxscript optimizer"),
     ("onnx_ir.passes.common.ShapeInferencePass", "call", "shape inference (onnx)"),
     ("fx2onnx.export", "finalize", "finalize (rest)"),
     ("fx2onnx.legalize", "legalize_model", "legalize"),
@@ -85,17 +85,17 @@ def _resolve(path: str) -> Any:
 
 
 def install(timer: StepTimer) -> None:
-    import fx2onnx.emit.graph_builder
-    import fx2onnx.emit.recorder
-    import fx2onnx.export  # noqa: F401
+    import fx2onnx._emit.graph_builder
+    import fx2onnx._emit.recorder
+    import fx2onnx._export  # noqa: F401
 
     for owner_path, attribute, name in STEPS:
         owner = _resolve(owner_path)
         setattr(owner, attribute, timer.wrap(getattr(owner, attribute), name))
     # Modules that imported a function by name hold their own reference: point them at the wrapper.
-    recorder = sys.modules["fx2onnx.emit.recorder"]
+    recorder = sys.modules["fx2onnx._emit.recorder"]
     export_module = sys.modules["fx2onnx.export"]
-    registry = sys.modules["fx2onnx.registry"]
+    registry = sys.modules["fx2onnx._registry"]
     export_module.global_registry = registry.global_registry
     for module in list(sys.modules.values()):
         if getattr(module, "infer_node_types", None) is not None and module is not recorder:
@@ -127,8 +127,8 @@ def main() -> int:
     if options.before:
         import onnxscript.optimizer
 
-        from fx2onnx import streaming
-        from fx2onnx.finalize import optimizer
+        from fx2onnx import _streaming as streaming
+        from fx2onnx._finalize import optimizer
 
         optimizer.optimize = lambda model: onnxscript.optimizer.optimize_ir(model)
         streaming.writes_protobuf = lambda path: False  # ONNXProgram.save then calls ir.save

@@ -147,7 +147,7 @@ def test_failed_save_leaves_no_partial_file(tmp_path: os.PathLike, monkeypatch: 
         raise OSError("disk full")  # ...and fails half way
 
     monkeypatch.setattr("onnx_ir.save", fail)
-    monkeypatch.setattr("fx2onnx.streaming.save_model", fail)  # the writer .onnx files go through
+    monkeypatch.setattr("fx2onnx._streaming.save_model", fail)  # the writer .onnx files go through
     with pytest.raises(OSError, match="disk full"):
         program.save(path)
     assert os.listdir(tmp_path) == []
@@ -237,7 +237,7 @@ def test_symbolic_trace_failure_is_a_capture_error() -> None:
 
 
 def test_verification_compares_integers_exactly_beyond_float64s_precision() -> None:
-    from fx2onnx.verification import compare
+    from fx2onnx._verification import compare
 
     expected = torch.tensor([2**62, -(2**60), 7], dtype=torch.int64)
     off_by_100 = expected + torch.tensor([100, 0, 0])  # the same value once both are rounded to float64
@@ -247,7 +247,7 @@ def test_verification_compares_integers_exactly_beyond_float64s_precision() -> N
 
 
 def test_verification_admits_an_infinite_expected_value_only_itself() -> None:
-    from fx2onnx.verification import compare
+    from fx2onnx._verification import compare
 
     inf, nan = float("inf"), float("nan")
     expected = torch.tensor([inf, -inf, nan, 1.0])

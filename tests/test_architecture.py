@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.lowerings import registered_rules
-from fx2onnx.records import qualified_name
+from fx2onnx._lowerings import registered_rules
+from fx2onnx._records import qualified_name
 
 PACKAGE = pathlib.Path(fx2onnx.__file__).parent
 
@@ -27,28 +27,28 @@ PACKAGE = pathlib.Path(fx2onnx.__file__).parent
 # A module is placed by its longest matching prefix.
 LAYERS: list[tuple[str, ...]] = [
     (  # leaves every stage may use
-        "fx2onnx.version",
-        "fx2onnx.records",
+        "fx2onnx._version",
+        "fx2onnx._records",
         "fx2onnx.errors",
-        "fx2onnx.dtypes",
-        "fx2onnx.complex_layout",
-        "fx2onnx.rounding_noise",
-        "fx2onnx.streaming",
-        "fx2onnx.verification",
-        "fx2onnx.fake_kernels",
-        "fx2onnx.torch_compat",
+        "fx2onnx._dtypes",
+        "fx2onnx._complex_layout",
+        "fx2onnx._rounding_noise",
+        "fx2onnx._streaming",
+        "fx2onnx._verification",
+        "fx2onnx._fake_kernels",
+        "fx2onnx._torch_compat",
         "fx2onnx.examples",
     ),
-    ("fx2onnx.capture",),
-    ("fx2onnx.passes",),
-    ("fx2onnx.emit", "fx2onnx.emit.recorder", "fx2onnx.emit.context"),
-    ("fx2onnx.lowerings",),
-    ("fx2onnx.registry",),
-    ("fx2onnx.dispatch",),
-    ("fx2onnx.emit.graph_builder", "fx2onnx.emit.control_flow"),
-    ("fx2onnx.finalize",),
+    ("fx2onnx._capture",),
+    ("fx2onnx._passes",),
+    ("fx2onnx._emit", "fx2onnx._emit.recorder", "fx2onnx._emit.context"),
+    ("fx2onnx._lowerings",),
+    ("fx2onnx._registry",),
+    ("fx2onnx._dispatch",),
+    ("fx2onnx._emit.graph_builder", "fx2onnx._emit.control_flow"),
+    ("fx2onnx._finalize",),
     ("fx2onnx.legalize",),
-    ("fx2onnx.intermediates", "fx2onnx.report"),
+    ("fx2onnx._intermediates", "fx2onnx.report"),
     ("fx2onnx.program",),
     ("fx2onnx.export",),
     ("fx2onnx", "fx2onnx.cli", "fx2onnx.coverage"),
@@ -152,7 +152,7 @@ def _layer(module: str) -> int | None:
 def test_import_graph_has_no_cycle() -> None:
     graph = _import_graph()
     assert len(graph) > 50  # the whole package was read
-    assert "fx2onnx.registry" in graph["fx2onnx.dispatch"]  # and its imports, deferred ones included
+    assert "fx2onnx._registry" in graph["fx2onnx._dispatch"]  # and its imports, deferred ones included
     assert _cycles(graph) == []
 
 
@@ -171,10 +171,10 @@ def test_imports_follow_the_stage_order() -> None:
 
 def test_the_layering_check_sees_a_violation() -> None:
     """The checks above can fail: an upward import and a cycle are found in a made-up graph."""
-    graph = {"fx2onnx.capture": {"fx2onnx.program"}, "fx2onnx.program": {"fx2onnx.capture"}}
-    assert _cycles(graph) == [["fx2onnx.capture", "fx2onnx.program"]]
-    assert _layer("fx2onnx.capture") < _layer("fx2onnx.program")  # type: ignore[operator]
-    assert _layer("fx2onnx.emit.graph_builder") > _layer("fx2onnx.lowerings.core")  # type: ignore[operator]
+    graph = {"fx2onnx._capture": {"fx2onnx.program"}, "fx2onnx.program": {"fx2onnx._capture"}}
+    assert _cycles(graph) == [["fx2onnx._capture", "fx2onnx.program"]]
+    assert _layer("fx2onnx._capture") < _layer("fx2onnx.program")  # type: ignore[operator]
+    assert _layer("fx2onnx._emit.graph_builder") > _layer("fx2onnx._lowerings.core")  # type: ignore[operator]
 
 
 # Custom ops fx2onnx lowers, registered by the modules that define them.

@@ -12,9 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fx2onnx import examples
-from fx2onnx.capture import lowerable_as_captured
-from fx2onnx.registry import Registry
+from fx2onnx import Registry, examples
+from fx2onnx._capture import lowerable_as_captured
 
 from conftest import Call, assert_exports_and_matches
 

@@ -120,7 +120,7 @@ def test_a_registered_complex_implementation_takes_precedence() -> None:
     """A user's complex `dot` (here: conjugating its first operand, as `vdot` does) is used, not the rewrite."""
     from onnxscript import opset18 as op
 
-    from fx2onnx.registry import Registry
+    from fx2onnx import Registry
 
     def conjugating_dot(self, tensor):  # type: ignore[no-untyped-def]  # (..., 2) layout in and out
         a, b = op.Split(self, axis=-1, num_outputs=2)  # [n, 1] each

@@ -62,8 +62,8 @@ class IntegerBranches(torch.nn.Module):
 
 
 def test_cond_whose_branches_the_registry_lowers_is_not_decomposed() -> None:
-    from fx2onnx.capture import CONTROL_FLOW_OPERATORS
-    from fx2onnx.emit.control_flow import EMITTERS
+    from fx2onnx._capture import CONTROL_FLOW_OPERATORS
+    from fx2onnx._emit.control_flow import EMITTERS
 
     assert set(EMITTERS) == CONTROL_FLOW_OPERATORS  # capture's list of bodies it checks = what emit lowers
     x = torch.randn(4, 3)

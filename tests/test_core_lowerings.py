@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from fx2onnx.registry import Registry
+from fx2onnx import Registry
 
 from conftest import Call, assert_exports_and_matches
 

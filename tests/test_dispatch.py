@@ -10,8 +10,8 @@ from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
 import fx2onnx
-from fx2onnx.dispatch import Dispatcher
-from fx2onnx.registry import Registry
+from fx2onnx import Registry
+from fx2onnx._dispatch import Dispatcher
 
 from conftest import assert_exports_and_matches as check
 

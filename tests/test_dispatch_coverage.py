@@ -28,13 +28,13 @@ import pytest
 import torch
 import torch.fx
 
-from fx2onnx import dtypes
+from fx2onnx import Registry
+from fx2onnx import _dtypes as dtypes
+from fx2onnx._dispatch import Dispatcher
+from fx2onnx._emit.graph_builder import is_runtime_check
+from fx2onnx._records import BASE_OPSET
 from fx2onnx.coverage import discovery
-from fx2onnx.dispatch import Dispatcher
-from fx2onnx.emit.graph_builder import is_runtime_check
 from fx2onnx.errors import UnsupportedOperatorError
-from fx2onnx.records import BASE_OPSET
-from fx2onnx.registry import Registry
 
 # "f32" -> torch.float32, for every dtype fx2onnx maps to ONNX
 _TORCH_DTYPES = {dtypes.short_name(d): d for d in dtypes._TORCH_TO_ONNX}

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from onnxscript import opset18 as op
 
 import fx2onnx
-from fx2onnx import dtypes
+from fx2onnx import _dtypes as dtypes
 from fx2onnx.examples import tiny_gpt, tiny_resnet
 from fx2onnx.legalize import LegalizationError, legalize_model, probes, tables, targets
 from fx2onnx.legalize import cli as legalize_cli

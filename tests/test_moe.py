@@ -260,7 +260,7 @@ def test_transformers_fallback_rows_beyond_the_last_offset_are_zeros(offs_dtype:
 def test_fallback_lowering_is_registered_without_importing_transformers() -> None:
     """The registry keys the custom op by name: no transformers import is needed to lower it."""
     code = (
-        "import sys; from fx2onnx.registry import Registry;"
+        "import sys; from fx2onnx._registry import Registry;"
         "assert Registry.default().lowers('transformers::grouped_mm_fallback');"
         "assert 'transformers' not in sys.modules"
     )

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fx2onnx.registry import Registry
+from fx2onnx import Registry
 
 from conftest import Call, assert_exports_and_matches
 

@@ -1,4 +1,4 @@
-"""``fx2onnx.finalize.optimizer.optimize`` gives the graph ``onnxscript.optimizer.optimize_ir`` gives.
+"""``fx2onnx._finalize.optimizer.optimize`` gives the graph ``onnxscript.optimizer.optimize_ir`` gives.
 
 The same nodes, attributes and initializers; the recorded shapes of intermediate values may differ
 (fx2onnx's constant folding reuses the shapes recorded at emission instead of re-running ONNX
@@ -15,7 +15,7 @@ import torch
 
 import fx2onnx
 from fx2onnx import examples
-from fx2onnx.finalize import optimizer
+from fx2onnx._finalize import optimizer
 
 
 class _TwoSlices(torch.nn.Module):

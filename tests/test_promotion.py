@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
 import fx2onnx
-from fx2onnx import dtypes
-from fx2onnx.passes.promotion import CAST
-from fx2onnx.verification import compare
+from fx2onnx import _dtypes as dtypes
+from fx2onnx._passes.promotion import CAST
+from fx2onnx._verification import compare
 
 from conftest import assert_exports_and_matches as check
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.dtypes import to_onnx
+from fx2onnx._dtypes import to_onnx
 
 from conftest import assert_exports_and_matches as check
 from conftest import assert_rounds_like_eager

@@ -11,8 +11,8 @@ from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
 import fx2onnx
+from fx2onnx._verification import TOLERANCES
 from fx2onnx.examples import TinyGPT
-from fx2onnx.verification import TOLERANCES
 
 
 def _tiny_gpt(dtype: torch.dtype, width: int = 64, layers: int = 2) -> tuple[torch.nn.Module, torch.Tensor]:

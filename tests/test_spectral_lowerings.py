@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from fx2onnx import complex_layout
-from fx2onnx.registry import Registry
+from fx2onnx import Registry
+from fx2onnx import _complex_layout as complex_layout
 
 from conftest import Call, assert_exports_and_matches
 

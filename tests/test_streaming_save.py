@@ -13,7 +13,7 @@ import torch
 from onnx_ir.tensor_adapters import TorchTensor
 
 import fx2onnx
-from fx2onnx import streaming
+from fx2onnx import _streaming as streaming
 
 
 class _Mixed(torch.nn.Module):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from fx2onnx._export import export
+from fx2onnx._finalize import max_opset
+from fx2onnx._registry import Implementation, Registry, is_registered, overloads, register, unregister
+from fx2onnx._verification import OutputVerification
+from fx2onnx._version import __version__
 from fx2onnx.errors import (
     CaptureError,
     ExportError,
@@ -11,12 +16,7 @@ from fx2onnx.errors import (
     UnsupportedOperatorError,
     VerificationError,
 )
-from fx2onnx.export import export
-from fx2onnx.finalize import max_opset
 from fx2onnx.program import ONNXProgram
-from fx2onnx.registry import Implementation, Registry, is_registered, overloads, register, unregister
-from fx2onnx.verification import OutputVerification
-from fx2onnx.version import __version__
 
 __all__ = [
     "CaptureError",

@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fx2onnx.records import BASE_OPSET, FX_NODE, STACK_TRACE
+from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE
 
 _DTYPES = {
     "fp32": "float32",

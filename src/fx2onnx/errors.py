@@ -62,7 +62,7 @@ class _Candidate(Protocol):
 
 
 class DispatchOutcome(Protocol):
-    """What :class:`UnsupportedOperatorError` reads of a dispatch decision (``fx2onnx.dispatch.DispatchDecision``)."""
+    """What :class:`UnsupportedOperatorError` reads of a dispatch decision (``fx2onnx._dispatch.DispatchDecision``)."""
 
     node: str
     target: str

@@ -13,15 +13,17 @@ import onnx_ir as ir
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx import complex_layout, rounding_noise, streaming
-from fx2onnx.capture import flatten_inputs
-from fx2onnx.intermediates import verify_with_intermediates
-from fx2onnx.verification import TOLERANCES, OutputVerification, compare, cpu_session, to_ortvalue, to_torch
+from fx2onnx import _complex_layout as complex_layout
+from fx2onnx import _rounding_noise as rounding_noise
+from fx2onnx import _streaming as streaming
+from fx2onnx._capture import flatten_inputs
+from fx2onnx._intermediates import verify_with_intermediates
+from fx2onnx._verification import TOLERANCES, OutputVerification, compare, cpu_session, to_ortvalue, to_torch
 
 if TYPE_CHECKING:
     import onnxruntime
 
-    from fx2onnx.capture import CapturedGraph
+    from fx2onnx._capture import CapturedGraph
     from fx2onnx.report import ExportReport
 
 
@@ -111,7 +113,7 @@ class ONNXProgram:
             x for x in flatten_inputs(self._in_spec, args, kwargs) if isinstance(x, (torch.Tensor, int, float, bool))
         ]
         names = [i.name for i in session.get_inputs()]
-        # Complex tensors travel as (..., 2) real ones (fx2onnx.complex_layout).
+        # Complex tensors travel as (..., 2) real ones (fx2onnx._complex_layout).
         tensors = [complex_layout.as_real(x) for x in flat if isinstance(x, torch.Tensor)]
         if len(tensors) != len(names):
             raise ValueError(f"the model takes {len(names)} tensor inputs ({names}), got {len(tensors)}")
@@ -130,7 +132,7 @@ class ONNXProgram:
         """Run eager and ONNX Runtime on the same inputs and compare every output.
 
         `intermediates=True` also compares the value of every FX node with the ONNX value named after
-        it and returns a :class:`fx2onnx.intermediates.Verification` (still the list of outputs) whose
+        it and returns a :class:`fx2onnx._intermediates.Verification` (still the list of outputs) whose
         ``first_mismatch`` names the first node that differs, with its source line; the program's
         report records it.
         """

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 
-from fx2onnx import dtypes, errors
-from fx2onnx.dispatch import DispatchDecision
-from fx2onnx.records import BASE_OPSET, CastRecord
-from fx2onnx.version import __version__
+from fx2onnx import _dtypes as dtypes
+from fx2onnx import errors
+from fx2onnx._dispatch import DispatchDecision
+from fx2onnx._records import BASE_OPSET, CastRecord
+from fx2onnx._version import __version__
 
 if TYPE_CHECKING:
-    from fx2onnx.intermediates import NodeComparison
-    from fx2onnx.verification import OutputVerification
+    from fx2onnx._intermediates import NodeComparison
+    from fx2onnx._verification import OutputVerification
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SARIF_SUFFIXES = (".sarif", ".sarif.json")
@@ -536,7 +537,7 @@ class Failure:
 
 def casts_inserted_by_passes(graph: torch.fx.Graph, nodes_before: set[torch.fx.Node]) -> list[CastRecord]:
     """The dtype conversions FX passes (type promotion) inserted, each attributed to the node that consumes it."""
-    from fx2onnx.passes.subgraphs import graph_modules
+    from fx2onnx._passes.subgraphs import graph_modules
 
     records = []
     owner = graph.owning_module

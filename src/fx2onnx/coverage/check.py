@@ -65,9 +65,9 @@ def check_sample(
 # --- fx2onnx ----------------------------------------------------------------------------------------
 def _check_fx2onnx(sample: PreparedSample, phase: Phase, signatures: list[dict[str, Any]] | None) -> SampleOutcome:
     import fx2onnx
-    from fx2onnx import capture as capture_stage
+    from fx2onnx import _capture as capture_stage
+    from fx2onnx._registry import global_registry
     from fx2onnx.coverage.discovery import RecordingExtractor
-    from fx2onnx.registry import global_registry
 
     extractor = RecordingExtractor(capture_stage.TorchExportExtractor(False, global_registry()))
     phase("export")
@@ -125,7 +125,7 @@ def session(model_bytes: bytes) -> Any:
 def run(ort_session: Any, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     import onnxruntime
 
-    from fx2onnx.verification import to_ortvalue, to_torch
+    from fx2onnx._verification import to_ortvalue, to_torch
 
     names = [i.name for i in ort_session.get_inputs()]
     if len(names) != len(inputs):
@@ -156,7 +156,7 @@ def failure(sample: PreparedSample, status: str, error: BaseException) -> Sample
 
 
 def compare_outputs(sample: PreparedSample, actual: Sequence[torch.Tensor]) -> SampleOutcome:
-    from fx2onnx.verification import compare
+    from fx2onnx._verification import compare
 
     expected = sample.expected
     if len(actual) != len(expected):

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 import torch.fx
 
-from fx2onnx import capture as capture_stage
-from fx2onnx import dtypes
-from fx2onnx.dispatch import node_arguments
-from fx2onnx.records import qualified_name
+from fx2onnx import _capture as capture_stage
+from fx2onnx import _dtypes as dtypes
+from fx2onnx._dispatch import node_arguments
+from fx2onnx._records import qualified_name
 
 DATA_PATH = os.path.join(os.path.dirname(__file__), "aten_dtypes.json")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from fx2onnx._records import FX_NODE, STACK_TRACE, TARGET, CastRecord
 from fx2onnx.errors import LegalizationError, source_line
 from fx2onnx.legalize.rewrite import Legalizer, Refusal
 from fx2onnx.legalize.targets import (
@@ -21,7 +22,6 @@ from fx2onnx.legalize.targets import (
     register_target,
     unregister_target,
 )
-from fx2onnx.records import FX_NODE, STACK_TRACE, TARGET, CastRecord
 
 TARGETS = ("onnxruntime-cpu", "onnx")
 

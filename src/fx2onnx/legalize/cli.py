@@ -7,9 +7,9 @@ import argparse
 import time
 from collections.abc import Sequence
 
+from fx2onnx._records import BASE_OPSET
 from fx2onnx.legalize import tables
 from fx2onnx.legalize.targets import get_target
-from fx2onnx.records import BASE_OPSET
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,10 +27,10 @@ from typing import Union
 import onnx
 import onnx_ir as ir
 
-from fx2onnx import dtypes
+from fx2onnx import _dtypes as dtypes
+from fx2onnx._records import FX_NODE, LEGALIZED, METADATA_PREFIX, NAMESPACE, CastRecord
 from fx2onnx.legalize import probes, schemas, widening
 from fx2onnx.legalize.targets import Target, Verdict
-from fx2onnx.records import FX_NODE, LEGALIZED, METADATA_PREFIX, NAMESPACE, CastRecord
 
 GraphLike = Union[ir.Graph, ir.Function]  # noqa: UP007 - runtime alias on 3.10
 RUNTIME_CASTS = "legalize (fast_math: onnxruntime's own Casts)"

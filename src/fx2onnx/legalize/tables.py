@@ -28,8 +28,8 @@ from typing import Any
 import onnx
 import onnx.defs
 
+from fx2onnx._records import BASE_OPSET
 from fx2onnx.legalize import probes, schemas
-from fx2onnx.records import BASE_OPSET
 
 FORMAT = 1
 CPU = "CPUExecutionProvider"

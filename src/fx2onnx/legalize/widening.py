@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from fx2onnx import dtypes
+from fx2onnx import _dtypes as dtypes
 
 DataType = ir.DataType
 

@@ -1,0 +1,537 @@
+"""Capture: turn a model and example inputs into an ATen-level FX graph.
+
+Extractors are pluggable (:class:`Extractor`). ``torch.export`` (non-strict by default) is the
+first; ``torch.fx.symbolic_trace`` followed by ``make_fx`` is the second, for models torch.export
+rejects. Both produce a :class:`CapturedGraph`: the graph plus which placeholders are user inputs,
+which are weights, and how inputs/outputs flatten (pytrees).
+
+Decomposition uses torch's table minus every op the registry lowers directly, so that what ONNX can
+express natively (``layer_norm``, ``scaled_dot_product_attention``, ``gelu``...) stays whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import operator
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from fx2onnx._fake_kernels import static_fake_kernels
+from fx2onnx._records import qualified_name
+from fx2onnx.errors import CaptureError, user_frame
+
+
+@dataclasses.dataclass
+class CapturedGraph:
+    """An ATen-level FX graph and what its placeholders and outputs mean."""
+
+    graph_module: torch.fx.GraphModule
+    user_inputs: list[torch.fx.Node]  # tensor (and symbolic) user inputs, in flat order
+    constant_inputs: dict[torch.fx.Node, Any]  # user inputs specialised to constants (ints, None...)
+    weights: dict[torch.fx.Node, tuple[str, torch.Tensor]]  # placeholder -> (qualified name, tensor)
+    user_outputs: list[Any]  # FX output arguments that the user sees, in flat order
+    in_spec: pytree.TreeSpec | None
+    out_spec: pytree.TreeSpec | None
+    exported_program: ExportedProgram | None
+    strategy: str
+    seconds: float = 0.0
+    decomposed: list[str] = dataclasses.field(default_factory=list)  # overloads decomposed away
+    # Of `seconds`: the tracer itself (torch.export / symbolic_trace + make_fx) and decomposition. The
+    # rest is fx2onnx's own work around them, which issue 8 counts as the exporter's overhead.
+    trace_seconds: float = 0.0
+    decomposition_seconds: float = 0.0
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
+
+
+class Extractor(Protocol):
+    """Produces a decomposed ATen graph from a model."""
+
+    name: str
+
+    def capture(
+        self,
+        model: torch.nn.Module | ExportedProgram,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dynamic_shapes: Any,
+        decompositions: Mapping[Any, Callable[..., Any]],
+    ) -> CapturedGraph: ...
+
+
+class Registry(Protocol):
+    """What capture asks of the registry (:class:`fx2onnx._registry.Registry`, a later stage): which ops are lowered
+    as they are, so that decomposition keeps them."""
+
+    def lowers(self, target: Any, *, complex: bool = False) -> bool: ...
+
+    def lowers_on_parts(self, target: Any) -> bool:
+        """Whether an op with complex inputs is lowered by its real lowering once rewritten on its parts."""
+        ...
+
+
+def decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
+    """torch's default decompositions, minus the overloads the registry can lower directly (for real inputs:
+    an op with only complex implementations stays decomposable for the real graphs that need it)."""
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if registry.lowers(qualified_name(op)):
+            table.pop(op)
+    return dict(table.items())
+
+
+def _takes_complex(node: torch.fx.Node) -> bool:
+    """Whether any tensor argument of `node` is complex (its implementations are kept apart)."""
+    values = [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(v, torch.Tensor) and v.is_complex() for v in values)
+
+
+def _lowers(registry: Registry, node: torch.fx.Node) -> bool:
+    """Whether `node`'s op is lowered as it is: by the registry, or, with complex inputs, by its real lowering
+    after the FX pass that rewrites it on the real and imaginary parts (passes/complex_parts.py)."""
+    if not _takes_complex(node):
+        return registry.lowers(node.target)
+    return registry.lowers_on_parts(node.target) or registry.lowers(node.target, complex=True)
+
+
+def _updates_statistics(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
+    """Batch norm in training mode updates its running statistics though its schema marks no mutation;
+    decomposition functionalizes that, so such a graph must be decomposed."""
+    for position, argument in enumerate(target._schema.arguments):
+        if argument.name == "training":
+            value = node.kwargs.get("training", node.args[position] if position < len(node.args) else False)
+            return bool(value)
+    return False
+
+
+class LazyDecompositionTable(Mapping[Any, Callable[..., Any]]):
+    """:func:`decomposition_table`, built on first use: a capture that needs no decomposition never builds it."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._table: dict[Any, Callable[..., Any]] | None = None
+
+    @property
+    def table(self) -> dict[Any, Callable[..., Any]]:
+        if self._table is None:
+            self._table = decomposition_table(self.registry)
+        return self._table
+
+    def __getitem__(self, op: Any) -> Callable[..., Any]:
+        return self.table[op]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+def fallback_decompositions(graph_module: torch.fx.GraphModule, registry: Registry) -> dict[Any, Callable[..., Any]]:
+    """Decompositions, from torch's full table, for overloads still in the graph that the registry lacks."""
+    from torch._decomp import decomposition_table as full_table
+
+    needed = {}
+    bodies = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]  # and torch.cond branches
+    for node in (n for module in bodies for n in module.graph.nodes):
+        target = node.target
+        is_overload = node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+        if is_overload and not _lowers(registry, node) and target in full_table:
+            needed[target] = full_table[target]
+    return needed
+
+
+def lowerable_as_captured(program: ExportedProgram, registry: Registry) -> bool:
+    """Whether the registry lowers torch.export's graph as it is, so that decomposing it would change nothing.
+
+    That holds when no op mutates (decomposition functionalizes the graph) and every op has an
+    implementation (decomposition keeps those). Ops without results are runtime checks, which emit skips.
+    """
+    signature = program.graph_signature
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
+        return False
+    return _lowerable_graph(program.graph_module, registry)
+
+
+# Higher-order operators the emitter turns into If/Loop/Scan with bodies of their own (emit/control_flow.py's
+# EMITTERS; a test keeps the two in step): lowerable as captured when their bodies are.
+CONTROL_FLOW_OPERATORS = frozenset(
+    {
+        torch.ops.higher_order.cond,
+        torch.ops.higher_order.while_loop,
+        torch.ops.higher_order.scan,
+        torch.ops.higher_order.map_impl,
+    }
+)
+
+
+def _lowerable_graph(graph_module: torch.fx.GraphModule, registry: Registry) -> bool:
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        target = node.target
+        if target in CONTROL_FLOW_OPERATORS:
+            bodies = [getattr(graph_module, a.target) for a in node.all_input_nodes if a.op == "get_attr"]
+            bodies = [body for body in bodies if isinstance(body, torch.fx.GraphModule)]
+            if not bodies or not all(_lowerable_graph(body, registry) for body in bodies):
+                return False
+            continue
+        if isinstance(target, torch._ops.OpOverload):
+            if target._schema.is_mutable or _updates_statistics(node, target):
+                return False
+            if not target._schema.returns:
+                continue
+        try:
+            if not _lowers(registry, node):
+                return False
+        except TypeError:  # not a registry target at all
+            return False
+    return True
+
+
+class TorchExportExtractor:
+    """``torch.export.export``; non-strict unless ``strict=True``."""
+
+    def __init__(self, strict: bool = False, registry: Registry | None = None) -> None:
+        self.strict = strict
+        self.registry = registry
+        self.name = f"torch.export({'strict' if strict else 'non-strict'})"
+
+    def capture(
+        self,
+        model: torch.nn.Module | ExportedProgram,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dynamic_shapes: Any,
+        decompositions: Mapping[Any, Callable[..., Any]],
+    ) -> CapturedGraph:
+        start = time.perf_counter()
+        trace_seconds = 0.0
+        if isinstance(model, ExportedProgram):
+            program = model
+        else:
+            register_library_pytrees(model)
+            dynamic_shapes = complete_dynamic_shapes(model, args, kwargs, dynamic_shapes)
+            try:
+                with static_fake_kernels():  # composite ops whose generic fake run is data-dependent
+                    traced_at = time.perf_counter()
+                    program = torch.export.export(
+                        model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=self.strict
+                    )
+                    trace_seconds = time.perf_counter() - traced_at
+            except Exception as error:
+                frame = user_frame(error)
+                raise CaptureError(
+                    f"{self.name} could not capture {type(model).__name__}: {type(error).__name__}: "
+                    f"{_first_lines(str(error))}\n"
+                    + (f"  from: {frame}\n" if frame else "")
+                    + f"  inputs: {_describe_inputs(args, kwargs)}\n"
+                    f"  remedy: {_capture_remedy(error, self.strict)}",
+                    frame=frame,
+                ) from error
+        before = _overloads(program.graph_module)
+        if self.registry is not None and lowerable_as_captured(program, self.registry):
+            # Decomposing would keep every op (the table leaves out what the registry lowers) and only
+            # retrace the graph, which costs more than torch.export itself on large models.
+            captured = from_exported_program(program, self.name)
+            captured.seconds = time.perf_counter() - start
+            captured.trace_seconds = trace_seconds
+            return captured
+        decomposed_at = time.perf_counter()
+        with static_fake_kernels():
+            program = program.run_decompositions(dict(decompositions))
+            if self.registry is not None:
+                # What neither the registry nor torch's default table handles: decompose with torch's full table.
+                extra = fallback_decompositions(program.graph_module, self.registry)
+                if extra:
+                    program = program.run_decompositions(extra)
+        decomposition_seconds = time.perf_counter() - decomposed_at
+        after = _overloads(program.graph_module)
+        captured = from_exported_program(program, self.name)
+        captured.seconds = time.perf_counter() - start
+        captured.trace_seconds = trace_seconds
+        captured.decomposition_seconds = decomposition_seconds
+        captured.decomposed = sorted(before - after)
+        return captured
+
+
+class SymbolicTraceExtractor:
+    """``torch.fx.symbolic_trace`` then ``make_fx`` to ATen, for models torch.export rejects.
+
+    Shapes are static: the graph is specialised to the example inputs.
+    """
+
+    name = "symbolic_trace"
+
+    def capture(
+        self,
+        model: torch.nn.Module | ExportedProgram,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dynamic_shapes: Any,
+        decompositions: Mapping[Any, Callable[..., Any]],
+    ) -> CapturedGraph:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        if isinstance(model, ExportedProgram):
+            raise CaptureError("symbolic_trace takes an nn.Module, not an ExportedProgram")
+        if dynamic_shapes is not None:
+            raise CaptureError("symbolic_trace captures static shapes only; use the torch.export extractor")
+        start = time.perf_counter()
+        try:
+            traced = torch.fx.symbolic_trace(model)
+        except Exception as error:  # data-dependent control flow, unsupported Python
+            raise CaptureError(
+                f"torch.fx.symbolic_trace could not trace {type(model).__name__}: {type(error).__name__}: "
+                f"{_first_lines(str(error))}\n  remedy: use the torch.export extractor (the default), strict or not."
+            ) from error
+        named_weights = dict(model.named_parameters()) | dict(model.named_buffers())
+        names = list(named_weights)
+        flat_inputs, in_spec = pytree.tree_flatten((args, kwargs))
+
+        def run(weights: list[torch.Tensor], *flat: Any) -> Any:
+            call_args, call_kwargs = pytree.tree_unflatten(list(flat), in_spec)
+            state = dict(zip(names, weights))
+            return torch.func.functional_call(traced, state, call_args, call_kwargs)
+
+        try:
+            with torch.no_grad():
+                aten = make_fx(run, decomposition_table=dict(decompositions), tracing_mode="fake")(
+                    list(named_weights.values()), *flat_inputs
+                )
+                eager_out = traced(*args, **kwargs)
+        except Exception as error:
+            raise CaptureError(
+                f"symbolic_trace could not lower {type(model).__name__} to ATen: {type(error).__name__}: "
+                f"{_first_lines(str(error))}\n  remedy: use the torch.export extractor (the default)."
+            ) from error
+        _, out_spec = pytree.tree_flatten(eager_out)
+        placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
+        weight_nodes = placeholders[: len(names)]
+        input_nodes = placeholders[len(names) :]
+        weights = {
+            node: (name, tensor.detach()) for node, name, tensor in zip(weight_nodes, names, named_weights.values())
+        }
+        user_inputs, constants = [], {}
+        for node, value in zip(input_nodes, flat_inputs):
+            if isinstance(value, torch.Tensor):
+                user_inputs.append(node)
+            else:
+                constants[node] = value
+        output = next(n for n in aten.graph.nodes if n.op == "output")
+        user_outputs = list(pytree.tree_leaves(output.args[0]))
+        seconds = time.perf_counter() - start
+        return CapturedGraph(
+            graph_module=aten,
+            user_inputs=user_inputs,
+            constant_inputs=constants,
+            weights=weights,
+            user_outputs=user_outputs,
+            in_spec=in_spec,
+            out_spec=out_spec,
+            exported_program=None,
+            strategy=self.name,
+            seconds=seconds,
+            trace_seconds=seconds,  # make_fx traces and decomposes in one go
+        )
+
+
+def register_library_pytrees(model: torch.nn.Module) -> None:
+    """Let pytrees flatten model libraries' containers (Hugging Face caches) in inputs and outputs."""
+    if type(model).__module__.startswith("transformers."):
+        try:
+            from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+        except ImportError:  # older transformers: ModelOutput is a pytree already; caches stay unsupported
+            return
+        register_cache_pytrees_for_model(model)
+
+
+def complete_dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> Any:
+    """torch.export wants a key for every argument in a dict `dynamic_shapes`; the rest are static."""
+    if not isinstance(dynamic_shapes, Mapping) or not isinstance(model, torch.nn.Module):
+        return dynamic_shapes
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return dynamic_shapes
+    if not set(dynamic_shapes) <= set(bound):
+        return dynamic_shapes  # let torch.export name the unknown keys in its error
+    return {name: dynamic_shapes.get(name) for name in bound}
+
+
+EXTRACTORS: dict[str, Callable[[bool, Registry], Extractor]] = {
+    "torch.export": lambda strict, registry: TorchExportExtractor(strict, registry),
+    "symbolic_trace": lambda strict, registry: SymbolicTraceExtractor(),
+}
+
+
+def from_exported_program(program: ExportedProgram, strategy: str) -> CapturedGraph:
+    graph_module = program.graph_module
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    signature = program.graph_signature
+    state = program.state_dict
+    constants = program.constants
+    user_inputs: list[torch.fx.Node] = []
+    constant_inputs: dict[torch.fx.Node, Any] = {}
+    weights: dict[torch.fx.Node, tuple[str, torch.Tensor]] = {}
+    for node, spec in zip(placeholders, signature.input_specs):
+        if spec.kind == InputKind.USER_INPUT:
+            val = node.meta.get("val")
+            if isinstance(val, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
+                user_inputs.append(node)
+            else:
+                constant_inputs[node] = getattr(spec.arg, "value", val)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            target = spec.target
+            tensor = state[target] if target in state else constants[target]
+            weights[node] = (target, tensor.detach())
+        else:
+            raise CaptureError(f"placeholder {node.name} of kind {spec.kind.name} is not supported")
+    output = next(n for n in graph_module.graph.nodes if n.op == "output")
+    user_outputs = [
+        arg for arg, spec in zip(output.args[0], signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT
+    ]
+    return CapturedGraph(
+        graph_module=graph_module,
+        user_inputs=user_inputs,
+        constant_inputs=constant_inputs,
+        weights=weights,
+        user_outputs=user_outputs,
+        in_spec=program.call_spec.in_spec,
+        out_spec=program.call_spec.out_spec,
+        exported_program=program,
+        strategy=strategy,
+    )
+
+
+def flatten_inputs(in_spec: pytree.TreeSpec | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+    """Flatten call arguments in the order the captured graph expects them."""
+    kwargs = dict(kwargs or {})
+    if in_spec is not None and in_spec.num_children == 2:
+        kw_spec = in_spec.child(1)
+        if kw_spec.context is not None and set(kw_spec.context) == set(kwargs):
+            kwargs = {k: kwargs[k] for k in kw_spec.context}
+    return pytree.tree_leaves((tuple(args), kwargs))
+
+
+def output_paths(out_spec: pytree.TreeSpec | None, count: int) -> list[str]:
+    """Readable names for flat outputs from their pytree paths (``logits``, ``past_key_values_0``)."""
+    if out_spec is None or out_spec.num_leaves != count:
+        return [f"output_{i}" for i in range(count)]
+    names = ["_".join(path) for path in _spec_paths(out_spec, [])]
+    names = [n if n and not n[0].isdigit() else f"output_{n}".rstrip("_") for n in names]
+    if len(set(names)) != len(names):
+        return [f"output_{i}" for i in range(count)]
+    return names
+
+
+def _spec_paths(spec: pytree.TreeSpec, prefix: list[str]) -> list[list[str]]:
+    """Key paths of a spec's leaves, read from the spec itself (no need to rebuild the objects)."""
+    if spec.is_leaf():
+        return [prefix]
+    children = spec.children()
+    context = spec.context
+    keys: list[str]
+    if (
+        isinstance(context, (list, tuple))
+        and len(context) == len(children)
+        and all(isinstance(k, str) for k in context)
+    ):
+        keys = list(context)  # dicts, named tuples, ModelOutput
+    else:
+        keys = [str(i) for i in range(len(children))]
+    if spec.type in (tuple, list) and not prefix and len(children) == 1:
+        keys = [""]  # a lone output needs no index
+    paths = []
+    for key, child in zip(keys, children):
+        paths.extend(_spec_paths(child, [*prefix, key] if key else prefix))
+    return paths
+
+
+def dim_names(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> dict[tuple[int, int], str]:
+    """(id of input tensor, dim) -> the name of the ``torch.export.Dim`` the user gave it."""
+    if dynamic_shapes is None:
+        return {}
+    names: dict[tuple[int, int], str] = {}
+
+    def walk(value: Any, spec: Any) -> None:
+        if spec is None:
+            return
+        if isinstance(value, torch.Tensor):
+            items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)
+            for dim, dim_spec in items:
+                name = getattr(dim_spec, "__name__", None)
+                if name and not name.startswith("_"):
+                    names[(id(value), int(dim))] = name
+            return
+        if isinstance(value, Mapping) and isinstance(spec, Mapping):
+            for key in value:
+                if key in spec:
+                    walk(value[key], spec[key])
+        elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+            for item, item_spec in zip(value, spec):
+                walk(item, item_spec)
+
+    if isinstance(dynamic_shapes, Mapping):
+        forward = model.forward if isinstance(model, torch.nn.Module) else model
+        try:
+            bound = inspect.signature(forward).bind(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            bound = dict(kwargs)
+        for key, spec in dynamic_shapes.items():
+            if key in bound:
+                walk(bound[key], spec)
+    else:
+        walk(tuple(args) + tuple(kwargs.values()), tuple(dynamic_shapes))
+    return names
+
+
+def _overloads(graph_module: torch.fx.GraphModule) -> set[str]:
+    return {
+        qualified_name(n.target)
+        for n in graph_module.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    }
+
+
+def _describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+    leaves = pytree.tree_leaves((args, dict(kwargs)))
+    return ", ".join(
+        f"{x.dtype} {tuple(x.shape)}".replace("torch.", "") if isinstance(x, torch.Tensor) else repr(x) for x in leaves
+    )
+
+
+def _capture_remedy(error: Exception, strict: bool) -> str:
+    """What to try after torch.export failed with `error`."""
+    if "data-dependent" in str(error) or "DataDependent" in type(error).__name__:
+        # Neither mode nor symbolic_trace can follow Python control flow on a tensor's value.
+        return (
+            "the model decides something in Python from a tensor's value (the line above). Make it a graph op: "
+            "torch.where(...) for an elementwise choice, torch.cond(pred, true_fn, false_fn, operands) for a branch "
+            "(exported as an ONNX If), or state the assumption with torch._check(...) (see torch.export's "
+            "'data-dependent' documentation)."
+        )
+    if "Constraints violated" in str(error):
+        # The model's code constrains a dynamic dim more than `dynamic_shapes` says; torch prints the fixed Dims.
+        return (
+            "the dims in `dynamic_shapes` admit sizes the model's code does not: apply torch.export's "
+            "'Suggested fixes' (printed by torch.export; TORCH_LOGS='+dynamic' shows where each guard comes from), "
+            "or give those dims as torch.export.Dim.AUTO."
+        )
+    return f"try strict={not strict}, extractor='symbolic_trace', or fix the graph break named above."
+
+
+def _first_lines(text: str, count: int = 6) -> str:
+    return "\n".join(text.strip().splitlines()[:count])

@@ -1,0 +1,294 @@
+"""The dispatcher: for each FX node, choose one implementation from the registry.
+
+Each candidate is bound to the node: ATen arguments to the implementation's parameters (by name,
+then by position), the presence of optional arguments (``dim=None`` vs ``dim=1``, ``dtype`` given
+or not) to its required/optional parameters, and input dtypes to its type constraints (shared
+type variables must agree). A candidate whose constraints all hold is a perfect match; the first
+perfect match wins. Otherwise the candidate reachable with the cheapest Casts wins (see
+:func:`fx2onnx._dtypes.cast_cost`). Every candidate and the reason it lost is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import onnx_ir as ir
+import torch
+import torch.fx
+from onnx_ir import schemas
+
+from fx2onnx import _complex_layout as complex_layout
+from fx2onnx import _dtypes as dtypes
+from fx2onnx._records import qualified_name
+from fx2onnx._registry import Implementation, Registry
+from fx2onnx.errors import UnsupportedOperatorError, source_line
+
+# ATen arguments that carry no meaning for an ONNX graph; implementations may omit them.
+IGNORABLE_ARGUMENTS = frozenset(
+    {"device", "layout", "pin_memory", "memory_format", "non_blocking", "requires_grad", "generator", "out"}
+)
+
+# Among equally cheap cast targets, prefer these (deterministic tie-break).
+_PREFERENCE = [
+    ir.DataType.FLOAT,
+    ir.DataType.INT64,
+    ir.DataType.INT32,
+    ir.DataType.DOUBLE,
+    ir.DataType.FLOAT16,
+    ir.DataType.BFLOAT16,
+    ir.DataType.BOOL,
+    ir.DataType.INT16,
+    ir.DataType.INT8,
+    ir.DataType.UINT8,
+]
+
+MatchKind = Literal["perfect", "cast", "rejected", "not-tried"]
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One implementation as the dispatcher saw it for one node."""
+
+    implementation: Implementation
+    kind: MatchKind
+    reason: str = ""
+    casts: dict[str, ir.DataType] = dataclasses.field(default_factory=dict)  # param name -> cast to
+    cost: float = 0.0
+    arguments: dict[str, Any] = dataclasses.field(default_factory=dict)  # param name -> FX argument
+
+
+@dataclasses.dataclass
+class DispatchDecision:
+    """What was chosen for one node, and why every other candidate was not."""
+
+    node: str
+    target: str
+    input_dtypes: dict[str, str]
+    candidates: list[Candidate]
+    chosen: Candidate | None
+    stack_trace: str | None = None
+
+    @property
+    def perfect(self) -> bool:
+        return self.chosen is not None and self.chosen.kind == "perfect"
+
+    def explain(self) -> str:
+        lines = [f"{self.node} = {self.target}({_format_dtypes(self.input_dtypes)})"]
+        for candidate in self.candidates:
+            mark = "->" if candidate is self.chosen else "  "
+            detail = candidate.reason
+            if candidate.casts:
+                casts = ", ".join(f"{k}->{dtypes.short_name(v)}" for k, v in candidate.casts.items())
+                detail = f"casts {casts} (cost {candidate.cost:g})" + (f"; {detail}" if detail else "")
+            lines.append(f"  {mark} {candidate.implementation.name} [{candidate.kind}] {detail}".rstrip())
+        return "\n".join(lines)
+
+
+def _format_dtypes(input_dtypes: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in input_dtypes.items())
+
+
+# --- node introspection ---------------------------------------------------------------------------
+def value_dtype(value: Any) -> ir.DataType | None:
+    """The ONNX dtype of an FX argument: a tensor node, a symbolic scalar, or None for constants."""
+    if isinstance(value, torch.fx.Node):
+        val = value.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return dtypes.to_onnx(val.dtype)
+        if isinstance(val, torch.SymBool):
+            return ir.DataType.BOOL
+        if isinstance(val, torch.SymInt):
+            return ir.DataType.INT64
+        if isinstance(val, torch.SymFloat):
+            return ir.DataType.FLOAT
+    return None
+
+
+def node_arguments(node: torch.fx.Node) -> tuple[list[tuple[str, Any]], set[str]]:
+    """The node's arguments as (name, value) in schema order, and the names explicitly given.
+
+    An argument given with its schema default counts as not given.
+    """
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        named = [(f"arg{i}", a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
+        return named, {name for name, value in named if value is not None}
+    named = []
+    given = set()
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args) and not arg.kwarg_only:
+            value, explicit = node.args[i], True
+        elif arg.name in node.kwargs:
+            value, explicit = node.kwargs[arg.name], True
+        else:
+            value, explicit = (arg.default_value if arg.has_default_value() else None), False
+        named.append((arg.name, value))
+        if explicit and value is not None and not (arg.has_default_value() and _same(value, arg.default_value)):
+            given.add(arg.name)
+    return named, given
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.fx.Node) or isinstance(b, torch.fx.Node):
+        return False
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:
+        return False
+
+
+def _argument_dtypes(value: Any) -> list[ir.DataType] | None:
+    """dtypes of a tensor-ish argument; None when it is a Python constant."""
+    if isinstance(value, (list, tuple)):
+        found = [value_dtype(v) for v in value if isinstance(v, torch.fx.Node)]
+        found = [d for d in found if d is not None]
+        return found or None
+    dtype = value_dtype(value)
+    return [dtype] if dtype is not None else None
+
+
+# --- binding ----------------------------------------------------------------------------------------
+def bind(implementation: Implementation, named: list[tuple[str, Any]], given: set[str], opset: int) -> Candidate:
+    """Bind one node's arguments to one implementation's constraints."""
+    if not implementation.supports_opset(opset):
+        high = implementation.opset_max if implementation.opset_max is not None else "newest"
+        return Candidate(
+            implementation, "rejected", f"valid for opsets {implementation.opset_min}..{high}, not {opset}"
+        )
+    signature = implementation.signature
+    params = list(signature.params)
+    param_names = {p.name for p in params}
+    aten_names = [name for name, _ in named]
+    values = dict(named)
+
+    arguments: dict[str, Any] = {}
+    used: set[str] = set()
+    for position, param in enumerate(params):
+        if param.name in values:
+            source = param.name
+        elif position < len(aten_names) and aten_names[position] not in param_names:
+            source = aten_names[position]
+        else:
+            continue
+        used.add(source)
+        if values[source] is not None:
+            arguments[param.name] = values[source]
+
+    has_complex = any(d is not None and dtypes.is_complex(d) for _, v in named for d in (_argument_dtypes(v) or []))
+    if has_complex != implementation.complex:
+        kind = "complex" if implementation.complex else "real"
+        return Candidate(implementation, "rejected", f"takes {kind} inputs only")
+
+    for name in sorted(given - used - IGNORABLE_ARGUMENTS):
+        return Candidate(implementation, "rejected", f"does not take `{name}` (given: {values[name]!r})")
+    for param in params:
+        required = param.required and not param.has_default()
+        if required and param.name not in arguments:
+            if isinstance(param, schemas.Parameter) and param.variadic:
+                continue
+            return Candidate(implementation, "rejected", f"requires `{param.name}`, which the node does not give")
+        is_attribute = isinstance(param, schemas.AttributeParameter) and param.name in arguments
+        if is_attribute and _is_symbolic(arguments[param.name]):
+            return Candidate(implementation, "rejected", f"needs `{param.name}` as a constant but it is symbolic")
+
+    # Group tensor inputs by type variable.
+    groups: dict[str, list[tuple[str, ir.DataType]]] = {}
+    allowed: dict[str, frozenset[ir.DataType]] = {}
+    for param in params:
+        if not isinstance(param, schemas.Parameter) or param.name not in arguments:
+            continue
+        found = _argument_dtypes(arguments[param.name])
+        if not found:
+            continue
+        if implementation.complex:  # complex values reach it as (..., 2) real tensors (complex_layout)
+            found = [complex_layout.real_component(d) for d in found]
+        var = param.type_constraint.name
+        allowed[var] = dtypes.allowed_dtypes(param.type_constraint)
+        groups.setdefault(var, []).extend((param.name, d) for d in found)
+
+    casts: dict[str, ir.DataType] = {}
+    cost = 0.0
+    problems = []
+    for var, members in groups.items():
+        present = {d for _, d in members}
+        legal = allowed[var]
+        if len(present) == 1 and present <= legal:
+            continue
+        best, best_cost = _cheapest_target([d for _, d in members], legal)
+        if math.isinf(best_cost):
+            shown = ", ".join(f"{p}: {dtypes.short_name(d)}" for p, d in members)
+            names = ",".join(sorted(dtypes.short_name(d) for d in legal)) or "none"
+            return Candidate(
+                implementation, "rejected", f"{var} allows {{{names}}}; no lossless or lossy cast from {shown}"
+            )
+        assert best is not None
+        cost += best_cost
+        for param_name, d in members:
+            if d != best:
+                casts[param_name] = best
+        problems.append(
+            f"{var} bound to {'/'.join(sorted(dtypes.short_name(d) for d in present))}, needs {dtypes.short_name(best)}"
+        )
+    if casts:
+        return Candidate(implementation, "cast", "; ".join(problems), casts, cost, arguments)
+    return Candidate(implementation, "perfect", "", {}, 0.0, arguments)
+
+
+def _cheapest_target(sources: Sequence[ir.DataType], legal: frozenset[ir.DataType]) -> tuple[ir.DataType | None, float]:
+    best: ir.DataType | None = None
+    best_cost = math.inf
+    ordered = sorted(legal, key=lambda d: (_PREFERENCE.index(d) if d in _PREFERENCE else len(_PREFERENCE), d.value))
+    for target in ordered:
+        total = sum(dtypes.cast_cost(s, target) for s in sources)
+        if total < best_cost:
+            best, best_cost = target, total
+    return best, best_cost
+
+
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, torch.fx.Node):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(isinstance(v, torch.fx.Node) for v in value)
+    return False
+
+
+# --- the dispatcher ---------------------------------------------------------------------------------
+class Dispatcher:
+    """Chooses implementations for FX nodes and keeps every decision."""
+
+    def __init__(self, registry: Registry, opset: int) -> None:
+        self.registry = registry
+        self.opset = opset
+        self.decisions: list[DispatchDecision] = []
+
+    def dispatch(self, node: torch.fx.Node) -> DispatchDecision:
+        target_name = qualified_name(node.target)
+        named, given = node_arguments(node)
+        input_dtypes = {
+            name: "/".join(dtypes.short_name(d) for d in found)
+            for name, value in named
+            if (found := _argument_dtypes(value))
+        }
+        implementations = self.registry.overloads(node.target)
+        candidates = [bind(impl, named, given, self.opset) for impl in implementations]
+        chosen = next((c for c in candidates if c.kind == "perfect"), None)
+        if chosen is None:
+            castable = [c for c in candidates if c.kind == "cast"]
+            chosen = min(castable, key=lambda c: c.cost) if castable else None
+        decision = DispatchDecision(
+            node=node.name,
+            target=target_name,
+            input_dtypes=input_dtypes,
+            candidates=candidates,
+            chosen=chosen,
+            stack_trace=node.meta.get("stack_trace"),
+        )
+        self.decisions.append(decision)
+        if chosen is None:
+            raise UnsupportedOperatorError(decision, source_line(node), node)
+        return decision

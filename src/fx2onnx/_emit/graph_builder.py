@@ -1,0 +1,351 @@
+"""Emit: walk the captured FX graph once and build an ``onnx_ir`` graph.
+
+One method per FX node kind, as in ``torch.fx.Interpreter``. Each ``call_function`` node is
+dispatched through the registry; the chosen implementation runs under the recorder, with Casts
+inserted where the dispatcher chose a cast match; its outputs are then given eager's dtype (a
+cast back where the implementation computed in another type) and eager's shape, taken from the
+node's ``meta["val"]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+import sympy
+import torch
+import torch.fx
+from onnx_ir.tensor_adapters import TorchTensor
+
+from fx2onnx import _complex_layout as complex_layout
+from fx2onnx import _dtypes as dtypes
+from fx2onnx._capture import CapturedGraph
+from fx2onnx._dispatch import DispatchDecision, Dispatcher, value_dtype
+from fx2onnx._emit.context import LoweringContext, context_rule
+from fx2onnx._emit.recorder import GraphRecorder
+from fx2onnx._records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, target_name
+from fx2onnx._version import __version__
+from fx2onnx.errors import LoweringError, describe_value, source_line
+
+
+@dataclasses.dataclass
+class EmitResult:
+    model: ir.Model
+    decisions: list[DispatchDecision]
+    casts: list[CastRecord]
+
+
+# Emits a higher-order node (torch.cond...) with nested walks of the emitter; returns the node's outputs.
+HigherOrderEmitter = Callable[["GraphEmitter", torch.fx.Node], tuple[Any, ...]]
+
+
+class GraphEmitter:
+    """Builds the ONNX graph for a :class:`CapturedGraph`."""
+
+    def __init__(
+        self,
+        captured: CapturedGraph,
+        dispatcher: Dispatcher,
+        *,
+        input_names: Sequence[str] | None = None,
+        output_names: Sequence[str] | None = None,
+        dim_names: Mapping[Any, str] | None = None,
+        progress: bool = False,
+        higher_order: Mapping[Any, HigherOrderEmitter] | None = None,
+    ) -> None:
+        self.progress = progress
+        # Higher-order operator -> what emits it with nested walks (emit/control_flow.py's EMITTERS).
+        self.higher_order: Mapping[Any, HigherOrderEmitter] = higher_order or {}
+        self.captured = captured
+        self.dispatcher = dispatcher
+        self.input_names = list(input_names or [])
+        self.output_names = list(output_names or [])
+        self.symbol_names: dict[sympy.Symbol, str] = dict(dim_names or {})
+        self.graph = ir.Graph([], [], nodes=[], name="main_graph")
+        self.opset_imports: dict[str, int] = {"": BASE_OPSET}
+        self.recorder = GraphRecorder(self.graph, self.opset_imports)
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.casts: list[CastRecord] = []
+        self._named: set[int] = set()  # ids of values named after an FX node
+        self.skipped: list[str] = []  # FX nodes that need no ONNX (runtime assertions)
+        # Positions of graph inputs/outputs holding complex values as (..., 2) real tensors (complex_layout).
+        self.complex_inputs: list[int] = []
+        self.complex_outputs: list[int] = []
+
+    # --- driver ---------------------------------------------------------------------------------
+    def run(self) -> EmitResult:
+        nodes = list(self.captured.graph.nodes)
+        if self.progress:
+            from tqdm import tqdm
+
+            nodes = tqdm(nodes, desc="fx2onnx: emit", unit="node", leave=False)
+        for node in nodes:
+            getattr(self, node.op)(node)
+        model = ir.Model(
+            self.graph,
+            ir_version=8,
+            producer_name="fx2onnx",
+            producer_version=__version__,
+            functions=list(self.recorder.functions.values()),
+        )
+        self.graph.opset_imports.update(self.opset_imports)
+        complex_layout.record(model, self.complex_inputs, self.complex_outputs)
+        return EmitResult(model, self.dispatcher.decisions, self.casts)
+
+    # --- node kinds -----------------------------------------------------------------------------
+    def placeholder(self, node: torch.fx.Node) -> None:
+        if node in self.captured.weights:
+            name, tensor = self.captured.weights[node]
+            tensor = complex_layout.as_real(tensor)
+            if not tensor.is_contiguous():
+                tensor = tensor.contiguous()
+            value = ir.Value(
+                name=name,
+                type=ir.TensorType(dtypes.to_onnx(tensor.dtype)),
+                shape=ir.Shape(tuple(tensor.shape)),
+                const_value=TorchTensor(tensor, name=name),
+            )
+            self.graph.register_initializer(value)
+        elif node in self.captured.constant_inputs:
+            value = self.captured.constant_inputs[node]
+        else:
+            index = len(self.graph.inputs)
+            name = self.input_names[index] if index < len(self.input_names) else node.name
+            value = ir.Value(name=name)
+            self._set_type(value, node.meta.get("val"))
+            if _is_complex(node.meta.get("val")):
+                self.complex_inputs.append(index)
+            self.graph.inputs.append(value)
+            self._named.add(id(value))
+        self.env[node] = value
+
+    def get_attr(self, node: torch.fx.Node) -> None:
+        attribute = self.captured.graph_module
+        for part in str(node.target).split("."):
+            attribute = getattr(attribute, part)
+        if isinstance(attribute, torch.Tensor):
+            tensor = complex_layout.as_real(attribute.detach()).contiguous()
+            value = ir.Value(
+                name=str(node.target),
+                type=ir.TensorType(dtypes.to_onnx(tensor.dtype)),
+                shape=ir.Shape(tuple(tensor.shape)),
+                const_value=TorchTensor(tensor, name=str(node.target)),
+            )
+            self.graph.register_initializer(value)
+            self.env[node] = value
+        else:
+            self.env[node] = attribute  # a submodule (e.g. a higher-order op's body)
+
+    def call_function(self, node: torch.fx.Node) -> None:
+        if node.target is operator.getitem and isinstance(self.env.get(node.args[0]), (tuple, list)):
+            self.env[node] = self.env[node.args[0]][node.args[1]]
+            self._finish(node, self.env[node], reason_node=node)
+            return
+        if _is_runtime_check(node):
+            # Assertions torch.export leaves (shape/dtype/value checks) compute nothing an ONNX graph needs.
+            self.env[node] = None
+            self.skipped.append(node.name)
+            return
+        control_flow = self.higher_order.get(node.target)
+        if control_flow is not None and not self.dispatcher.registry.is_registered(node.target):
+            self.env[node] = control_flow(self, node)  # torch.cond -> If, while_loop -> Loop... (emit/control_flow.py)
+            return
+        decision = self.dispatcher.dispatch(node)
+        candidate = decision.chosen
+        assert candidate is not None
+        implementation = candidate.implementation
+        with self.recorder.recording(self._metadata(node)):
+            kwargs = {
+                name: self._argument(node, name, value, candidate.casts.get(name))
+                for name, value in candidate.arguments.items()
+            }
+            try:
+                result = _call(implementation.function, kwargs, LoweringContext(self, self.recorder, node))
+            except Exception as error:
+                arguments = ", ".join(f"{k}={describe_value(v)}" for k, v in candidate.arguments.items())
+                raise LoweringError(
+                    f"{implementation.name} failed to lower node `{node.name}` ({decision.target}) with "
+                    f"{arguments}: {type(error).__name__}: {error}\n  from: {source_line(node)}\n"
+                    f"  remedy: register a working implementation with fx2onnx.register('{decision.target}', fn)"
+                ) from error
+            self.env[node] = self._finish(node, result, reason_node=node)
+
+    def output(self, node: torch.fx.Node) -> None:
+        outputs = self.captured.user_outputs
+        from fx2onnx._capture import output_paths
+
+        names = self.output_names or output_paths(self.captured.out_spec, len(outputs))
+        used: set[int] = set()
+        with self.recorder.recording({FX_NODE: "output"}):
+            for index, arg in enumerate(outputs):
+                value = self.env[arg] if isinstance(arg, torch.fx.Node) else self.recorder.constant(arg)
+                if not isinstance(value, ir.Value):
+                    value = self.recorder.constant(value)
+                if value.is_graph_input() or value.is_initializer() or id(value) in used or value.producer() is None:
+                    (copy,) = self.recorder.add_node("", "Identity", [value])
+                    # Fresh objects: onnx_ir mutates a type in place when a dtype is set, and shapes are mutable.
+                    copy.dtype = value.dtype
+                    copy.shape = ir.Shape(value.shape) if value.shape is not None else None
+                    value = copy
+                used.add(id(value))
+                name = names[index] if index < len(names) else f"output_{index}"
+                if isinstance(arg, torch.fx.Node) and _is_complex(arg.meta.get("val")):
+                    self.complex_outputs.append(index)
+                value.name = name
+                self.graph.outputs.append(value)
+
+    # --- helpers ----------------------------------------------------------------------------------
+    def _argument(self, node: torch.fx.Node, name: str, value: Any, cast_to: ir.DataType | None) -> Any:
+        """FX argument -> what an onnxscript function takes (values, Python scalars, ONNX dtypes)."""
+        if isinstance(value, torch.fx.Node):
+            converted = self.env[value]
+            if cast_to is not None and isinstance(converted, ir.Value):
+                converted = self._cast(node, converted, cast_to, "dispatch")
+            return converted
+        if isinstance(value, (list, tuple)):
+            return [self._argument(node, name, v, cast_to) for v in value]
+        if isinstance(value, torch.dtype):
+            return int(dtypes.to_onnx(value))
+        if isinstance(value, (torch.device, torch.layout, torch.memory_format)):
+            return None
+        if isinstance(value, torch.Tensor):  # a constant tensor baked into the graph
+            return self.recorder.constant(complex_layout.as_real(value.detach()).numpy())
+        return value
+
+    def _cast(self, node: torch.fx.Node, value: ir.Value, dtype: ir.DataType, reason: str) -> ir.Value:
+        if value.dtype == dtype:
+            return value
+        self.casts.append(
+            CastRecord(node.name, value.name or "", dtypes.short_name(value.dtype), dtypes.short_name(dtype), reason)
+        )
+        if value.const_value is not None and value.producer() is not None and value.producer().op_type == "Constant":
+            return self.recorder.constant(value.const_value.numpy(), dtype)  # fold the Cast into the constant
+        return self.recorder.cast(value, dtype)
+
+    def _finish(self, node: torch.fx.Node, result: Any, *, reason_node: torch.fx.Node) -> Any:
+        """Give the implementation's outputs eager's dtypes, shapes and the FX node's name."""
+        val = node.meta.get("val")
+        if isinstance(result, ir.Value):
+            return self._finish_value(node, result, val, node.name)
+        if isinstance(result, (tuple, list)):
+            vals = val if isinstance(val, (tuple, list)) else [None] * len(result)
+            finished = []
+            for index, (item, item_val) in enumerate(zip(result, vals)):
+                if isinstance(item, ir.Value):
+                    item = self._finish_value(node, item, item_val, f"{node.name}_{index}")
+                finished.append(item)
+            return tuple(finished)
+        return result
+
+    def _finish_value(self, node: torch.fx.Node, value: ir.Value, val: Any, name: str) -> ir.Value:
+        expected = _meta_dtype(val)
+        if _is_complex(val) and value.dtype != expected:
+            with self.recorder.recording(self._metadata(node)):  # an implementation cast to ONNX's complex type
+                value = complex_layout.from_complex_cast(value) or value
+        if expected is not None and value.dtype is not None and value.dtype != expected:
+            value = self._cast(node, value, expected, "eager-dtype")
+        self._set_type(value, val)
+        owned = value.is_graph_input() or value.is_initializer() or id(value) in self._named
+        if not owned and value.producer() is not None and value.producer().op_type != "Constant":
+            value.name = name
+            self._named.add(id(value))
+        return value
+
+    def _set_type(self, value: ir.Value, val: Any) -> None:
+        dtype = _meta_dtype(val)
+        if dtype is not None:
+            value.dtype = dtype
+        if isinstance(val, torch.Tensor):
+            value.shape = ir.Shape([self._dim(d) for d in val.shape] + ([2] if val.is_complex() else []))
+        elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
+            value.shape = ir.Shape([])
+
+    def _dim(self, dim: int | torch.SymInt) -> int | ir.SymbolicDim:
+        if isinstance(dim, int):
+            return dim
+        expr = dim.node.expr
+        if isinstance(expr, sympy.Integer):
+            return int(expr)
+        if isinstance(expr, sympy.Symbol):
+            return ir.SymbolicDim(self.symbol_names.get(expr, str(expr)))
+        renamed = expr.subs({s: sympy.Symbol(n) for s, n in self.symbol_names.items() if s in expr.free_symbols})
+        return ir.SymbolicDim(str(renamed))
+
+    def _metadata(self, node: torch.fx.Node) -> dict[str, str]:
+        metadata = {
+            FX_NODE: node.name,
+            TARGET: target_name(node.target),
+        }
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            path, kind = list(stack.values())[-1]
+            metadata[NAMESPACE] = f"{path}: {getattr(kind, '__name__', kind)}"
+        trace = node.meta.get("stack_trace")
+        if trace:
+            metadata[STACK_TRACE] = trace
+        return metadata
+
+
+def is_runtime_check(node: torch.fx.Node) -> bool:
+    """An op that returns nothing and feeds nothing (a shape/dtype/value assertion): the emitter skips it."""
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and not schema.returns and not node.users
+
+
+_is_runtime_check = is_runtime_check  # the former private name
+
+
+def _call(function: Any, kwargs: dict[str, Any], context: LoweringContext) -> Any:
+    """Call an onnxscript function; leading parameters go by position (`self` clashes with the method's). A lowering
+    declared with ``context=True`` gets the lowering context first."""
+    python_function = getattr(function, "func", None) or getattr(function, "function", None) or function
+    positional = []
+    for param in inspect.signature(python_function).parameters.values():
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) or param.name not in kwargs:
+            break
+        positional.append(kwargs.pop(param.name))
+    rule = context_rule(function)
+    if rule is not None:
+        return rule(context, *positional, **kwargs)
+    return function(*positional, **kwargs)
+
+
+def _meta_dtype(val: Any) -> ir.DataType | None:
+    if isinstance(val, torch.Tensor):
+        return complex_layout.graph_dtype(val.dtype)  # complex values are (..., 2) real tensors in the graph
+    if isinstance(val, (torch.SymBool, bool)):
+        return ir.DataType.BOOL
+    if isinstance(val, (torch.SymInt, int)):
+        return ir.DataType.INT64
+    if isinstance(val, (torch.SymFloat, float)):
+        return ir.DataType.FLOAT
+    return None
+
+
+def _is_complex(val: Any) -> bool:
+    return isinstance(val, torch.Tensor) and val.is_complex()
+
+
+def symbol_names_for(
+    captured: CapturedGraph, user_dims: Mapping[tuple[int, int], str], flat_inputs: Sequence[Any]
+) -> dict[sympy.Symbol, str]:
+    """Map torch's shape symbols (s0, s35...) to the names of the user's ``Dim`` objects."""
+    names: dict[sympy.Symbol, str] = {}
+    tensors = [x for x in flat_inputs if isinstance(x, torch.Tensor)]
+    for node, example in zip(captured.user_inputs, tensors):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for index, dim in enumerate(val.shape):
+            if isinstance(dim, torch.SymInt) and isinstance(dim.node.expr, sympy.Symbol):
+                name = user_dims.get((id(example), index))
+                if name and dim.node.expr not in names:
+                    names[dim.node.expr] = name
+    return names
+
+
+__all__ = ["CastRecord", "EmitResult", "GraphEmitter", "is_runtime_check", "symbol_names_for", "value_dtype"]

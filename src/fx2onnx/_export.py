@@ -1,0 +1,290 @@
+"""``fx2onnx.export``: capture -> FX passes -> dispatch/emit -> finalize -> ONNXProgram.
+
+Each stage is a module of its own; this file only wires them together and times them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import onnx_ir.passes.common as common_passes
+import torch
+
+from fx2onnx import _capture as capture_stage
+from fx2onnx import _finalize as finalize_stage
+from fx2onnx import _passes as passes
+from fx2onnx import _torch_compat as torch_compat
+from fx2onnx import legalize
+from fx2onnx._dispatch import Dispatcher
+from fx2onnx._emit import control_flow
+from fx2onnx._emit.graph_builder import GraphEmitter, symbol_names_for
+from fx2onnx._records import BASE_OPSET
+from fx2onnx._registry import Registry, apply_translation_table, global_registry
+from fx2onnx.program import ONNXProgram
+from fx2onnx.report import ExportReport, casts_inserted_by_passes
+
+
+def export(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: tuple[Any, ...] | Any = (),
+    f: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    *,
+    kwargs: Mapping[str, Any] | None = None,
+    dynamic_shapes: Any = None,
+    dynamic_axes: torch_compat.DynamicAxes | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    opset_version: int | None = None,
+    registry: Registry | None = None,
+    custom_translation_table: Mapping[Any, Any] | None = None,
+    strict: bool = False,
+    extractor: str | capture_stage.Extractor = "torch.export",
+    optimize: bool = True,
+    external_data: bool | None = None,
+    verify: bool = False,
+    target: str = "onnxruntime-cpu",
+    fast_math: bool = False,
+    report: bool | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+    artifacts_dir: str | os.PathLike[str] = ".",
+    dump_exported_program: bool = False,
+    progress: bool = False,
+    dynamo: bool = True,
+    export_params: bool = True,
+    keep_initializers_as_inputs: bool = False,
+    **torchscript_options: Any,
+) -> ONNXProgram:
+    """Export `model` to ONNX through its FX graph.
+
+    Arguments follow ``torch.onnx.export`` (see :mod:`fx2onnx._torch_compat` for ``dynamic_axes`` and the
+    TorchScript-only options). `f`, when given, is where the model is saved (only once the whole export
+    succeeded). `verify=True` runs the model in ONNX Runtime on `args` and raises
+    :class:`fx2onnx.errors.VerificationError` if any output differs from eager. `target` is the runtime
+    the model must load and run in (``onnxruntime-cpu`` or ``onnx``); `report` is a path (or a list of
+    paths) to write the export report to: Markdown, or SARIF 2.1.0 for a ``.sarif`` path (``True``: a
+    Markdown file in `artifacts_dir`, as torch does); it is written on failure too (and then no model is
+    saved). `dump_exported_program=True` writes torch.export's program to `artifacts_dir`.
+    `opset_version` is 18 unless given. `progress=True` shows a progress bar over the stages and the
+    graph's nodes.
+    """
+    unknown = set(torchscript_options) - set(torch_compat.IGNORED_OPTIONS)
+    if unknown:
+        raise TypeError(f"export() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    torch_compat.check_options(
+        dynamo=dynamo,
+        export_params=export_params,
+        keep_initializers_as_inputs=keep_initializers_as_inputs,
+        **torchscript_options,
+    )
+    if not isinstance(args, tuple):
+        args = (args,)
+    f, kwargs = torch_compat.split_f_and_kwargs(f, kwargs)
+    opset_version = BASE_OPSET if opset_version is None else opset_version
+    if report is True:
+        os.makedirs(artifacts_dir, exist_ok=True)
+        report = os.path.join(artifacts_dir, f"{type(model).__name__}_fx2onnx_report.md")
+    elif report is False:
+        report = None
+    axis_names: dict[tuple[int, int], str] = {}
+    if dynamic_axes is not None:
+        if dynamic_shapes is not None:
+            raise ValueError("give dynamic_shapes or dynamic_axes, not both")
+        dynamic_shapes, axis_names = torch_compat.dynamic_shapes_from_axes(
+            model, args, kwargs, dynamic_axes, input_names
+        )
+    export_report = ExportReport(model_name=type(model).__name__, opset=opset_version, target=target)
+    try:
+        with _collections_skip_older_objects():
+            program = _export(
+                model,
+                args,
+                kwargs,
+                export_report,
+                dynamic_shapes=dynamic_shapes,
+                axis_names=axis_names,
+                input_names=input_names,
+                output_names=output_names,
+                opset_version=opset_version,
+                registry=registry,
+                custom_translation_table=custom_translation_table,
+                strict=strict,
+                extractor=extractor,
+                optimize=optimize,
+                verify=verify,
+                target=target,
+                fast_math=fast_math,
+                progress=progress,
+            )
+    except Exception as error:
+        export_report.error = f"{type(error).__name__}: {error}"
+        export_report.exception = error
+        if report is not None:
+            export_report.write(report)
+        raise
+    if dynamic_axes is not None:
+        torch_compat.name_output_axes(program.model, dynamic_axes)
+    if dump_exported_program and program.exported_program is not None:
+        os.makedirs(artifacts_dir, exist_ok=True)
+        path = os.path.join(artifacts_dir, f"{type(model).__name__}_exported_program.txt")
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(str(program.exported_program))
+    if f is not None:
+        with _StageTimer(export_report.stage_seconds, progress)("save"):
+            program.save(f, external_data=external_data)
+    if report is not None:
+        export_report.write(report)
+    return program
+
+
+def _export(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    export_report: ExportReport,
+    *,
+    dynamic_shapes: Any,
+    axis_names: Mapping[tuple[int, int], str],
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    opset_version: int,
+    registry: Registry | None,
+    custom_translation_table: Mapping[Any, Any] | None,
+    strict: bool,
+    extractor: str | capture_stage.Extractor,
+    optimize: bool,
+    verify: bool,
+    target: str,
+    fast_math: bool,
+    progress: bool,
+) -> ONNXProgram:
+    finalize_stage.check_opset(opset_version)
+    timer = _StageTimer(export_report.stage_seconds, progress)
+    with timer("registry"):  # the first export in a process builds the default registry
+        registry = apply_translation_table(registry or global_registry(), dict(custom_translation_table or {}))
+    if isinstance(extractor, str):
+        try:
+            extractor = capture_stage.EXTRACTORS[extractor](strict, registry)
+        except KeyError:
+            raise ValueError(
+                f"unknown extractor {extractor!r}; choose from {sorted(capture_stage.EXTRACTORS)}"
+            ) from None
+
+    with timer("capture"):
+        decompositions = capture_stage.LazyDecompositionTable(registry)
+        captured = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions)
+    export_report.strategy = captured.strategy
+    export_report.capture_seconds = {
+        captured.strategy.split("(")[0]: captured.trace_seconds,
+        "decomposition": captured.decomposition_seconds,
+    }
+    export_report.decomposed = captured.decomposed
+
+    with timer("fx passes"):
+        nodes_before = passes.all_nodes(captured.graph_module)  # and those of control-flow bodies
+        export_report.graph_nodes = len(nodes_before)
+        export_report.fx_passes = passes.run_fx_passes(captured, registry)
+        export_report.promotion_casts = casts_inserted_by_passes(captured.graph, nodes_before)
+
+    with timer("dispatch+emit"):
+        flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
+        user_dims = {**capture_stage.dim_names(model, args, kwargs, dynamic_shapes), **axis_names}
+        dispatcher = Dispatcher(registry, opset_version)
+        emitter = GraphEmitter(
+            captured,
+            dispatcher,
+            input_names=input_names,
+            output_names=output_names,
+            dim_names=symbol_names_for(captured, user_dims, flat_inputs),
+            progress=progress,
+            higher_order=control_flow.EMITTERS,
+        )
+        # The report sees decisions and Casts as they happen, so a failed export still explains itself.
+        export_report.decisions = dispatcher.decisions
+        export_report.casts = emitter.casts
+        result = emitter.run()
+    export_report.decisions = result.decisions
+    export_report.casts = result.casts
+    model_ir = result.model
+
+    with timer("finalize"):
+        finalize_stage.finalize(model_ir, opset_version, optimize=optimize)
+
+    with timer("legalize"):
+        export_report.casts.extend(legalize.legalize_model(model_ir, target, fast_math=fast_math))
+
+    with timer("check"):
+        # Shape inference runs on the legal model: before legalization some nodes (bf16 Cos) are invalid ONNX.
+        if not finalize_stage.every_value_typed(model_ir):
+            common_passes.ShapeInferencePass()(model_ir)
+        finalize_stage.check_model(model_ir)
+
+    if isinstance(model, torch.export.ExportedProgram):
+        module = model.module()
+    else:
+        module = model
+    program = ONNXProgram(
+        model_ir,
+        exported_program=captured.exported_program,
+        module=module,
+        in_spec=captured.in_spec,
+        report=export_report,
+        captured=captured,
+    )
+    if verify:
+        with timer("verify"):
+            export_report.verification = program.verify(*args, **kwargs)
+        failed = [str(v) for v in export_report.verification if not v.passed]
+        if failed:
+            from fx2onnx.errors import VerificationError
+
+            # Find the first FX node whose value differs, so the error names where it starts.
+            try:
+                localized = program.verify(*args, intermediates=True, **kwargs)
+            except Exception as error:  # the outputs' verdict stands without it
+                localized, where = None, f"\n  (could not compare intermediate values: {error})"
+            first = getattr(localized, "first_mismatch", None)
+            if localized is not None:
+                where = f"\n  first differing node: {first}" if first is not None else ""
+            raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed) + where)
+    return program
+
+
+@contextlib.contextmanager
+def _collections_skip_older_objects() -> Iterator[None]:
+    """Let the garbage collector skip, until the export ends, the objects that existed before it began.
+
+    An export allocates enough to trigger full collections, and each one walks every object in the process
+    (torch, onnxscript, the user's model: millions), not just the export's own garbage: two of them cost
+    0.3 s of a 2.3 s GPT-2 export. Older objects are frozen (``gc.freeze``) for the export's duration and
+    unfrozen after; whatever garbage they hold is collected as usual afterwards. Skipped when something
+    else already froze objects (a pre-fork server, a nested export), whose freeze must not be undone here.
+    """
+    if gc.get_freeze_count() or not gc.isenabled():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+class _StageTimer:
+    def __init__(self, sink: dict[str, float], progress: bool) -> None:
+        self.sink = sink
+        self.progress = progress
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        if self.progress:
+            print(f"fx2onnx: {stage}...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.sink[stage] = self.sink.get(stage, 0.0) + time.perf_counter() - start

@@ -1,0 +1,171 @@
+"""Attention: scaled_dot_product_attention (ONNX Attention at opset 23+)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import BOOL, opset23
+from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
+
+from fx2onnx._lowerings.rules import lowering
+
+
+@lowering("aten::scaled_dot_product_attention")
+def scaled_dot_product_attention_bool_mask(
+    query: TFloat,
+    key: TFloat,
+    value: TFloat,
+    attn_mask: BOOL,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> TFloat:
+    """SDPA with a boolean mask. A query row whose mask is all False gives zeros, as in eager.
+
+    (torchlib fills masked scores with the dtype's minimum, which turns such rows into a uniform
+    average of the values instead.) Dropout is an identity at inference.
+    """
+    del dropout_p, is_causal  # torch refuses is_causal together with an explicit mask
+    rank = len(query.shape)
+    key_transposed = op.Transpose(key, perm=[*range(rank - 2), rank - 1, rank - 2])
+    if scale is None:
+        head_dim = query.shape[-1]
+        if isinstance(head_dim, int):
+            scale = 1.0 / math.sqrt(head_dim)
+    if scale is None:
+        width = op.Cast(op.Shape(query, start=-1), to=query.dtype)
+        scale_value = op.Div(op.CastLike(1.0, query), op.Sqrt(width))
+    else:
+        scale_value = op.CastLike(scale, query)
+    scores = op.Mul(op.MatMul(query, key_transposed), scale_value)
+    zero = op.Constant(value=ir.tensor(0.0, dtype=query.dtype))
+    minus_infinity = op.Constant(value=ir.tensor(-math.inf, dtype=query.dtype))
+    scores = op.Add(scores, op.Where(attn_mask, zero, minus_infinity))
+    weights = op.Softmax(scores, axis=-1)
+    weights = op.Where(op.IsNaN(weights), zero, weights)  # rows with no allowed key: 0/0 -> 0
+    return op.MatMul(weights, value)
+
+
+@lowering("aten::scaled_dot_product_attention", opset=(23, None))
+def scaled_dot_product_attention_onnx23(
+    query: TFloat,
+    key: TFloat,
+    value: TFloat,
+    attn_mask: TFloat | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> TFloat:
+    """ONNX's own Attention (opset 23+) with no mask, a float mask, or a causal mask (boolean masks keep
+    the lowering above: eager gives zeros for a fully masked row).
+
+    ONNX's causal mask is aligned bottom-right and torch's top-left: they agree when queries and keys
+    are equally many; otherwise the top-left mask is built and passed as a boolean mask (no row of it is
+    fully masked). Grouped-query inputs (fewer key/value heads) are what Attention broadcasts natively.
+    3-D inputs get a heads axis of 1. Dropout is an identity at inference.
+    """
+    del dropout_p, enable_gqa
+    rank = len(query.shape)
+    if rank == 3:
+        heads_axis = op.Constant(value_ints=[1])
+        query, key, value = (
+            op.Unsqueeze(query, heads_axis),
+            op.Unsqueeze(key, heads_axis),
+            op.Unsqueeze(value, heads_axis),
+        )
+        if attn_mask is not None and len(attn_mask.shape) == 3:
+            attn_mask = op.Unsqueeze(attn_mask, heads_axis)
+    elif rank != 4:
+        raise NotImplementedError("ONNX Attention takes 3-D or 4-D inputs")
+    attributes: dict[str, float | int] = {}
+    if scale is not None:
+        attributes["scale"] = float(scale)
+    mask = attn_mask
+    if is_causal:
+        queries, keys = query.shape[-2], key.shape[-2]
+        if isinstance(queries, int) and isinstance(keys, int) and queries == keys:
+            attributes["is_causal"] = 1
+        else:
+            mask = _causal_mask(query, key)
+    result = opset23.Attention(query, key, value, mask, **attributes)
+    return op.Squeeze(result, op.Constant(value_ints=[1])) if rank == 3 else result
+
+
+def _causal_mask(query: TFloat, key: TFloat) -> BOOL:
+    """torch's causal mask, aligned top-left: query i attends key j <= i. A constant when both lengths are
+    static (every shape stays known), else built from the lengths at run time."""
+    queries, keys = query.shape[-2], key.shape[-2]
+    if isinstance(queries, int) and isinstance(keys, int):
+        return op.Constant(value=ir.tensor(np.tril(np.ones((queries, keys), dtype=bool))))
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    rows = op.Range(zero, op.Squeeze(op.Shape(query, start=-2, end=-1)), one)
+    columns = op.Range(zero, op.Squeeze(op.Shape(key, start=-2, end=-1)), one)
+    return op.GreaterOrEqual(op.Unsqueeze(rows, op.Constant(value_ints=[1])), columns)
+
+
+def _repeat_heads(tensor: TFloat, groups: int) -> TFloat:
+    """repeat_interleave(groups, dim=-3): each key/value head serves `groups` consecutive query heads (GQA)."""
+    rank = len(tensor.shape)
+    expanded_axis = op.Constant(value_ints=[rank - 2])
+    unsqueezed = op.Unsqueeze(tensor, expanded_axis)  # [..., H, 1, S, E]
+    leading = op.Shape(tensor, start=0, end=rank - 3)
+    heads = op.Shape(tensor, start=rank - 3, end=rank - 2)
+    tail = op.Shape(tensor, start=rank - 2)
+    group = op.Constant(value_ints=[groups])
+    expanded = op.Expand(unsqueezed, op.Concat(leading, heads, group, tail, axis=0))
+    return op.Reshape(expanded, op.Concat(leading, op.Mul(heads, group), tail, axis=0))
+
+
+@lowering("aten::scaled_dot_product_attention")
+def scaled_dot_product_attention(
+    query: TFloat,
+    key: TFloat,
+    value: TFloat,
+    attn_mask: TFloat | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> TFloat:
+    """SDPA with no mask or an additive float mask, any rank, is_causal and GQA, as eager's math path.
+
+    torchlib's handles only 4-D inputs with is_causal. is_causal keeps key j for query i when j <= i (the
+    top-left aligned lower triangle, as eager). float16/bfloat16 compute in float32, as eager's CPU kernels.
+    Dropout is an identity at inference.
+    """
+    del dropout_p
+    dtype = query.dtype
+    low_precision = dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+    def compute(tensor: TFloat) -> TFloat:
+        return op.Cast(tensor, to=ir.DataType.FLOAT) if low_precision else tensor
+
+    q, k, v = compute(query), compute(key), compute(value)
+    if enable_gqa:
+        query_heads, key_heads = query.shape[-3], key.shape[-3]
+        if not (isinstance(query_heads, int) and isinstance(key_heads, int)):
+            raise ValueError("scaled_dot_product_attention with enable_gqa needs static head counts")
+        if query_heads != key_heads:
+            k, v = _repeat_heads(k, query_heads // key_heads), _repeat_heads(v, query_heads // key_heads)
+    key_rank = len(key.shape)
+    key_transposed = op.Transpose(k, perm=[*range(key_rank - 2), key_rank - 1, key_rank - 2])
+    if scale is None:
+        head_dim = query.shape[-1]
+        if isinstance(head_dim, int):
+            scale = 1.0 / math.sqrt(head_dim)
+    if scale is None:
+        scale_value = op.Div(op.CastLike(1.0, q), op.Sqrt(op.CastLike(op.Shape(q, start=-1), q)))
+    else:
+        scale_value = op.CastLike(scale, q)
+    scores = op.Mul(op.MatMul(q, key_transposed), scale_value)
+    if is_causal:
+        scores = op.Where(_causal_mask(query, key), scores, op.CastLike(-math.inf, q))
+    if attn_mask is not None:
+        scores = op.Add(scores, compute(attn_mask))
+    weights = op.Softmax(scores, axis=-1)
+    attended = op.MatMul(weights, v)
+    return op.Cast(attended, to=dtype) if low_precision else attended

@@ -1,0 +1,814 @@
+"""Indexing and shapes: gather/scatter/index_put, masked ops, nonzero, sorting and searching, unique,
+views and reshapes, padding, embedding bags.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TypeVar
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT64
+from onnxscript import opset18 as op
+
+from fx2onnx._lowerings.builders import (
+    _LOW_PRECISION,
+    _NARROW_INTS,
+    TFloat,
+    TIndex,
+    TOther,
+    TReal,
+    _back,
+    _const,
+    _flat,
+    _in_float32,
+    _widened,
+)
+from fx2onnx._lowerings.kernels import double
+from fx2onnx._lowerings.rules import lowering
+
+
+# --- dtype helpers -----------------------------------------------------------------------------------------------
+def _as(value: TFloat, dtype: ir.DataType) -> TFloat:
+    return op.Cast(value, to=dtype) if value.dtype != dtype else value
+
+
+# --- embedding_renorm ---------------------------------------------------------------------------------------------
+def _row_norms(rows: TFloat, norm_type: float) -> TFloat:
+    """Each row's p-norm (keepdims), as ``row.norm(p)``: 0 counts the nonzeros, +-inf the largest/smallest |x|."""
+    axes = op.Constant(value_ints=[1])
+    if norm_type == 1:
+        return op.ReduceL1(rows, axes, keepdims=True)
+    if norm_type == 2:
+        return op.ReduceL2(rows, axes, keepdims=True)
+    if norm_type == math.inf:
+        return op.ReduceMax(op.Abs(rows), axes, keepdims=True)
+    if norm_type == -math.inf:
+        return op.ReduceMin(op.Abs(rows), axes, keepdims=True)
+    if norm_type == 0:
+        nonzero = op.Cast(op.Not(op.Equal(rows, _const(0.0, rows))), to=rows.dtype)
+        return op.ReduceSum(nonzero, axes, keepdims=True)
+    powers = op.ReduceSum(op.Pow(op.Abs(rows), _const(norm_type, rows)), axes, keepdims=True)
+    return op.Pow(powers, _const(1.0 / norm_type, rows))
+
+
+@lowering("aten::embedding_renorm")
+def embedding_renorm(weight: TFloat, indices: INT64, max_norm: float, norm_type: float = 2.0) -> TFloat:
+    """eager's loop over the distinct indices: a row whose norm (in the weight's dtype) exceeds max_norm is
+    multiplied by max_norm / (norm + 1e-7), taken in double and rounded to the weight's dtype."""
+    unique = op.Unique(indices)[0]
+    rows = _in_float32(op.Gather(weight, unique))
+    norms = _as(_back(_row_norms(rows, norm_type), weight), ir.DataType.DOUBLE)
+    limit = op.Constant(value=ir.tensor(float(max_norm), dtype=ir.DataType.DOUBLE))
+    scale = op.Div(limit, op.Add(norms, op.Constant(value=ir.tensor(1e-7, dtype=ir.DataType.DOUBLE))))
+    scaled = op.Mul(rows, _in_float32(_as(scale, weight.dtype)))
+    renormed = _back(op.Where(op.Greater(norms, limit), scaled, rows), weight)
+    return op.ScatterND(weight, op.Unsqueeze(unique, op.Constant(value_ints=[1])), renormed)
+
+
+# --- selection and signs ---------------------------------------------------------------------------------------
+@lowering("aten::masked_select")
+def masked_select(self: TReal, mask: BOOL) -> TReal:
+    """The elements where `mask` (broadcast with `self`) is true, flattened: a Compress of both, flattened."""
+    both = op.Shape(op.Where(mask, self, self))  # the broadcast shape of self and mask
+    flat_self = op.Reshape(op.Expand(self, both), op.Constant(value_ints=[-1]))
+    flat_mask = op.Reshape(op.Expand(mask, both), op.Constant(value_ints=[-1]))
+    return op.Compress(flat_self, flat_mask, axis=0)
+
+
+# --- searching sorted boundaries -------------------------------------------------------------------------------
+def _count_below(values: TReal, sorted_sequence: TReal, right: bool, out_int32: bool) -> INT64:
+    """For each value, how many sequence entries (last axis) are < it (<= it when `right`)."""
+    if sorted_sequence.shape is not None and len(sorted_sequence.shape) and sorted_sequence.shape[-1] == 0:
+        # ONNX Runtime's ReduceSum over an empty axis keeps the axis: the count is 0 everywhere.
+        zeros = op.Expand(op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)), op.Shape(values))
+        return op.Cast(zeros, to=INT32.dtype) if out_int32 else zeros
+    pairs = op.Unsqueeze(values, op.Constant(value_ints=[-1]))
+    below = op.LessOrEqual(sorted_sequence, pairs) if right else op.Less(sorted_sequence, pairs)
+    counts = op.ReduceSum(op.Cast(below, to=INT64.dtype), op.Constant(value_ints=[-1]), keepdims=False)
+    return op.Cast(counts, to=INT32.dtype) if out_int32 else counts
+
+
+@lowering("aten::bucketize.Tensor")
+def bucketize(self: TReal, boundaries: TReal, out_int32: bool = False, right: bool = False) -> INT64:
+    """torch.bucketize: a count of the (1-D) boundaries below each value (torch decomposes it data-dependently)."""
+    return _count_below(self, boundaries, right, out_int32)
+
+
+@lowering("aten::searchsorted.Tensor")
+def searchsorted(
+    sorted_sequence: TReal,
+    self: TReal,
+    out_int32: bool = False,
+    right: bool = False,
+    side: str | None = None,
+    sorter: INT64 | None = None,
+) -> INT64:
+    """torch.searchsorted over the last axis (a 1-D sequence serves every value)."""
+    if sorter is not None:
+        sorted_sequence = op.GatherElements(sorted_sequence, sorter, axis=-1)
+    sequence = sorted_sequence
+    if len(sorted_sequence.shape) > 1:  # [..., m] against values [..., k]: pair each k with its row
+        sequence = op.Unsqueeze(sorted_sequence, op.Constant(value_ints=[-2]))
+    return _count_below(self, sequence, right or side == "right", out_int32)
+
+
+# --- nonzero of a 0-d tensor ------------------------------------------------------------------------------------
+@lowering("aten::nonzero")
+def nonzero(self: TReal) -> INT64:
+    """Indices of the non-zero elements, [count, rank]; a 0-d input gives [0 or 1, 0] as in eager."""
+    rank = len(self.shape)
+    flat = op.Reshape(self, op.Constant(value_ints=[-1])) if rank == 0 else self
+    indices = op.Transpose(op.NonZero(flat), perm=[1, 0])
+    if rank == 0:
+        return op.Slice(indices, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]), op.Constant(value_ints=[1]))
+    return indices
+
+
+# --- diagonals, products over a dim of a scalar, atleast_Nd of lists ---------------------------------------------
+@lowering("aten::diagonal", "aten::diagonal_copy")
+def diagonal(self: TReal, offset: int = 0, dim1: int = 0, dim2: int = 1) -> TReal:
+    """A Gather of the diagonal's flat positions: the same ops for every dtype.
+
+    dim1 and dim2 move last, are flattened into one axis, and positions i*m + i + offset are gathered; the
+    diagonal ends up as the last axis, as in eager. (torchlib's multiplies by an identity mask, which
+    narrow integers do not run.) Needs the two dims' sizes to be static.
+    """
+    rank = len(self.shape)
+    dim1, dim2 = dim1 % rank, dim2 % rank
+    rows, columns = self.shape[dim1], self.shape[dim2]
+    if not isinstance(rows, int) or not isinstance(columns, int):
+        raise NotImplementedError("diagonal over dynamic dims has no lowering here")
+    rest = [d for d in range(rank) if d not in (dim1, dim2)]
+    moved = op.Transpose(self, perm=[*rest, dim1, dim2])
+    flat = op.Reshape(moved, op.Constant(value_ints=[*([0] * len(rest)), rows * columns]))
+    if offset >= 0:
+        length = max(0, min(rows, columns - offset))
+        positions = [i * columns + i + offset for i in range(length)]
+    else:
+        length = max(0, min(rows + offset, columns))
+        positions = [(i - offset) * columns + i for i in range(length)]
+    indices = op.Constant(value=ir.tensor(positions, dtype=ir.DataType.INT64))
+    return op.Gather(flat, indices, axis=len(rest))
+
+
+def _at_least(tensor: TReal, rank: int) -> TReal:
+    """torch.atleast_{1,2,3}d of one tensor: 0-d -> all ones; 1-d [n] -> [1, n] or [1, n, 1]; 2-d -> [m, n, 1]."""
+    current = len(tensor.shape)
+    if current >= rank:
+        return op.Identity(tensor)
+    if current == 0:
+        return op.Reshape(tensor, op.Constant(value_ints=[1] * rank))
+    axes = {(1, 2): [0], (1, 3): [0, 2], (2, 3): [2]}[(current, rank)]
+    return op.Unsqueeze(tensor, op.Constant(value_ints=axes))
+
+
+@lowering("aten::atleast_1d.Sequence")
+def atleast_1d_sequence(tensors: Sequence[TReal]) -> Sequence[TReal]:
+    """Each tensor reshaped on its own (torchlib's SequenceMap with a graph body does not run everywhere)."""
+    return [_at_least(t, 1) for t in tensors]
+
+
+@lowering("aten::atleast_2d.Sequence")
+def atleast_2d_sequence(tensors: Sequence[TReal]) -> Sequence[TReal]:
+    return [_at_least(t, 2) for t in tensors]
+
+
+@lowering("aten::atleast_3d.Sequence")
+def atleast_3d_sequence(tensors: Sequence[TReal]) -> Sequence[TReal]:
+    return [_at_least(t, 3) for t in tensors]
+
+
+# --- index_reduce --------------------------------------------------------------------------------------------------
+_IDENTITY = {"amax": float("-inf"), "amin": float("inf"), "prod": 1.0, "mean": 0.0}
+
+
+_SCATTER_REDUCTION = {"amax": "max", "amin": "min", "prod": "mul", "mean": "add"}
+
+
+def _compute_type(value: TReal) -> TReal:
+    """float16/bfloat16 -> float32, narrow ints -> int32: types every ScatterElements reduction runs in."""
+    if value.dtype in _LOW_PRECISION:
+        return op.Cast(value, to=FLOAT.dtype)
+    return _widened(value)
+
+
+def _identity_for(reduce: str, like: TReal) -> TReal:
+    value = _IDENTITY[reduce]
+    if like.dtype in (ir.DataType.INT32, ir.DataType.INT64) and reduce in ("amax", "amin"):
+        info = np.iinfo(np.int32 if like.dtype == ir.DataType.INT32 else np.int64)
+        value = info.min if reduce == "amax" else info.max
+    if like.dtype in (ir.DataType.INT32, ir.DataType.INT64):
+        return op.Constant(value=ir.tensor(int(value), dtype=like.dtype))
+    return _const(value, like)
+
+
+@lowering("aten::index_reduce")
+def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True) -> TReal:
+    """Reduce `source` slices into `self` at `index` along `dim` (amax, amin, prod, mean) with ScatterElements.
+
+    Without include_self, the positions `index` touches start from the reduction's identity; mean divides
+    by the number of values reduced into each position (floor division for integers, as in eager).
+    """
+    scalar = len(self.shape) == 0
+    one = op.Constant(value_ints=[1])
+    base = _compute_type(op.Reshape(self, one) if scalar else self)
+    values = _compute_type(op.Reshape(source, one) if scalar else source)
+    rank = 1 if scalar else len(self.shape)
+    axis = dim % rank
+    index_shape = [1] * rank
+    index_shape[axis] = -1
+    positions = op.Expand(op.Reshape(index, op.Constant(value_ints=index_shape)), op.Shape(values))
+    reduction = _SCATTER_REDUCTION[reduce]
+    identity = _identity_for(reduce, base)
+    if not include_self:  # touched positions forget self's value
+        base = op.ScatterElements(base, positions, op.Expand(identity, op.Shape(values)), axis=axis)
+    result = op.ScatterElements(base, positions, values, axis=axis, reduction=reduction)
+    if reduce == "mean":
+        ones = op.Expand(op.CastLike(1, base), op.Shape(base))
+        counts = ones
+        zeros_at = op.Expand(op.CastLike(0, base), op.Shape(values))
+        ones_at = op.Expand(op.CastLike(1, base), op.Shape(values))
+        if not include_self:
+            counts = op.ScatterElements(ones, positions, zeros_at, axis=axis)
+        counts = op.ScatterElements(counts, positions, ones_at, axis=axis, reduction="add")
+        if base.dtype in (ir.DataType.INT32, ir.DataType.INT64):
+            quotient = op.Div(op.Cast(result, to=DOUBLE.dtype), op.Cast(counts, to=DOUBLE.dtype))
+            result = op.Cast(op.Floor(quotient), to=base.dtype)
+        else:
+            result = op.Div(result, counts)
+    if scalar:
+        result = op.Reshape(result, op.Constant(value_ints=[]))
+    return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+# --- padding with negative amounts, linspace, cross entropy with class probabilities -----------------------------
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+@lowering("aten::pad")
+def pad(self: TReal, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> TReal:
+    """torch.nn.functional.pad with negative amounts (crops), which ONNX Runtime's edge and wrap modes refuse.
+
+    Eager's circular mode crops before wrapping; its replicate mode indexes as if padding came first (a
+    crop larger than the input repeats the edge), so there the crop follows. `pad` lists (before, after)
+    pairs from the last dim backwards. An empty tensor pads in constant mode: no values to repeat.
+    """
+    rank = len(self.shape)
+    befores, afters = [0] * rank, [0] * rank
+    for offset in range(len(pad) // 2):
+        befores[rank - 1 - offset], afters[rank - 1 - offset] = pad[2 * offset], pad[2 * offset + 1]
+    crop_axes = [a for a in range(rank) if befores[a] < 0 or afters[a] < 0]
+
+    def crop(x: TReal) -> TReal:
+        if not crop_axes:
+            return x
+        starts = [max(0, -befores[a]) for a in crop_axes]
+        ends = [afters[a] if afters[a] < 0 else 2**62 for a in crop_axes]
+        return op.Slice(
+            x, op.Constant(value_ints=starts), op.Constant(value_ints=ends), op.Constant(value_ints=crop_axes)
+        )
+
+    x = crop(self) if mode == "circular" else self
+    amounts = [max(0, b) for b in befores] + [max(0, a) for a in afters]
+    if any(amounts):
+        empty = any(isinstance(d, int) and d == 0 for d in self.shape)
+        onnx_mode = "constant" if empty else _PAD_MODES[mode]
+        fill = op.CastLike(value if value is not None else 0, x) if onnx_mode == "constant" else None
+        x = op.Pad(x, op.Constant(value_ints=amounts), fill, mode=onnx_mode)
+    if mode != "circular":
+        x = crop(x)
+    return op.Identity(x) if x is self else x
+
+
+@lowering("aten::numpy_T")
+def numpy_t(self: TReal) -> TReal:
+    return op.Transpose(self, perm=list(reversed(range(len(self.shape)))))
+
+
+@lowering("aten::squeeze.dims")
+def squeeze_dims(self: TReal, dim: Sequence[int]) -> TReal:
+    """Eager drops only the listed dims that have size 1 (others stay); a 0-d tensor stays as it is."""
+    rank = len(self.shape)
+    axes = sorted({d % rank for d in dim} if rank else set())
+    ones = [a for a in axes if isinstance(self.shape[a], int) and self.shape[a] == 1]
+    if any(not isinstance(self.shape[a], int) for a in axes):
+        raise NotImplementedError("squeeze of a dynamic dim: whether it is 1 is unknown at export")
+    if not ones:
+        return op.Identity(self)
+    return op.Squeeze(self, op.Constant(value_ints=ones))
+
+
+# Every real dtype eager sorts, bool included (torchlib's aten_sort takes no bool). Types the
+# target's TopK lacks (bool, int16, bfloat16 on ONNX Runtime CPU) are left to legalization.
+TSortable = TypeVar("TSortable", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
+
+
+@lowering("aten::sort.stable")
+def sort_stable(
+    self: TSortable, stable: bool | None = None, dim: int = -1, descending: bool = False
+) -> tuple[TSortable, INT64]:
+    """``torch.sort(x, stable=...)``: a TopK over the whole dimension.
+
+    ONNX's TopK puts equal elements in index order, in either direction, which is the order a
+    stable sort keeps; an unstable sort may return any order of ties, so that order serves too.
+    """
+    del stable
+    rank = len(self.shape)
+    if rank == 0:
+        return op.Identity(self), op.Constant(value_int=0)
+    axis = dim % rank
+    size = op.Shape(self, start=axis, end=axis + 1)
+    return op.TopK(self, size, axis=axis, largest=descending, sorted=True)
+
+
+# --- nonzero: float32 would turn tiny values into 0 and drop them from the indices ------------------------------
+def _nonzero_mask(self: DOUBLE) -> BOOL:
+    """x != 0, NaN included, as eager's nonzero tests it."""
+    return op.Not(op.Equal(self, double(0.0)))
+
+
+def _nonzero_indices(self: DOUBLE) -> INT64:
+    """[count, max(rank, 1)] indices of the non-zero elements (a 0-d input as a 1-element vector)."""
+    mask = _nonzero_mask(self)
+    flat = op.Reshape(mask, op.Constant(value_ints=[-1])) if len(self.shape) == 0 else mask
+    return op.Transpose(op.NonZero(flat), perm=[1, 0])
+
+
+@lowering("aten::nonzero", variant="float64")
+def nonzero_float64(self: DOUBLE) -> INT64:
+    """Indices of the non-zero elements, [count, rank]; a 0-d input gives [0 or 1, 0] as in eager."""
+    indices = _nonzero_indices(self)
+    if len(self.shape) == 0:
+        return op.Slice(indices, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]), op.Constant(value_ints=[1]))
+    return indices
+
+
+@lowering("aten::nonzero_static", variant="float64")
+def nonzero_static(self: DOUBLE, size: int, fill_value: int = -1) -> INT64:
+    """The first `size` rows of nonzero's indices, padded with `fill_value` rows."""
+    rank = len(self.shape)
+    columns = max(rank, 1)
+    padding = op.Expand(
+        op.Constant(value=ir.tensor([fill_value], dtype=ir.DataType.INT64)), op.Constant(value_ints=[size, columns])
+    )
+    padded = op.Concat(_nonzero_indices(self), padding, axis=0)
+    starts, ends = op.Constant(value_ints=[0, 0]), op.Constant(value_ints=[size, rank])
+    return op.Slice(padded, starts, ends, op.Constant(value_ints=[0, 1]))
+
+
+@lowering("aten::masked_scatter", variant="float64")
+def masked_scatter(self: DOUBLE, mask: BOOL, source: DOUBLE) -> DOUBLE:
+    """source's leading elements, in order, where the (broadcast) mask is true. The mask stays bool: torchlib's
+    takes it in self's dtype, and NonZero of a float64 mask would run in float32 (exact, but a lossy Cast)."""
+    full_mask = op.Expand(mask, op.Shape(self))
+    indices = op.Transpose(op.NonZero(full_mask), perm=[1, 0])
+    count = op.Shape(indices, start=0, end=1)
+    updates = op.Slice(op.Reshape(source, op.Constant(value_ints=[-1])), op.Constant(value_ints=[0]), count)
+    return op.ScatterND(self, indices, updates)
+
+
+_INTEGERS = (*_NARROW_INTS, ir.DataType.INT32, ir.DataType.INT64)
+
+
+def _static_shape(value: TReal, what: str) -> list[int]:
+    shape = list(value.shape) if value.shape is not None else None
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        raise NotImplementedError(f"{what} over a tensor of dynamic shape has no lowering here")
+    return shape
+
+
+def _const_ints(values: np.ndarray | Sequence[int]) -> INT64:
+    return op.Constant(value=ir.tensor(np.asarray(values, dtype=np.int64)))
+
+
+def _flat_indexing(value: TReal) -> TReal:
+    return op.Reshape(value, op.Constant(value_ints=[-1]))
+
+
+# --- scatter with a reduction --------------------------------------------------------------------------------
+# ONNX Runtime's ScatterElements reduces float16/bfloat16 with no kernel (add, mul) and bool with none (max,
+# min); those compute in float32 / int32 and round back. Integer sums and products wrap alike in any width.
+def _compute_type_indexing(value: TReal) -> TReal:
+    if value.dtype in _LOW_PRECISION:
+        return op.Cast(value, to=FLOAT.dtype)
+    if value.dtype in (*_NARROW_INTS, ir.DataType.BOOL):
+        return op.Cast(value, to=INT32.dtype)
+    return value
+
+
+_REDUCTIONS = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul", "amax": "max", "amin": "min"}
+
+
+def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, reduce: str, include_self: bool) -> TReal:
+    """self with src's elements at `index` (along `dim`) reduced into it; `src` None: `index`'s shape of zeros.
+
+    `src` may be larger than `index`: only its leading part (index's shape) takes part, as in eager. Without
+    include_self, the positions `index` touches start from the reduction's identity; mean divides by the
+    number of values reduced into each position (floor division for integers, as eager does).
+    """
+    scalar = len(self.shape) == 0
+    one = op.Constant(value_ints=[1])
+    rank = 1 if scalar else len(self.shape)
+    axis = dim % rank
+    positions = op.Reshape(index, one) if scalar else index
+    if scalar:
+        updates = op.Reshape(src, one)
+    else:
+        starts = op.Constant(value_ints=[0] * rank)
+        updates = op.Slice(src, starts, op.Shape(positions), op.Constant(value_ints=list(range(rank))))
+    base = _compute_type_indexing(op.Reshape(self, one) if scalar else self)
+    values = _compute_type_indexing(updates)
+    reduction = "add" if reduce == "mean" else _REDUCTIONS[reduce]
+    if not include_self:  # touched positions forget self's value
+        identity = _identity_for({"add": "mean", "mul": "prod", "max": "amax", "min": "amin"}[reduction], base)
+        base = op.ScatterElements(base, positions, op.Expand(identity, op.Shape(positions)), axis=axis)
+    result = op.ScatterElements(base, positions, values, axis=axis, reduction=reduction)
+    if reduction in ("max", "min") and base.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
+        # Eager's amax/amin propagate NaN (from self or src); ONNX Runtime's max/min may drop it.
+        nan_base = op.Cast(op.IsNaN(base), to=INT32.dtype)
+        nan_values = op.Cast(op.IsNaN(values), to=INT32.dtype)
+        seen_nan = op.ScatterElements(nan_base, positions, nan_values, axis=axis, reduction="max")
+        result = op.Where(op.Cast(seen_nan, to=BOOL.dtype), op.CastLike(float("nan"), base), result)
+    if reduce == "mean":
+        ones = op.Expand(op.CastLike(1, base), op.Shape(base))
+        counts = ones
+        if not include_self:
+            counts = op.ScatterElements(
+                ones, positions, op.Expand(op.CastLike(0, base), op.Shape(positions)), axis=axis
+            )
+        counts = op.ScatterElements(
+            counts, positions, op.Expand(op.CastLike(1, base), op.Shape(positions)), axis=axis, reduction="add"
+        )
+        if self.dtype in _INTEGERS:  # the sum wraps in self's dtype before the floor division, as in eager
+            total = op.Cast(op.Cast(result, to=self.dtype), to=DOUBLE.dtype)
+            result = op.Floor(op.Div(total, op.Cast(counts, to=DOUBLE.dtype)))
+        else:
+            result = op.Div(result, counts)
+    if scalar:
+        result = op.Reshape(result, op.Constant(value_ints=[]))
+    return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+@lowering("aten::scatter_reduce.two")
+def scatter_reduce_two(
+    self: TReal, dim: int, index: INT64, src: TReal, reduce: str, include_self: bool = True
+) -> TReal:
+    """torch.scatter_reduce (sum, prod, mean, amax, amin); torchlib's mean divides by the wrong counts."""
+    return _scatter_reduce(self, dim, index, src, reduce, include_self)
+
+
+@lowering("aten::scatter_add")
+def scatter_add(self: TReal, dim: int, index: INT64, src: TReal) -> TReal:
+    return _scatter_reduce(self, dim, index, src, "sum", include_self=True)
+
+
+@lowering("aten::scatter.reduce")
+def scatter_reduce_legacy(self: TReal, dim: int, index: INT64, src: TReal, reduce: str) -> TReal:
+    """torch.scatter(..., reduce="add" | "multiply"): reduces into self's values."""
+    return _scatter_reduce(self, dim, index, src, reduce, include_self=True)
+
+
+@lowering("aten::scatter.value_reduce")
+def scatter_value_reduce(self: TReal, dim: int, index: INT64, value: float, reduce: str) -> TReal:
+    """torch.scatter(..., value, reduce=...): the scalar reduced into self at every index."""
+    src = op.Expand(op.CastLike(value, self), op.Shape(index))
+    return _scatter_reduce(self, dim, index, src, reduce, include_self=True)
+
+
+@lowering("aten::put")
+def put(self: TReal, index: INT64, source: TReal, accumulate: bool = False) -> TReal:
+    """torch.put: source's elements written (or added) at flat `index` positions of self (negatives wrap)."""
+    positions = _flat_indexing(index)
+    positions = op.Where(op.Less(positions, op.Constant(value_int=0)), op.Add(positions, op.Size(self)), positions)
+    flat = _flat_indexing(self)
+    if accumulate:
+        result = _scatter_reduce(flat, 0, positions, _flat_indexing(source), "sum", include_self=True)
+    else:
+        result = op.ScatterElements(flat, positions, _flat_indexing(source), axis=0)
+    return op.Reshape(result, op.Shape(self))
+
+
+# --- *_scatter: positions known at export, from the (static) shape --------------------------------------------
+def _scatter_flat(self: TReal, positions: np.ndarray, src: TReal) -> TReal:
+    """self with src's elements (in src's order) at the flat `positions` of self (a constant array)."""
+    if positions.size == 0:
+        return op.Identity(self)
+    written = op.ScatterElements(_flat_indexing(self), _const_ints(positions.reshape(-1)), _flat_indexing(src), axis=0)
+    return op.Reshape(written, op.Shape(self))
+
+
+@lowering("aten::as_strided_scatter", "prims::as_strided_scatter")
+def as_strided_scatter(
+    self: TReal, src: TReal, size: Sequence[int], stride: Sequence[int], storage_offset: int | None = None
+) -> TReal:
+    """src written over the strided view of self's (contiguous) elements."""
+    positions = np.full([int(s) for s in size], int(storage_offset or 0), dtype=np.int64)
+    for axis, (length, step) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[axis] = int(length)
+        positions = positions + (np.arange(int(length), dtype=np.int64) * int(step)).reshape(shape)
+    return _scatter_flat(self, positions, src)
+
+
+@lowering("aten::diagonal_scatter")
+def diagonal_scatter(self: TReal, src: TReal, offset: int = 0, dim1: int = 0, dim2: int = 1) -> TReal:
+    """src written over torch.diagonal(self, offset, dim1, dim2) (kept whole: its decomposition mutates)."""
+    shape = _static_shape(self, "diagonal_scatter")
+    elements = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    rank = len(shape)
+    positions = np.diagonal(elements, offset, dim1 % rank, dim2 % rank)
+    return _scatter_flat(self, positions, src)
+
+
+# --- shape ops ---------------------------------------------------------------------------------------------
+@lowering("prims::view_of")
+def view_of(a: TReal) -> TReal:
+    """A view with the same shape (squeeze of no size-1 dim decomposes to it)."""
+    return op.Identity(a)
+
+
+@lowering("aten::resize")
+def resize(self: TReal, size: Sequence[int], memory_format: int | None = None) -> TReal:
+    """Functional resize_: self's elements in order, cut or zero-extended to `size`'s element count.
+
+    Eager leaves the elements past self's count uninitialized; zeros stand in for them.
+    """
+    del memory_format
+    count = math.prod(int(s) for s in size)
+    flat = _flat_indexing(self)
+    missing = op.Max(
+        op.Sub(op.Constant(value_ints=[count]), op.Reshape(op.Size(self), op.Constant(value_ints=[1]))),
+        op.Constant(value_ints=[0]),
+    )
+    padded = op.Pad(flat, op.Concat(op.Constant(value_ints=[0]), missing, axis=0))
+    kept = op.Slice(padded, op.Constant(value_ints=[0]), op.Constant(value_ints=[count]))
+    return op.Reshape(kept, op.Constant(value_ints=[int(s) for s in size]))
+
+
+# --- hash_tensor ---------------------------------------------------------------------------------------------
+_SIGN_BIT = -(2**63)  # 1 << 63 as an int64
+
+
+def _float64_bits(x: DOUBLE) -> INT64:
+    """The IEEE-754 bit pattern of each float64 as an int64, computed arithmetically (opset 18 has no BitCast).
+
+    |x| = m * 2**e with 1 <= m < 2 for normal numbers; Log2 only guesses e, and one step corrects it.
+    Subnormals use e = -1022 with m < 1; NaN is the canonical quiet NaN.
+    """
+    magnitude = op.Abs(x)
+    two = op.Constant(value=ir.tensor(2.0, dtype=ir.DataType.DOUBLE))
+    positive = op.Where(op.Greater(magnitude, op.CastLike(0.0, x)), magnitude, op.CastLike(1.0, x))
+    finite = op.Where(op.IsInf(positive), op.CastLike(1.0, x), positive)
+    finite = op.Where(op.IsNaN(finite), op.CastLike(1.0, x), finite)
+    guess = op.Floor(op.Div(op.Log(finite), op.CastLike(math.log(2.0), x)))
+    guess = op.Max(guess, op.CastLike(-1022.0, x))
+    scaled = op.Div(finite, op.Pow(two, guess))
+    too_big = op.GreaterOrEqual(scaled, two)
+    guess = op.Where(too_big, op.Add(guess, op.CastLike(1.0, x)), guess)
+    too_small = op.And(
+        op.Less(op.Div(finite, op.Pow(two, guess)), op.CastLike(1.0, x)), op.Greater(guess, op.CastLike(-1022.0, x))
+    )
+    guess = op.Where(too_small, op.Sub(guess, op.CastLike(1.0, x)), guess)
+    mantissa = op.Div(finite, op.Pow(two, guess))
+    normal = op.GreaterOrEqual(mantissa, op.CastLike(1.0, x))
+    fraction = op.Where(normal, op.Sub(mantissa, op.CastLike(1.0, x)), mantissa)
+    fraction_bits = op.Cast(op.Mul(fraction, op.CastLike(2.0**52, x)), to=INT64.dtype)
+    exponent = op.Where(
+        normal, op.Add(op.Cast(guess, to=INT64.dtype), op.Constant(value_int=1023)), op.Constant(value_int=0)
+    )
+    bits = op.Add(op.Mul(exponent, op.Constant(value_int=2**52)), fraction_bits)
+    zero = op.Equal(magnitude, op.CastLike(0.0, x))
+    bits = op.Where(zero, op.Constant(value_int=0), bits)
+    bits = op.Where(op.IsInf(x), op.Constant(value_int=0x7FF << 52), bits)
+    negative = op.Or(op.Less(x, op.CastLike(0.0, x)), op.And(zero, op.Less(op.Reciprocal(x), op.CastLike(0.0, x))))
+    bits = op.Where(negative, op.Add(bits, op.Constant(value_int=_SIGN_BIT)), bits)
+    return op.Where(op.IsNaN(x), op.Constant(value_int=0x7FF8 << 48), bits)
+
+
+def _xor_reduce(bits: INT64, rank: int, axis: int, length: int) -> INT64:
+    """XOR of `bits` along `axis` (static `length`), halving the axis each step; keeps the axis (size 1)."""
+    if length == 0:
+        shape = op.Shape(bits)
+        reduced = op.ScatterElements(shape, op.Constant(value_ints=[axis]), op.Constant(value_ints=[1]), axis=0)
+        return op.Expand(op.Constant(value_int=0), reduced)
+    axes = op.Constant(value_ints=[axis])
+    while length > 1:
+        if length % 2:
+            pads = [0] * (2 * rank)
+            pads[rank + axis] = 1
+            bits = op.Pad(bits, op.Constant(value_ints=pads))
+            length += 1
+        half = length // 2
+        low = op.Slice(bits, op.Constant(value_ints=[0]), op.Constant(value_ints=[half]), axes)
+        high = op.Slice(bits, op.Constant(value_ints=[half]), op.Constant(value_ints=[length]), axes)
+        bits = op.BitwiseXor(low, high)
+        length = half
+    return bits
+
+
+@lowering("aten::hash_tensor")
+def hash_tensor(self: TReal, dim: Sequence[int] = (), keepdim: bool = False, mode: int = 0) -> UINT64:
+    """XOR of the elements' 64-bit patterns (floats as float64, integers and bool as int64), as uint64."""
+    if mode != 0:
+        raise NotImplementedError(f"hash_tensor mode {mode} has no lowering here")
+    floats = self.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE, *_LOW_PRECISION)
+    bits = _float64_bits(op.Cast(self, to=DOUBLE.dtype)) if floats else op.Cast(self, to=INT64.dtype)
+    shape = _static_shape(self, "hash_tensor")
+    rank = len(shape)
+    if rank == 0:
+        return op.Cast(bits, to=UINT64.dtype)
+    axes = sorted({d % rank for d in dim}) if len(dim) else list(range(rank))
+    for axis in axes:
+        bits = _xor_reduce(bits, rank, axis, shape[axis])
+    if not keepdim:
+        bits = op.Squeeze(bits, op.Constant(value_ints=axes))
+    return op.Cast(bits, to=UINT64.dtype)
+
+
+# --- pixel_shuffle / pixel_unshuffle -------------------------------------------------------------------------
+# Reshape and Transpose rather than DepthToSpace/SpaceToDepth, which ONNX Runtime runs for few types and only
+# on rank 4; shapes are built with allowzero so that empty tensors keep their zero dims.
+def _dims(x: TReal, start: int, end: int) -> INT64:
+    return op.Shape(x, start=start, end=end)
+
+
+def _image_dims(x: TReal) -> tuple[int, tuple[INT64, INT64, INT64, INT64]]:
+    """How many batch dims lead (*, C, H, W), and the shapes of the batch dims, C, H and W."""
+    rank = len(x.shape)
+    lead = rank - 3
+    return lead, (_dims(x, 0, lead), _dims(x, lead, lead + 1), _dims(x, -2, -1), _dims(x, -1, rank))
+
+
+def _times(dim: INT64, factor: int) -> INT64:
+    return op.Mul(dim, op.Constant(value_ints=[factor]))
+
+
+def _over(dim: INT64, factor: int) -> INT64:
+    return op.Div(dim, op.Constant(value_ints=[factor]))
+
+
+@lowering("aten::pixel_shuffle")
+def pixel_shuffle(self: TReal, upscale_factor: int) -> TReal:
+    """(*, C*r*r, H, W) -> (*, C, H*r, W*r)."""
+    r = upscale_factor
+    lead, (batch, channels, height, width) = _image_dims(self)
+    factor = op.Constant(value_ints=[r])
+    split = op.Concat(batch, _over(channels, r * r), factor, factor, height, width, axis=0)
+    x = op.Reshape(self, split, allowzero=1)
+    x = op.Transpose(x, perm=[*range(lead), lead, lead + 3, lead + 1, lead + 4, lead + 2])
+    merged = op.Concat(batch, _over(channels, r * r), _times(height, r), _times(width, r), axis=0)
+    return op.Reshape(x, merged, allowzero=1)
+
+
+@lowering("aten::pixel_unshuffle")
+def pixel_unshuffle(self: TReal, downscale_factor: int) -> TReal:
+    """(*, C, H*r, W*r) -> (*, C*r*r, H, W).
+
+    Eager returns an empty input unchanged, where torch's shape function (which the graph records) gives
+    the shape below; both agree for downscale_factor 1.
+    """
+    r = downscale_factor
+    lead, (batch, channels, height, width) = _image_dims(self)
+    factor = op.Constant(value_ints=[r])
+    split = op.Concat(batch, channels, _over(height, r), factor, _over(width, r), factor, axis=0)
+    x = op.Reshape(self, split, allowzero=1)
+    x = op.Transpose(x, perm=[*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3])
+    merged = op.Concat(batch, _times(channels, r * r), _over(height, r), _over(width, r), axis=0)
+    return op.Reshape(x, merged, allowzero=1)
+
+
+# --- data-dependent indexing ---------------------------------------------------------------------------------
+# Kept whole so that capture does not decompose them into `.item()` calls on the (input) indices.
+@lowering("aten::take")
+def take(self: TReal, index: INT64) -> TReal:
+    """self.flatten()[index], index of any shape; negative indices count from the end, as in eager."""
+    flat = _flat(self)
+    count = op.Size(self)
+    wrapped = op.Where(op.Less(index, op.Constant(value_int=0)), op.Add(index, count), index)
+    return op.Gather(flat, wrapped, axis=0)
+
+
+@lowering("aten::nonzero_static")
+def nonzero_static_linalg(self: TReal, size: int, fill_value: int = -1) -> INT64:
+    """The first `size` rows of nonzero's [count, rank] indices, padded with `fill_value` rows."""
+    rank = len(self.shape)
+    flat = _flat(self) if rank == 0 else self
+    indices = op.Transpose(op.NonZero(flat), perm=[1, 0])  # [count, max(rank, 1)]
+    columns = max(rank, 1)
+    padding = op.Expand(
+        op.Constant(value=ir.tensor([fill_value], dtype=ir.DataType.INT64)), op.Constant(value_ints=[size, columns])
+    )
+    padded = op.Concat(indices, padding, axis=0)
+    starts, ends = op.Constant(value_ints=[0, 0]), op.Constant(value_ints=[size, rank])
+    return op.Slice(padded, starts, ends, op.Constant(value_ints=[0, 1]))
+
+
+@lowering("aten::narrow.Tensor")
+def narrow_tensor(self: TReal, dim: int, start: TOther, length: int) -> TReal:
+    """`length` elements along `dim` from `start`, a 0-d tensor read at run time (negative counts from the end)."""
+    begin = op.Reshape(op.Cast(start, to=INT64.dtype), op.Constant(value_ints=[1]))
+    size = op.Shape(self, start=dim % len(self.shape), end=dim % len(self.shape) + 1)
+    begin = op.Where(op.Less(begin, op.Constant(value_ints=[0])), op.Add(begin, size), begin)
+    end = op.Add(begin, op.Constant(value_ints=[length]))
+    return op.Slice(self, begin, end, op.Constant(value_ints=[dim]))
+
+
+@lowering("aten::one_hot")
+def one_hot(self: INT64, num_classes: int = -1) -> INT64:
+    """Each index compared with 0..num_classes-1; num_classes=-1 takes the largest index plus one, at run time."""
+    if num_classes >= 0:
+        depth = op.Constant(value_int=num_classes)
+    else:
+        depth = op.Add(
+            op.ReduceMax(op.Reshape(self, op.Constant(value_ints=[-1])), keepdims=False), op.Constant(value_int=1)
+        )
+    classes = op.Range(op.Constant(value_int=0), depth, op.Constant(value_int=1))
+    return op.Cast(op.Equal(op.Unsqueeze(self, op.Constant(value_ints=[-1])), classes), to=INT64.dtype)
+
+
+# --- embedding_bag ----------------------------------------------------------------------------------------------------
+@lowering("aten::embedding_bag.padding_idx")  # (aten::_embedding_bag reads padding_idx -1 as "none")
+def embedding_bag(
+    weight: TFloat,
+    indices: TIndex,
+    offsets: TIndex,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: TFloat | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> tuple[TFloat, INT64, INT64, INT64]:
+    """Sum (0), mean (1) or max (2) of the embedding rows of each bag, as eager (an empty bag gives zeros).
+
+    Bag b holds the indices at positions [offsets[b], offsets[b+1]) (2-D indices: one bag per row); a
+    [bags, positions] membership mask selects them, without the padding_idx entries. Also returns eager's
+    offset2bag, bag_size and max_indices for the mode (torchlib's CastLike on int64 has no ORT kernel).
+    """
+    del scale_grad_by_freq, sparse  # gradient-only options
+    if len(indices.shape) == 2:
+        rows, width = indices.shape
+        offsets = op.Range(op.Constant(value_int=0), op.Constant(value_int=rows * width), op.Constant(value_int=width))
+        indices = op.Reshape(indices, op.Constant(value_ints=[-1]))
+        include_last_offset = False
+    index = op.Cast(indices, to=INT64.dtype)
+    bounds = op.Cast(offsets, to=INT64.dtype)
+    count = op.Shape(index)
+    if include_last_offset:
+        starts = op.Slice(bounds, op.Constant(value_ints=[0]), op.Constant(value_ints=[-1]))
+        ends = op.Slice(bounds, op.Constant(value_ints=[1]), op.Constant(value_ints=[2**62]))
+    else:
+        starts = bounds
+        ends = op.Concat(op.Slice(bounds, op.Constant(value_ints=[1]), op.Constant(value_ints=[2**62])), count, axis=0)
+    positions = op.Range(op.Constant(value_int=0), op.Squeeze(count), op.Constant(value_int=1))
+    column = op.Constant(value_ints=[1])
+    member = op.And(
+        op.GreaterOrEqual(positions, op.Unsqueeze(starts, column)), op.Less(positions, op.Unsqueeze(ends, column))
+    )  # [bags, positions]
+    if padding_idx is not None:
+        rows_total = weight.shape[0]
+        padding = padding_idx + rows_total if padding_idx < 0 and isinstance(rows_total, int) else padding_idx
+        member = op.And(member, op.Not(op.Equal(index, op.Constant(value_int=padding))))
+    x = _in_float32(weight)
+    rows_of = op.Gather(x, index, axis=0)  # [positions, dim]
+    if per_sample_weights is not None:
+        sample_weights = op.Reshape(op.CastLike(per_sample_weights, x), op.Constant(value_ints=[-1, 1]))
+        rows_of = op.Mul(rows_of, sample_weights)
+    selected = op.Unsqueeze(member, op.Constant(value_ints=[2]))  # [bags, positions, 1]
+    bag_size = op.ReduceSum(op.Cast(member, to=INT64.dtype), column, keepdims=False)
+    zero = op.CastLike(0.0, x)
+    if mode == 2:
+        lowest = op.CastLike(-math.inf, x)
+        largest = op.ReduceMax(op.Where(selected, rows_of, lowest), column, keepdims=True)  # [bags, 1, dim]
+        output = op.Where(
+            op.Greater(op.Unsqueeze(bag_size, column), op.Constant(value_int=0)), op.Squeeze(largest, column), zero
+        )
+        hits = op.And(selected, op.Equal(rows_of, largest))
+        beyond = op.Constant(value_int=2**62)
+        first = op.ReduceMin(op.Where(hits, op.Unsqueeze(positions, column), beyond), column, keepdims=False)
+        found = op.Less(first, beyond)
+        max_indices = op.Where(
+            found, op.Gather(index, op.Where(found, first, op.Constant(value_int=0)), axis=0), op.Constant(value_int=0)
+        )
+    else:
+        total = op.ReduceSum(
+            op.Where(selected, op.Unsqueeze(rows_of, op.Constant(value_ints=[0])), zero), column, keepdims=False
+        )
+        if mode == 1:
+            sizes = op.CastLike(op.Unsqueeze(bag_size, column), x)
+            output = op.Where(op.Greater(sizes, zero), op.Div(total, op.Max(sizes, op.CastLike(1.0, x))), zero)
+        else:
+            output = total
+    bag_of = op.ArgMax(op.Cast(member, to=INT32.dtype), axis=0, keepdims=False)  # [positions]
+    if mode == 0:
+        offset2bag = op.Cast(op.ConstantOfShape(op.Constant(value_ints=[0])), to=INT64.dtype)
+        bag_size = op.Mul(bag_size, op.Constant(value_int=0))
+        max_indices = bag_size
+    else:
+        offset2bag = bag_of
+        if mode == 1:
+            max_indices = bag_size
+    return _back(output, weight), offset2bag, bag_size, max_indices

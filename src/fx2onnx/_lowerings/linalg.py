@@ -1,0 +1,1054 @@
+"""Linear algebra: products (mm/bmm/addmm/linear... with their integer and reduced-precision variants),
+decompositions, solvers, determinants, covariance.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import TypeVar
+
+import numpy as np
+import onnx_ir as ir
+import torch
+from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64
+from onnxscript import opset18 as op
+
+from fx2onnx._lowerings.builders import (
+    _NARROW_INTS,
+    TFloat,
+    TInt,
+    TIntegral,
+    TOther,
+    TReal,
+    _back,
+    _double,
+    _in_float32,
+    _p_norm,
+    _scaled_sum,
+    _widened,
+)
+from fx2onnx._lowerings.rules import lowering
+
+
+@lowering("aten::addmm")
+def addmm_int(self: TInt, mat1: TInt, mat2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    return _scaled_sum(self, op.MatMul(_widened(mat1), _widened(mat2)), beta, alpha)
+
+
+@lowering("aten::addmv")
+def addmv_int(self: TInt, mat: TInt, vec: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    return _scaled_sum(self, op.MatMul(_widened(mat), _widened(vec)), beta, alpha)
+
+
+@lowering("aten::baddbmm")
+def baddbmm_int(self: TInt, batch1: TInt, batch2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    return _scaled_sum(self, op.MatMul(_widened(batch1), _widened(batch2)), beta, alpha)
+
+
+@lowering("aten::addbmm")
+def addbmm_int(self: TInt, batch1: TInt, batch2: TInt, beta: float = 1, alpha: float = 1) -> TInt:
+    products = op.MatMul(_widened(batch1), _widened(batch2))
+    return _scaled_sum(self, op.ReduceSum(products, op.Constant(value_ints=[0]), keepdims=False), beta, alpha)
+
+
+# --- matrix products with scaled terms: Gemm's alpha/beta and torchlib's script functions are float32 -----------
+def _scaled_sum_float64(self: DOUBLE, product: DOUBLE, beta: float, alpha: float) -> DOUBLE:
+    """beta * self + alpha * product; beta == 0 ignores `self` (its NaNs too) but keeps the broadcast shape."""
+    if alpha != 1:
+        product = op.Mul(product, _double(alpha))
+    if beta == 0:
+        return op.Expand(product, op.Shape(op.Add(self, product)))
+    return op.Add(self if beta == 1 else op.Mul(self, _double(beta)), product)
+
+
+@lowering("aten::addmm")
+def addmm(self: DOUBLE, mat1: DOUBLE, mat2: DOUBLE, beta: float = 1.0, alpha: float = 1.0) -> DOUBLE:
+    return _scaled_sum_float64(self, op.MatMul(mat1, mat2), beta, alpha)
+
+
+@lowering("aten::addmv")
+def addmv(self: DOUBLE, mat: DOUBLE, vec: DOUBLE, beta: float = 1.0, alpha: float = 1.0) -> DOUBLE:
+    return _scaled_sum_float64(self, op.MatMul(mat, vec), beta, alpha)
+
+
+@lowering("aten::addbmm")
+def addbmm(self: DOUBLE, batch1: DOUBLE, batch2: DOUBLE, beta: float = 1.0, alpha: float = 1.0) -> DOUBLE:
+    products = op.MatMul(batch1, batch2)
+    return _scaled_sum_float64(self, op.ReduceSum(products, op.Constant(value_ints=[0]), keepdims=False), beta, alpha)
+
+
+# The integer dtypes eager's CPU matrix products take (not bool, not uint16/32/64).
+TMatmulInt = TypeVar("TMatmulInt", INT8, INT16, INT32, INT64, UINT8)
+
+
+TWeightInt = TypeVar("TWeightInt", INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64)
+
+
+# --- matrix products in integer arithmetic ---------------------------------------------------------------------
+def _widened_integer(value: TMatmulInt) -> TMatmulInt:
+    """int8/int16/uint8 as int32, which MatMul takes; int32/int64 as they are."""
+    return op.Cast(value, to=INT32.dtype) if value.dtype in _NARROW_INTS else value
+
+
+def _narrowed(result: TMatmulInt, dtype: ir.DataType) -> TMatmulInt:
+    return op.Cast(result, to=dtype) if result.dtype != dtype else result
+
+
+@lowering("aten::bmm")
+def bmm_integer(self: TMatmulInt, mat2: TMatmulInt) -> TMatmulInt:
+    return _narrowed(op.MatMul(_widened_integer(self), _widened_integer(mat2)), self.dtype)
+
+
+@lowering("aten::dot")
+def dot_integer(self: TMatmulInt, tensor: TMatmulInt) -> TMatmulInt:
+    """MatMul of two vectors is their (0-d) inner product."""
+    return _narrowed(op.MatMul(_widened_integer(self), _widened_integer(tensor)), self.dtype)
+
+
+@lowering("aten::linear")
+def linear_integer(input: TMatmulInt, weight: TMatmulInt, bias: TMatmulInt | None = None) -> TMatmulInt:
+    """input @ weight.T + bias; a 1-D weight is a single output feature (no transpose)."""
+    wide_weight = _widened_integer(weight)
+    if len(weight.shape) == 2:
+        wide_weight = op.Transpose(wide_weight, perm=[1, 0])
+    result = op.MatMul(_widened_integer(input), wide_weight)
+    if bias is not None:
+        result = op.Add(result, _widened_integer(bias))
+    return _narrowed(result, input.dtype)
+
+
+# --- covariance of integers with float weights -----------------------------------------------------------------
+@lowering("aten::cov")
+def cov_integer_weighted(
+    self: TIntegral, aweights: TFloat, correction: int = 1, fweights: TWeightInt | None = None
+) -> TFloat:
+    """Eager multiplies `self` by the weights first (``in * w``): `self` becomes the weights' float dtype
+    (promote_types(integer, float) is the float), and everything after computes in it. Without `aweights`
+    (required here; parameters bind by name) integers keep the float lowering, which computes in float32."""
+    return cov.func(op.Cast(self, to=aweights.dtype), correction, fweights, aweights)
+
+
+@lowering("aten::combinations")
+def combinations(self: TReal, r: int = 2, with_replacement: bool = False) -> TReal:
+    """A Gather of the r-tuples of positions, known at export from the static length, in eager's order."""
+    if r == 0:
+        return op.Slice(self, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]))
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = [list(row) for row in pick(range(self.shape[0]), r)]
+    positions = np.array(rows, dtype=np.int64).reshape(len(rows), r)
+    return op.Gather(self, op.Constant(value=ir.tensor(positions)), axis=0)
+
+
+def _constant_of_dtype(values: torch.Tensor, dtype: int | None) -> INT64:
+    from fx2onnx import _dtypes as dtype_table
+
+    torch_dtype = dtype_table.to_torch(ir.DataType(dtype)) if dtype is not None else torch.int64
+    return op.Constant(value=ir.tensor(values.to(torch_dtype)))
+
+
+@lowering("aten::tril_indices")
+def tril_indices(
+    row: int,
+    col: int,
+    offset: int = 0,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+) -> INT64:
+    """All arguments are constants: eager's indices, computed once at export."""
+    return _constant_of_dtype(torch.tril_indices(row, col, offset), dtype)
+
+
+@lowering("aten::triu_indices")
+def triu_indices(
+    row: int,
+    col: int,
+    offset: int = 0,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+) -> INT64:
+    """All arguments are constants: eager's indices, computed once at export."""
+    return _constant_of_dtype(torch.triu_indices(row, col, offset), dtype)
+
+
+# --- covariance -------------------------------------------------------------------------------------------
+@lowering("aten::cov")
+def cov(self: TReal, correction: int = 1, fweights: TOther | None = None, aweights: TReal | None = None) -> TReal:
+    """Eager's covariance formula with its data-dependent check (a non-positive normalizer becomes 0) as a Max.
+
+    Variables are rows, observations columns; a 1-D input is one variable and gives a 0-d result.
+    Integers and bools compute in float32 (the default dtype); float16/bfloat16 in float32, as eager's
+    accumulations do.
+    """
+    rank = len(self.shape)
+    x = self if rank == 2 else op.Reshape(self, op.Constant(value_ints=[1, -1]))
+    compute = self.dtype if self.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE) else ir.DataType.FLOAT
+    x = op.Cast(x, to=compute)
+    observations = self.shape[-1] if rank else 1
+    columns = op.Constant(value_ints=[1])
+    weights = None
+    if fweights is not None:
+        weights = op.Cast(fweights, to=compute)
+    if aweights is not None:
+        scaled = op.Cast(aweights, to=compute)
+        weights = scaled if weights is None else op.Mul(weights, scaled)
+    if weights is None:
+        total = op.Constant(value=ir.tensor(float(observations), dtype=compute))
+        mean = op.ReduceMean(x, columns, keepdims=True)
+    else:
+        total = op.ReduceSum(weights, keepdims=False)
+        mean = op.Div(op.ReduceSum(op.Mul(x, weights), columns, keepdims=True), total)
+    correction_value = op.Constant(value=ir.tensor(float(correction), dtype=compute))
+    if weights is None:
+        normalizer = op.Sub(total, correction_value)
+    elif correction == 0:
+        normalizer = total
+    elif aweights is None:
+        normalizer = op.Sub(total, correction_value)
+    else:
+        spread = op.Div(op.ReduceSum(op.Mul(weights, op.Cast(aweights, to=compute)), keepdims=False), total)
+        normalizer = op.Sub(total, op.Mul(correction_value, spread))
+    normalizer = op.Max(normalizer, op.Constant(value=ir.tensor(0.0, dtype=compute)))
+    centered = op.Sub(x, mean)
+    right = centered if weights is None else op.Mul(centered, weights)
+    result = op.Div(op.MatMul(centered, op.Transpose(right, perm=[1, 0])), normalizer)
+    if rank < 2 or self.shape[0] == 1:  # eager squeezes a single variable's 1x1 result
+        result = op.Reshape(result, op.Constant(value=ir.tensor(np.array([], dtype=np.int64))))
+    return op.Cast(result, to=_cov_dtype(self, aweights))
+
+
+def _cov_dtype(self: TReal, aweights: TReal | None) -> int:
+    from fx2onnx import _dtypes as dtype_table
+
+    dtype = dtype_table.to_torch(self.dtype)
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    if aweights is not None:
+        dtype = torch.promote_types(dtype, dtype_table.to_torch(aweights.dtype))
+    return dtype_table.to_onnx(dtype).value
+
+
+# --- dense linear algebra on static matrix sizes ----------------------------------------------------------------
+# ONNX has no factorizations; with the matrix sizes known at export, each is unrolled into its n steps, each
+# step a few whole-tensor ops over every batch at once. Partial pivoting picks the first largest magnitude in the
+# column, as LAPACK's getrf does, so that pivots, P and the packed LU agree with eager's.
+def _ints(*values: int) -> INT64:
+    return op.Constant(value_ints=list(values))
+
+
+def _index_column(count: int) -> INT64:
+    """[[0], [1], ..., [count-1]]: row numbers, broadcast against [..., count, 1] columns."""
+    return op.Constant(value=ir.tensor(np.arange(count, dtype=np.int64).reshape(count, 1)))
+
+
+def _index_row(count: int) -> INT64:
+    return op.Constant(value=ir.tensor(np.arange(count, dtype=np.int64).reshape(1, count)))
+
+
+def _scalar_like(value: float, like: TFloat) -> TFloat:
+    return op.CastLike(op.Constant(value_float=value), like)
+
+
+def _rows(a: TFloat, start: int, stop: int) -> TFloat:
+    return op.Slice(a, _ints(start), _ints(stop), _ints(-2))
+
+
+def _columns(a: TFloat, start: int, stop: int) -> TFloat:
+    return op.Slice(a, _ints(start), _ints(stop), _ints(-1))
+
+
+def _transpose(a: TFloat) -> TFloat:
+    """The last two axes swapped, whatever the rank (intermediate values may not know theirs)."""
+    return op.Einsum(a, equation="...ij->...ji")
+
+
+def _batch_filled(a: TFloat, trailing: list[int], value: float, like: TFloat) -> TFloat:
+    """A tensor of `value` with a's batch dims and the given trailing dims (empty results keep their batch)."""
+    shape = op.Concat(op.Shape(a, end=-2), _ints(*trailing), axis=0)
+    return op.Expand(op.CastLike(op.Constant(value_float=value), like), shape)
+
+
+def _lu_steps(a: TFloat, pivot: bool = True) -> tuple[TFloat, INT64, list[INT64], list[TFloat]]:
+    """Gaussian elimination with partial pivoting on [..., m, n].
+
+    Returns the packed LU (U on and above the diagonal, L's multipliers below), the row permutation as a
+    [..., m, 1] gather index (A[perm] = L U), the 0-based pivot row of each step ([..., 1, 1] each) and each
+    step's pivot value ([..., 1, 1]).
+    """
+    m, n = a.shape[-2], a.shape[-1]
+    rows, columns = _index_column(m), _index_row(n)
+    perm = op.Expand(rows, op.Concat(op.Shape(a, end=-2), _ints(m, 1), axis=0))
+    pivots, diagonal = [], []
+    for k in range(min(m, n)):
+        if pivot:
+            magnitude = op.Where(op.Less(rows, _ints(k)), _scalar_like(-1.0, a), op.Abs(_columns(a, k, k + 1)))
+            chosen = op.ArgMax(magnitude, axis=-2, keepdims=1)  # the first largest, as LAPACK's i*amax
+            source = op.Where(
+                op.Equal(rows, _ints(k)),
+                chosen,
+                op.Where(op.Equal(rows, chosen), op.Expand(_ints(k), op.Shape(chosen)), rows),
+            )
+            a = op.GatherElements(a, op.Expand(source, op.Shape(a)), axis=-2)
+            perm = op.GatherElements(perm, source, axis=-2)
+            pivots.append(chosen)
+        else:
+            pivots.append(op.Expand(_ints(k), op.Shape(op.Slice(perm, _ints(0), _ints(1), _ints(-2)))))
+        top = op.Slice(a, _ints(k, k), _ints(k + 1, k + 1), _ints(-2, -1))  # [..., 1, 1]
+        diagonal.append(top)
+        zero = _scalar_like(0.0, a)
+        safe = op.Where(op.Equal(top, zero), _scalar_like(1.0, a), top)  # a zero pivot leaves its column as is
+        below = op.Greater(rows, _ints(k))
+        factors = op.Where(below, op.Div(_columns(a, k, k + 1), safe), zero)  # [..., m, 1]
+        right = op.Where(op.Greater(columns, _ints(k)), _rows(a, k, k + 1), zero)  # [..., 1, n]
+        a = op.Sub(a, op.Mul(factors, right))
+        a = op.Where(op.And(below, op.Equal(columns, _ints(k))), factors, a)
+    return a, perm, pivots, diagonal
+
+
+def _pivots_int32(a: TFloat, pivots: list[INT64]) -> INT32:
+    """LAPACK's 1-based pivot rows, [..., min(m, n)] int32."""
+    if not pivots:
+        return op.Cast(_batch_filled(a, [0], 0.0, a), to=INT32.dtype)
+    joined = op.Concat(*[op.Reshape(p, op.Concat(op.Shape(p, end=-2), _ints(1), axis=0)) for p in pivots], axis=-1)
+    return op.Cast(op.Add(joined, _ints(1)), to=INT32.dtype)
+
+
+def _first_failure(a: TFloat, failed: list[BOOL]) -> INT32:
+    """info: 1 + the first step whose flag is set, 0 when none is, as LAPACK reports it; [...] int32."""
+    info = op.Cast(_batch_filled(a, [], 0.0, a), to=INT64.dtype)
+    for step in reversed(range(len(failed))):
+        flag = op.Reshape(failed[step], op.Shape(info))
+        info = op.Where(flag, op.Constant(value_int=step + 1), info)
+    return op.Cast(info, to=INT32.dtype)
+
+
+def _unit_lower_solve(lu: TFloat, b: TFloat, n: int) -> TFloat:
+    """Solve L y = b with L unit lower triangular (LU's strict lower part); b [..., n, k]."""
+    solved = []
+    for i in range(n):
+        row = _rows(b, i, i + 1)
+        if i:
+            row = op.Sub(
+                row, op.MatMul(op.Slice(lu, _ints(i, 0), _ints(i + 1, i), _ints(-2, -1)), op.Concat(*solved, axis=-2))
+            )
+        solved.append(row)
+    return op.Concat(*solved, axis=-2) if solved else b
+
+
+def _triangular_solve(t: TFloat, b: TFloat, upper: bool, unit: bool, n: int) -> TFloat:
+    """Solve T x = b by substitution; T [..., n, n] (only its `upper` or lower triangle is read), b [..., n, k]."""
+    if n == 0:
+        return b
+    solved: dict[int, TFloat] = {}
+    order = range(n - 1, -1, -1) if upper else range(n)
+    for i in order:
+        row = _rows(b, i, i + 1)
+        known = sorted(solved)
+        if known:
+            start, stop = known[0], known[-1] + 1
+            coefficients = op.Slice(t, _ints(i, start), _ints(i + 1, stop), _ints(-2, -1))
+            row = op.Sub(row, op.MatMul(coefficients, op.Concat(*[solved[j] for j in known], axis=-2)))
+        if not unit:
+            row = op.Div(row, op.Slice(t, _ints(i, i), _ints(i + 1, i + 1), _ints(-2, -1)))
+        solved[i] = row
+    return op.Concat(*[solved[j] for j in range(n)], axis=-2)
+
+
+def _broadcast_batches(a: TFloat, b: TFloat) -> tuple[TFloat, TFloat]:
+    """a [..., n, n] and b [..., n, k] expanded to their common batch dims."""
+    b = op.Expand(b, op.Shape(_columns(a, 0, 1)))  # Expand broadcasts both ways: b gets a's batch dims
+    a = op.Expand(a, op.Concat(op.Shape(b, end=-2), op.Shape(a, start=-2), axis=0))
+    return a, b
+
+
+def _solve_with_lu(lu: TFloat, perm: INT64, b: TFloat, n: int) -> TFloat:
+    """x with A x = b from A's packed LU and row permutation; lu, perm and b share batch dims."""
+    permuted = op.GatherElements(b, op.Expand(perm, op.Shape(b)), axis=-2)
+    return _triangular_solve(lu, _unit_lower_solve(lu, permuted, n), upper=True, unit=False, n=n)
+
+
+def _is_vector_rhs(a: TFloat, b: TFloat) -> bool:
+    """torch.linalg.solve's rule: B is a (batch of) vector(s) when it has one dim fewer than A and A's batch."""
+    return len(b.shape) == 1 or (len(b.shape) == len(a.shape) - 1 and list(b.shape) == list(a.shape)[:-1])
+
+
+def _solve(a: TFloat, b: TFloat, left: bool) -> tuple[TFloat, TFloat, INT32, INT32]:
+    """linalg.solve's (result, LU, pivots, info) for square A, with B a matrix or vector, on either side."""
+    vector = _is_vector_rhs(a, b)
+    n = a.shape[-1]
+    if vector:
+        b = op.Unsqueeze(b, _ints(-1))
+    lu, perm, pivots, diagonal = _lu_steps(a)
+    zero = _scalar_like(0.0, a)
+    info = _first_failure(a, [op.Equal(d, zero) for d in diagonal])
+    pivots_out = _pivots_int32(a, pivots)
+    if left:
+        lu_b, b = _broadcast_batches(lu, b)
+        perm_b = op.Expand(perm, op.Concat(op.Shape(b, end=-2), _ints(a.shape[-1], 1), axis=0))
+        result = _solve_with_lu(lu_b, perm_b, b, n)
+    else:  # X A = B: A^T X^T = B^T, with A^T = U^T L^T P^T
+        at = _transpose(a)
+        t_lu, t_perm, _, _ = _lu_steps(at)
+        bt = _transpose(b)
+        t_lu, bt = _broadcast_batches(t_lu, bt)
+        t_perm = op.Expand(t_perm, op.Concat(op.Shape(bt, end=-2), _ints(a.shape[-1], 1), axis=0))
+        result = _transpose(_solve_with_lu(t_lu, t_perm, bt, n))
+    if vector:
+        result = op.Squeeze(result, _ints(-1))
+    return result, lu, pivots_out, info
+
+
+@lowering("aten::_linalg_solve_ex")
+def linalg_solve_ex(
+    A: TFloat, B: TFloat, left: bool = True, check_errors: bool = False
+) -> tuple[TFloat, TFloat, INT32, INT32]:
+    """Solve by LU with partial pivoting; a singular A gives info > 0 and non-finite values, as eager's."""
+    return _solve(A, B, left)
+
+
+@lowering("aten::linalg_solve")
+def linalg_solve(A: TFloat, B: TFloat, left: bool = True) -> TFloat:
+    """Kept whole (its decomposition checks errors through an effect token)."""
+    return _solve(A, B, left)[0]
+
+
+def _inverse(a: TFloat) -> tuple[TFloat, INT32]:
+    n = a.shape[-1]
+    identity = op.Expand(op.CastLike(op.Constant(value=ir.tensor(np.eye(n, dtype=np.float32))), a), op.Shape(a))
+    result, _, _, info = _solve(a, identity, left=True)
+    return result, info
+
+
+@lowering("aten::linalg_inv_ex")
+def linalg_inv_ex(A: TFloat, check_errors: bool = False) -> tuple[TFloat, INT32]:
+    return _inverse(A)
+
+
+@lowering("aten::linalg_inv")
+def linalg_inv(A: TFloat) -> TFloat:
+    """Kept whole (its decomposition checks errors through an effect token)."""
+    return _inverse(A)[0]
+
+
+@lowering("aten::linalg_lu_factor_ex")
+def linalg_lu_factor_ex(A: TFloat, pivot: bool = True, check_errors: bool = False) -> tuple[TFloat, INT32, INT32]:
+    lu, _, pivots, diagonal = _lu_steps(A, pivot)
+    info = _first_failure(A, [op.Equal(d, _scalar_like(0.0, A)) for d in diagonal])
+    return lu, _pivots_int32(A, pivots), info
+
+
+@lowering("aten::linalg_lu_factor")
+def linalg_lu_factor(A: TFloat, pivot: bool = True) -> tuple[TFloat, INT32]:
+    """Kept whole (its decomposition checks errors through an effect token)."""
+    lu, _, pivots, _ = _lu_steps(A, pivot)
+    return lu, _pivots_int32(A, pivots)
+
+
+def _unpack(lu: TFloat, perm: INT64 | None, m: int, n: int) -> tuple[TFloat, TFloat, TFloat]:
+    """P, L, U from the packed LU and the row permutation (A = P L U); P is empty without a permutation."""
+    k = min(m, n)
+    rows, columns = _index_column(m), _index_row(n)
+    zero = _scalar_like(0.0, lu)
+    lower = op.Where(op.Greater(rows, columns), lu, op.Where(op.Equal(rows, columns), _scalar_like(1.0, lu), zero))
+    upper = op.Where(op.LessOrEqual(rows, columns), lu, zero)
+    lower, upper = _columns(lower, 0, k), _rows(upper, 0, k)
+    if perm is None:
+        return _batch_filled(lu, [0, 0], 0.0, lu), lower, upper
+    # P[perm[i], i] = 1: column i of P is one-hot at perm[i].
+    as_row = op.Reshape(perm, op.Concat(op.Shape(lu, end=-2), _ints(1, m), axis=0))
+    one_hot = op.Equal(as_row, rows)
+    return op.CastLike(one_hot, lu), lower, upper
+
+
+@lowering("aten::linalg_lu")
+def linalg_lu(A: TFloat, pivot: bool = True) -> tuple[TFloat, TFloat, TFloat]:
+    m, n = A.shape[-2], A.shape[-1]
+    lu, perm, _, _ = _lu_steps(A, pivot)
+    return _unpack(lu, perm if pivot else None, m, n)
+
+
+def _permutation_from_pivots(lu: TFloat, pivots: INT32) -> INT64:
+    """The row permutation (gather index [..., m, 1]) that LAPACK's 1-based swaps, applied in order, give."""
+    m = lu.shape[-2]
+    rows = _index_column(m)
+    swaps = op.Sub(op.Cast(pivots, to=INT64.dtype), _ints(1))
+    perm = op.Expand(rows, op.Concat(op.Shape(lu, end=-2), _ints(m, 1), axis=0))
+    for k in range(pivots.shape[-1]):
+        chosen = op.Unsqueeze(op.Slice(swaps, _ints(k), _ints(k + 1), _ints(-1)), _ints(-1))  # [..., 1, 1]
+        source = op.Where(
+            op.Equal(rows, _ints(k)),
+            chosen,
+            op.Where(op.Equal(rows, chosen), op.Expand(_ints(k), op.Shape(chosen)), rows),
+        )
+        perm = op.GatherElements(perm, source, axis=-2)
+    return perm
+
+
+@lowering("aten::lu_unpack")
+def lu_unpack(
+    LU_data: TFloat, LU_pivots: INT32, unpack_data: bool = True, unpack_pivots: bool = True
+) -> tuple[TFloat, TFloat, TFloat]:
+    m, n = LU_data.shape[-2], LU_data.shape[-1]
+    perm = _permutation_from_pivots(LU_data, LU_pivots)
+    p, lower, upper = _unpack(LU_data, perm, m, n)
+    empty = _batch_filled(LU_data, [0], 0.0, LU_data)
+    if not unpack_data:
+        lower = upper = empty
+    if not unpack_pivots:
+        p = empty
+    return p, lower, upper
+
+
+@lowering("aten::linalg_lu_solve")
+def linalg_lu_solve(LU: TFloat, pivots: INT32, B: TFloat, left: bool = True, adjoint: bool = False) -> TFloat:
+    """A X = B (or X A = B, or with A^H) from getrf's packed LU and pivots."""
+    perm = _permutation_from_pivots(LU, pivots)
+    n = LU.shape[-1]
+    if 0 in B.shape:  # nothing to solve for: B's shape with the batch dims broadcast
+        return op.Expand(B, op.Concat(op.Shape(LU, end=-2), op.Shape(B, start=-2), axis=0))
+    if left and not adjoint:
+        lu, b = _broadcast_batches(LU, B)
+        perm = op.Expand(perm, op.Concat(op.Shape(b, end=-2), _ints(n, 1), axis=0))
+        return _solve_with_lu(lu, perm, b, n)
+    # A^T X = B with A = P L U: U^T L^T P^T X = B, so X = P (L^T \ (U^T \ B)).
+    rhs = B if left else _transpose(B)  # X A = B <=> A^T X^T = B^T; with adjoint, X A^T = B <=> A X^T = B^T
+    lu, rhs = _broadcast_batches(LU, rhs)
+    perm = op.Expand(perm, op.Concat(op.Shape(rhs, end=-2), _ints(n, 1), axis=0))
+    if not left and adjoint:  # X A^T = B <=> A X^T = B^T
+        x = _solve_with_lu(lu, perm, rhs, n)
+    else:
+        lu_t = _transpose(lu)
+        y = _triangular_solve(lu_t, rhs, upper=False, unit=False, n=n)
+        y = _triangular_solve(lu_t, y, upper=True, unit=True, n=n)
+        x = op.ScatterElements(y, op.Expand(perm, op.Shape(y)), y, axis=-2)
+    return x if left else _transpose(x)
+
+
+def _cholesky(a: TFloat) -> tuple[TFloat, INT32]:
+    """Lower Cholesky factor, column by column (the left-looking form), and LAPACK's info.
+
+    A non-positive (or NaN) pivot sets info to its 1-based column; the factor is then meaningless, as eager's is.
+    """
+    n = a.shape[-1]
+    rows = _index_column(n)
+    zero = _scalar_like(0.0, a)
+    columns, failed = [], []
+    for j in range(n):
+        v = _columns(a, j, j + 1)  # [..., n, 1]
+        if columns:
+            done = op.Concat(*columns, axis=-1)  # [..., n, j]
+            v = op.Sub(v, op.MatMul(done, _transpose(_rows(done, j, j + 1))))
+        pivot = _rows(v, j, j + 1)  # [..., 1, 1]
+        failed.append(op.Not(op.Greater(pivot, zero)))
+        root = op.Sqrt(pivot)
+        column = op.Where(op.Greater(rows, _ints(j)), op.Div(v, root), op.Where(op.Equal(rows, _ints(j)), root, zero))
+        columns.append(column)
+    factor = op.Concat(*columns, axis=-1) if columns else a
+    return factor, _first_failure(a, failed)
+
+
+@lowering("aten::linalg_cholesky_ex")
+def linalg_cholesky_ex(self: TFloat, upper: bool = False, check_errors: bool = False) -> tuple[TFloat, INT32]:
+    factor, info = _cholesky(self)
+    return (_transpose(factor) if upper else factor), info
+
+
+@lowering("aten::linalg_cholesky", "aten::cholesky")
+def linalg_cholesky(self: TFloat, upper: bool = False) -> TFloat:
+    """Kept whole (linalg_cholesky's decomposition checks errors through an effect token)."""
+    factor, _ = _cholesky(self)
+    return _transpose(factor) if upper else factor
+
+
+@lowering("aten::cholesky_solve")
+def cholesky_solve(self: TFloat, input2: TFloat, upper: bool = False) -> TFloat:
+    """A X = B with A = L L^T (or U^T U): two triangular solves."""
+    n = input2.shape[-1]
+    factor, b = _broadcast_batches(input2, self)
+    lower = _transpose(factor) if upper else factor
+    y = _triangular_solve(lower, b, upper=False, unit=False, n=n)
+    return _triangular_solve(_transpose(lower), y, upper=True, unit=False, n=n)
+
+
+@lowering("aten::cholesky_inverse")
+def cholesky_inverse(self: TFloat, upper: bool = False) -> TFloat:
+    """(L L^T)^-1 (or (U^T U)^-1) as two triangular solves against the identity."""
+    n = self.shape[-1]
+    identity = op.Expand(op.CastLike(op.Constant(value=ir.tensor(np.eye(n, dtype=np.float32))), self), op.Shape(self))
+    lower = _transpose(self) if upper else self
+    y = _triangular_solve(lower, identity, upper=False, unit=False, n=n)
+    return _triangular_solve(_transpose(lower), y, upper=True, unit=False, n=n)
+
+
+def _solve_triangular(a: TFloat, b: TFloat, upper: bool, left: bool, unit: bool) -> TFloat:
+    n = a.shape[-1]
+    if left:
+        a, b = _broadcast_batches(a, b)
+        return _triangular_solve(a, b, upper, unit, n)
+    # X A = B <=> A^T X^T = B^T; A^T is triangular the other way.
+    at, bt = _broadcast_batches(_transpose(a), _transpose(b))
+    return _transpose(_triangular_solve(at, bt, not upper, unit, n))
+
+
+@lowering("aten::linalg_solve_triangular")
+def linalg_solve_triangular(
+    self: TFloat, B: TFloat, upper: bool, left: bool = True, unitriangular: bool = False
+) -> TFloat:
+    return _solve_triangular(self, B, upper, left, unitriangular)
+
+
+@lowering("aten::triangular_solve")
+def triangular_solve(
+    self: TFloat, A: TFloat, upper: bool = True, transpose: bool = False, unitriangular: bool = False
+) -> tuple[TFloat, TFloat]:
+    """op(A) X = b with op(A) = A or A^T; returns (X, A) with A broadcast to X's batch dims, as eager."""
+    coefficients = _transpose(A) if transpose else A
+    a_b, b = _broadcast_batches(coefficients, self)
+    solution = _triangular_solve(a_b, b, upper != transpose, unitriangular, A.shape[-1])
+    cloned = op.Expand(A, op.Concat(op.Shape(b, end=-2), op.Shape(A, start=-2), axis=0))
+    return solution, cloned
+
+
+def _slogdet(A: TFloat) -> tuple[TFloat, TFloat, TFloat, INT32]:
+    """sign and log|det| from the LU's diagonal and the parity of its row swaps."""
+    lu, _, pivots, diagonal = _lu_steps(A)
+    n = A.shape[-1]
+    one = _scalar_like(1.0, A)
+    sign = op.Reshape(_batch_filled(A, [1, 1], 1.0, A), op.Concat(op.Shape(A, end=-2), _ints(1, 1), axis=0))
+    log_abs = op.Mul(sign, _scalar_like(0.0, A))
+    for k in range(n):
+        swapped = op.Not(op.Equal(pivots[k], _ints(k)))
+        factor = op.Mul(op.Sign(diagonal[k]), op.Where(swapped, op.Neg(one), one))
+        sign = op.Mul(sign, factor)
+        log_abs = op.Add(log_abs, op.Log(op.Abs(diagonal[k])))
+    batch = op.Shape(A, end=-2)
+    return op.Reshape(sign, batch), op.Reshape(log_abs, batch), lu, _pivots_int32(A, pivots)
+
+
+@lowering("aten::_linalg_slogdet")
+def linalg_slogdet(A: TFloat) -> tuple[TFloat, TFloat, TFloat, INT32]:
+    return _slogdet(A)
+
+
+@lowering("aten::linalg_slogdet")
+def linalg_slogdet_pair(A: TFloat) -> tuple[TFloat, TFloat]:
+    """Kept whole: the pair eager returns."""
+    sign, log_abs, _, _ = _slogdet(A)
+    return sign, log_abs
+
+
+@lowering("aten::linalg_tensorinv")
+def linalg_tensorinv(self: TFloat, ind: int = 2) -> TFloat:
+    """The inverse of self reshaped to a square matrix, reshaped to shape[ind:] + shape[:ind]."""
+    shape = list(self.shape)
+    rows = int(np.prod(shape[:ind]))
+    matrix = op.Reshape(self, _ints(rows, int(np.prod(shape[ind:]))))
+    matrix.shape = ir.Shape([rows, rows])  # the unrolled inverse needs the static size
+    inverse, _ = _inverse(matrix)
+    return op.Reshape(inverse, _ints(*shape[ind:], *shape[:ind]))
+
+
+# --- matrix exponential ------------------------------------------------------------------------------------------
+_EXP_MAX_SQUARINGS = 40  # scales norms up to ~5e11; exp of anything larger overflows every float type
+
+
+_EXP_TAYLOR_DEGREE = 18  # the error of a degree-18 Taylor polynomial at norm 1/2 is below float64's epsilon
+
+
+@lowering("aten::linalg_matrix_exp")
+def linalg_matrix_exp(self: TFloat) -> TFloat:
+    """Scaling and squaring: exp(A) = exp(A / 2^s)^(2^s) with s read at run time from A's 1-norm.
+
+    The squarings are unrolled to the largest s and each is kept only where it is due (a Where per batch).
+    float16/bfloat16 compute in float32.
+    """
+    n = self.shape[-1]
+    if n == 0:
+        return op.Identity(self)
+    a = op.Cast(self, to=FLOAT.dtype) if self.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16) else self
+    norm = op.ReduceMax(op.ReduceSum(op.Abs(a), _ints(-2), keepdims=1), _ints(-1), keepdims=1)  # [..., 1, 1]
+    zero = _scalar_like(0.0, a)
+    halvings = op.Ceil(op.Div(op.Log(op.Mul(norm, _scalar_like(2.0, a))), _scalar_like(math.log(2.0), a)))
+    halvings = op.Where(op.IsNaN(halvings), zero, halvings)
+    halvings = op.Min(op.Max(halvings, zero), _scalar_like(float(_EXP_MAX_SQUARINGS), a))
+    scaled = op.Div(a, op.Pow(_scalar_like(2.0, a), halvings))
+    identity = op.Expand(op.CastLike(op.Constant(value=ir.tensor(np.eye(n, dtype=np.float32))), a), op.Shape(a))
+    result = identity
+    for degree in range(_EXP_TAYLOR_DEGREE, 0, -1):  # Horner: I + A/1 (I + A/2 (I + ...))
+        result = op.Add(identity, op.Div(op.MatMul(scaled, result), _scalar_like(float(degree), a)))
+    for step in range(_EXP_MAX_SQUARINGS):
+        due = op.Less(_scalar_like(float(step), a), halvings)
+        result = op.Where(due, op.MatMul(result, result), result)
+    return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+# --- singular values and symmetric eigenvalues: one-sided Jacobi in float64 --------------------------------------
+# Hestenes' one-sided Jacobi orthogonalizes A's columns by plane rotations; their norms are then the singular
+# values. It is accurate to float64's precision for the small static sizes unrolled here; a fixed number of
+# sweeps (convergence is quadratic) replaces the data-dependent stopping test. Signs of singular vectors
+# (and eigenvectors) are those of the rotations, not necessarily LAPACK's.
+_JACOBI_SWEEPS = 10
+
+
+def _jacobi(a: DOUBLE, m: int, n: int) -> tuple[list[DOUBLE], list[DOUBLE]]:
+    """A V = [c_0 ... c_{n-1}] with orthogonal columns: the columns c_j ([..., m, 1]) and V's ([..., n, 1])."""
+    columns = [_columns(a, j, j + 1) for j in range(n)]
+    eye = np.eye(n, dtype=np.float64)
+    batch_shape = op.Concat(op.Shape(a, end=-2), _ints(n, 1), axis=0)
+    vectors = [op.Expand(op.Constant(value=ir.tensor(eye[:, j : j + 1].copy())), batch_shape) for j in range(n)]
+    one, zero = op.Constant(value_float=1.0), op.Constant(value_float=0.0)
+    one, zero = op.Cast(one, to=DOUBLE.dtype), op.Cast(zero, to=DOUBLE.dtype)
+    axes = _ints(-2)
+    for _ in range(_JACOBI_SWEEPS):
+        for p in range(n):
+            for q in range(p + 1, n):
+                cp, cq = columns[p], columns[q]
+                alpha = op.ReduceSum(op.Mul(cp, cp), axes, keepdims=1)
+                beta = op.ReduceSum(op.Mul(cq, cq), axes, keepdims=1)
+                gamma = op.ReduceSum(op.Mul(cp, cq), axes, keepdims=1)
+                rotate = op.Greater(op.Abs(gamma), zero)  # already orthogonal: no rotation
+                safe_gamma = op.Where(rotate, gamma, one)
+                zeta = op.Div(op.Sub(beta, alpha), op.Mul(safe_gamma, _scalar_like(2.0, gamma)))
+                sign = op.Where(op.Less(zeta, zero), op.Neg(one), one)
+                t = op.Div(sign, op.Add(op.Abs(zeta), op.Sqrt(op.Add(one, op.Mul(zeta, zeta)))))
+                c = op.Div(one, op.Sqrt(op.Add(one, op.Mul(t, t))))
+                s = op.Mul(c, t)
+                c, s = op.Where(rotate, c, one), op.Where(rotate, s, zero)
+                columns[p], columns[q] = op.Sub(op.Mul(c, cp), op.Mul(s, cq)), op.Add(op.Mul(s, cp), op.Mul(c, cq))
+                vp, vq = vectors[p], vectors[q]
+                vectors[p], vectors[q] = op.Sub(op.Mul(c, vp), op.Mul(s, vq)), op.Add(op.Mul(s, vp), op.Mul(c, vq))
+    return columns, vectors
+
+
+def _svd_tall(a: DOUBLE, m: int, n: int) -> tuple[DOUBLE, DOUBLE, DOUBLE]:
+    """U [..., m, n], S [..., n] (descending), V [..., n, n] of a float64 [..., m, n] with m >= n >= 1."""
+    columns, vectors = _jacobi(a, m, n)
+    norms = [op.Sqrt(op.ReduceSum(op.Mul(c, c), _ints(-2), keepdims=1)) for c in columns]  # [..., 1, 1] each
+    zero = op.Cast(op.Constant(value_float=0.0), to=DOUBLE.dtype)
+    units = [
+        op.Where(
+            op.Greater(s, zero),
+            op.Div(
+                c, op.Where(op.Greater(s, zero), s, op.Add(s, op.Cast(op.Constant(value_float=1.0), to=DOUBLE.dtype)))
+            ),
+            zero,
+        )
+        for c, s in zip(columns, norms)
+    ]
+    values = op.Concat(*norms, axis=-1)  # [..., 1, n]
+    _, order = op.TopK(values, _ints(n), axis=-1, largest=1, sorted=1)  # [..., 1, n]
+    values = op.GatherElements(values, order, axis=-1)
+    u = op.GatherElements(
+        op.Concat(*units, axis=-1), op.Expand(order, op.Concat(op.Shape(a, end=-2), _ints(m, n), axis=0)), axis=-1
+    )
+    v = op.GatherElements(
+        op.Concat(*vectors, axis=-1), op.Expand(order, op.Concat(op.Shape(a, end=-2), _ints(n, n), axis=0)), axis=-1
+    )
+    return u, op.Squeeze(values, _ints(-2)), v
+
+
+def _svd(self: TFloat) -> tuple[TFloat, TFloat, TFloat]:
+    """Reduced U, S, Vh in self's dtype (computed in float64)."""
+    m, n = self.shape[-2], self.shape[-1]
+    k = min(m, n)
+    if k == 0 or 0 in list(self.shape)[:-2]:  # nothing to decompose: empty factors of the right shapes
+        return (
+            _batch_filled(self, [m, k], 0.0, self),
+            op.Reshape(_batch_filled(self, [k, 1], 0.0, self), op.Concat(op.Shape(self, end=-2), _ints(k), axis=0)),
+            _batch_filled(self, [k, n], 0.0, self),
+        )
+    a = op.Cast(self, to=DOUBLE.dtype)
+    if m >= n:
+        u, s, v = _svd_tall(a, m, n)
+        vh = _transpose(v)
+    else:  # A^T = U' S V'^T, so A = V' S U'^T
+        u_t, s, v_t = _svd_tall(_transpose(a), n, m)
+        u, vh = v_t, _transpose(u_t)
+    return op.CastLike(u, self), op.CastLike(s, self), op.CastLike(vh, self)
+
+
+@lowering("aten::_linalg_svd")
+def linalg_svd(
+    A: TFloat, full_matrices: bool = False, compute_uv: bool = True, driver: str | None = None
+) -> tuple[TFloat, TFloat, TFloat]:
+    m, n = A.shape[-2], A.shape[-1]
+    if compute_uv and full_matrices and m != n:
+        raise NotImplementedError("full_matrices=True with a rectangular matrix has no lowering here")
+    u, s, vh = _svd(A)
+    if not compute_uv:
+        empty = op.CastLike(op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.float32))), A)
+        return empty, s, empty
+    return u, s, vh
+
+
+def _symmetric(a: TFloat, lower: bool) -> TFloat:
+    """The symmetric matrix that a's lower (or upper) triangle describes."""
+    n = a.shape[-1]
+    rows, columns = _index_column(n), _index_row(n)
+    keep = op.GreaterOrEqual(rows, columns) if lower else op.LessOrEqual(rows, columns)
+    return op.Where(keep, a, _transpose(a))
+
+
+def _eigh(self: TFloat, lower: bool) -> tuple[TFloat, TFloat]:
+    """Ascending eigenvalues and eigenvectors of a symmetric matrix: the SVD of A + c I, with c making it PD."""
+    n = self.shape[-1]
+    if n == 0 or 0 in list(self.shape)[:-2]:
+        values = op.Reshape(_batch_filled(self, [n, 1], 0.0, self), op.Concat(op.Shape(self, end=-2), _ints(n), axis=0))
+        return values, op.Identity(self)
+    a = op.Cast(_symmetric(self, lower), to=DOUBLE.dtype)
+    shift = op.Add(
+        op.Sqrt(op.ReduceSum(op.Mul(a, a), _ints(-2, -1), keepdims=1)),
+        op.Cast(op.Constant(value_float=1.0), to=DOUBLE.dtype),
+    )
+    identity = op.Constant(value=ir.tensor(np.eye(n, dtype=np.float64)))
+    _, s, v = _svd_tall(op.Add(a, op.Mul(shift, identity)), n, n)
+    values = op.Sub(s, op.Squeeze(shift, _ints(-1)))  # descending
+    reverse = list(range(n - 1, -1, -1))
+    ascending = op.Gather(values, op.Constant(value_ints=reverse), axis=-1)
+    vectors = op.Gather(v, op.Constant(value_ints=reverse), axis=-1)
+    return op.CastLike(ascending, self), op.CastLike(vectors, self)
+
+
+@lowering("aten::_linalg_eigh")
+def linalg_eigh(A: TFloat, UPLO: str = "L", compute_v: bool = True) -> tuple[TFloat, TFloat]:
+    values, vectors = _eigh(A, UPLO == "L")
+    if not compute_v:
+        vectors = op.CastLike(op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.float32))), A)
+    return values, vectors
+
+
+@lowering("aten::linalg_pinv.atol_rtol_tensor")
+def linalg_pinv(
+    self: TFloat, atol: TFloat | None = None, rtol: TFloat | None = None, hermitian: bool = False
+) -> TFloat:
+    """Eager's formula: V diag(1/s where s > max(atol, rtol * s_max), else 0) U^T from the SVD (or eigh)."""
+    m, n = self.shape[-2], self.shape[-1]
+    zero = _scalar_like(0.0, self)
+    if min(m, n) == 0 or 0 in list(self.shape)[:-2]:
+        return _batch_filled(self, [n, m], 0.0, self)
+    if hermitian:
+        values, vectors = _eigh(self, lower=True)
+        magnitude = op.Abs(values)
+        largest = op.ReduceMax(magnitude, _ints(-1), keepdims=1)
+    else:
+        u, values, vh = _svd(self)
+        magnitude = values
+        largest = op.Slice(values, _ints(0), _ints(1), _ints(-1))
+    if rtol is None:  # eager's default: eps * max(m, n), or 0 where a positive atol is given
+        epsilon = float(np.finfo(np.float64 if self.dtype == ir.DataType.DOUBLE else np.float32).eps)
+        rtol = _scalar_like(epsilon * max(m, n), self)
+        if atol is not None:
+            rtol = op.Where(op.Greater(op.CastLike(atol, self), zero), zero, rtol)
+    tolerance = zero
+    if atol is not None:
+        tolerance = op.Unsqueeze(op.CastLike(atol, self), _ints(-1))
+    if rtol is not None:
+        tolerance = op.Max(tolerance, op.Mul(op.Unsqueeze(op.CastLike(rtol, self), _ints(-1)), largest))
+    keep = op.Greater(magnitude, tolerance)
+    inverse = op.Where(keep, op.Div(_scalar_like(1.0, self), op.Where(keep, values, _scalar_like(1.0, self))), zero)
+    scale = op.Unsqueeze(inverse, _ints(-2))  # [..., 1, k]
+    if hermitian:
+        return op.MatMul(op.Mul(vectors, scale), _transpose(vectors))
+    return op.MatMul(op.Mul(_transpose(vh), scale), _transpose(u))
+
+
+# --- QR by Householder reflections, with LAPACK's conventions ---------------------------------------------------
+# geqrf's reflector for a column x: beta = -sign(x_0) |x|, v = [1, x_1.. / (x_0 - beta)], tau = (beta - x_0) / beta
+# (tau = 0 when x below its head is zero). Q = H_0 H_1 ... is orgqr's; the packed form and tau are geqrf's.
+def _reflector(column: TFloat, k: int, rows: INT64) -> tuple[TFloat, TFloat, TFloat]:
+    """(v [..., m, 1] with v_k = 1 and zeros above k, tau [..., 1, 1], beta [..., 1, 1]) for rows k.. of a column."""
+    zero, one = _scalar_like(0.0, column), _scalar_like(1.0, column)
+    head = _rows(column, k, k + 1)
+    below = op.Greater(rows, _ints(k))
+    tail = op.Where(below, column, zero)
+    tail_norm = op.Sqrt(op.ReduceSum(op.Mul(tail, tail), _ints(-2), keepdims=1))
+    trivial = op.Equal(tail_norm, zero)
+    norm = op.Sqrt(op.Add(op.Mul(head, head), op.Mul(tail_norm, tail_norm)))
+    beta = op.Where(op.Less(head, zero), norm, op.Neg(norm))  # -sign(head) |x|, with sign(0) = +
+    beta = op.Where(trivial, head, beta)
+    safe_beta = op.Where(trivial, one, beta)
+    tau = op.Where(trivial, zero, op.Div(op.Sub(beta, head), safe_beta))
+    scale = op.Where(trivial, one, op.Sub(head, beta))
+    v = op.Where(below, op.Div(tail, scale), op.Where(op.Equal(rows, _ints(k)), one, zero))
+    return v, tau, beta
+
+
+def _apply_reflector(v: TFloat, tau: TFloat, target: TFloat) -> TFloat:
+    """(I - tau v v^T) target."""
+    return op.Sub(target, op.Mul(tau, op.MatMul(v, op.MatMul(_transpose(v), target))))
+
+
+def _geqrf(a: TFloat) -> tuple[TFloat, TFloat, list[TFloat], list[TFloat]]:
+    """geqrf's packed result, tau [..., k], and each reflector's v and tau."""
+    m, n = a.shape[-2], a.shape[-1]
+    rows, columns = _index_column(m), _index_row(n)
+    vs, taus = [], []
+    for k in range(min(m, n)):
+        v, tau, beta = _reflector(_columns(a, k, k + 1), k, rows)
+        updated = _apply_reflector(v, tau, a)
+        a = op.Where(op.Greater(columns, _ints(k)), updated, a)
+        packed_column = op.Where(
+            op.Greater(rows, _ints(k)), v, op.Where(op.Equal(rows, _ints(k)), beta, _columns(a, k, k + 1))
+        )
+        a = op.Where(op.Equal(columns, _ints(k)), packed_column, a)
+        vs.append(v)
+        taus.append(tau)
+    if taus:
+        tau_vector = op.Concat(*[op.Squeeze(t, _ints(-1)) for t in taus], axis=-1)
+    else:
+        tau_vector = op.Reshape(_batch_filled(a, [0, 1], 0.0, a), op.Concat(op.Shape(a, end=-2), _ints(0), axis=0))
+    return a, tau_vector, vs, taus
+
+
+def _q_from_reflectors(vs: list[TFloat], taus: list[TFloat], like: TFloat, m: int, columns: int) -> TFloat:
+    """H_0 H_1 ... H_{k-1} applied to the first `columns` columns of the identity."""
+    identity = np.eye(m, columns, dtype=np.float32)
+    q = op.Expand(
+        op.CastLike(op.Constant(value=ir.tensor(identity)), like),
+        op.Concat(op.Shape(like, end=-2), _ints(m, columns), axis=0),
+    )
+    for v, tau in reversed(list(zip(vs, taus))):
+        q = _apply_reflector(v, tau, q)
+    return q
+
+
+@lowering("aten::geqrf")
+def geqrf(self: TFloat) -> tuple[TFloat, TFloat]:
+    packed, tau, _, _ = _geqrf(self)
+    return packed, tau
+
+
+@lowering("aten::linalg_qr")
+def linalg_qr(A: TFloat, mode: str = "reduced") -> tuple[TFloat, TFloat]:
+    m, n = A.shape[-2], A.shape[-1]
+    k = min(m, n)
+    packed, _, vs, taus = _geqrf(A)
+    rows, columns = _index_column(m), _index_row(n)
+    r = op.Where(op.LessOrEqual(rows, columns), packed, _scalar_like(0.0, A))
+    if mode == "r":
+        return op.CastLike(op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.float32))), A), r
+    q_columns = m if mode == "complete" else k
+    q = _q_from_reflectors(vs, taus, A, m, q_columns)
+    return q, (r if mode == "complete" else _rows(r, 0, k))
+
+
+def _reflectors_from_packed(packed: TFloat, tau: TFloat, count: int) -> tuple[list[TFloat], list[TFloat]]:
+    m = packed.shape[-2]
+    rows = _index_column(m)
+    zero, one = _scalar_like(0.0, packed), _scalar_like(1.0, packed)
+    vs, taus = [], []
+    for k in range(count):
+        column = _columns(packed, k, k + 1)
+        vs.append(op.Where(op.Greater(rows, _ints(k)), column, op.Where(op.Equal(rows, _ints(k)), one, zero)))
+        taus.append(op.Unsqueeze(op.Slice(tau, _ints(k), _ints(k + 1), _ints(-1)), _ints(-1)))
+    return vs, taus
+
+
+@lowering("aten::linalg_householder_product")
+def linalg_householder_product(input: TFloat, tau: TFloat) -> TFloat:
+    """orgqr: the first n columns of H_0 ... H_{k-1}, the reflectors stored below input's diagonal."""
+    m, n = input.shape[-2], input.shape[-1]
+    vs, taus = _reflectors_from_packed(input, tau, tau.shape[-1])
+    return _q_from_reflectors(vs, taus, input, m, n)
+
+
+@lowering("aten::ormqr")
+def ormqr(self: TFloat, input2: TFloat, input3: TFloat, left: bool = True, transpose: bool = False) -> TFloat:
+    """op(Q) C or C op(Q), with Q = H_0 ... H_{k-1} from geqrf's packed reflectors (self) and tau (input2)."""
+    vs, taus = _reflectors_from_packed(self, input2, input2.shape[-1])
+    pairs = list(zip(vs, taus))
+    target = input3 if left else _transpose(input3)
+    # Q C applies H_{k-1} first; Q^T C applies H_0 first. C Q = (Q^T C^T)^T and C Q^T = (Q C^T)^T.
+    forward = transpose if left else not transpose
+    for v, tau in pairs if forward else reversed(pairs):
+        target = _apply_reflector(v, tau, target)
+    return target if left else _transpose(target)
+
+
+# --- vector norms over given dims, rank 0 included ----------------------------------------------------------------
+@lowering("aten::linalg_vector_norm")
+def linalg_vector_norm(
+    self: TFloat, ord: float = 2.0, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
+) -> TFloat:
+    """torch.linalg.vector_norm; a 0-d input with dim 0 or -1 reduces nothing (ONNX refuses the axis)."""
+    x = op.Cast(self, to=dtype) if dtype is not None else self
+    computed = _in_float32(x)
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    axes = op.Constant(value_ints=dims) if dims and len(self.shape) else None
+    return _back(_p_norm(computed, float(ord), axes, keepdim), x)
+
+
+# --- pairwise distances ----------------------------------------------------------------------------------------------
+@lowering("aten::_cdist_forward")
+def cdist_forward(x1: TFloat, x2: TFloat, p: float, compute_mode: int | None = None) -> TFloat:
+    """[..., P, M] x [..., R, M] -> [..., P, R] p-norm distances, from the broadcast differences directly."""
+    del compute_mode  # eager's matrix-product shortcut for p=2 is a speed/accuracy trade-off; this is exact
+    if any(size == 0 for size in [*x1.shape[:-1], *x2.shape[:-1]]):
+        # ORT's reductions keep the reduced axis of a zero-size tensor: build the empty result directly.
+        shape = op.Concat(op.Shape(x1, start=0, end=-1), op.Shape(x2, start=-2, end=-1), axis=0)
+        return op.CastLike(op.ConstantOfShape(shape), x1)
+    a = op.Unsqueeze(_in_float32(x1), op.Constant(value_ints=[-2]))  # [..., P, 1, M]
+    b = op.Unsqueeze(_in_float32(x2), op.Constant(value_ints=[-3]))  # [..., 1, R, M]
+    return _back(_p_norm(op.Sub(a, b), float(p), op.Constant(value_ints=[-1]), False), x1)
+
+
+TReduced = TypeVar("TReduced", BFLOAT16, FLOAT16)
+
+
+def _float(x: TReduced) -> FLOAT:
+    return op.Cast(x, to=ir.DataType.FLOAT)
+
+
+def _scaled(x: FLOAT, factor: float) -> FLOAT:
+    return x if factor == 1 else op.Mul(x, op.Constant(value=ir.tensor(float(factor), dtype=ir.DataType.FLOAT)))
+
+
+def _rounded_once(self: TReduced, product: FLOAT, beta: float, alpha: float) -> TReduced:
+    """beta * self + alpha * product, in float32, rounded to self's dtype. beta == 0 ignores `self`, NaN
+    included (as eager), but the result keeps the broadcast shape."""
+    product = _scaled(product, alpha)
+    if beta == 0:
+        result = op.Expand(product, op.Shape(op.Add(_float(self), product)))
+    else:
+        result = op.Add(_scaled(_float(self), beta), product)
+    return op.Cast(result, to=self.dtype)
+
+
+@lowering("aten::addmm")
+def addmm_reduced_precision(
+    self: TReduced, mat1: TReduced, mat2: TReduced, beta: float = 1.0, alpha: float = 1.0
+) -> TReduced:
+    return _rounded_once(self, op.MatMul(_float(mat1), _float(mat2)), beta, alpha)
+
+
+@lowering("aten::addmv")
+def addmv_reduced_precision(
+    self: TReduced, mat: TReduced, vec: TReduced, beta: float = 1.0, alpha: float = 1.0
+) -> TReduced:
+    return _rounded_once(self, op.MatMul(_float(mat), _float(vec)), beta, alpha)
+
+
+@lowering("aten::baddbmm")
+def baddbmm(self: TReduced, batch1: TReduced, batch2: TReduced, beta: float = 1.0, alpha: float = 1.0) -> TReduced:
+    return _rounded_once(self, op.MatMul(_float(batch1), _float(batch2)), beta, alpha)
+
+
+@lowering("aten::linear")
+def linear(input: TReduced, weight: TReduced, bias: TReduced | None = None) -> TReduced:
+    """input @ weight.T + bias; a 1-D weight is a single output feature (no transpose)."""
+    if len(input.shape) == 2 and len(weight.shape) == 2:  # Gemm transposes the weight itself, bias included
+        wide_bias = _float(bias) if bias is not None else None
+        return op.Cast(op.Gemm(_float(input), _float(weight), wide_bias, transB=1), to=input.dtype)
+    # Transposed first: the optimizer folds a Transpose of a weight into a view of it, while the Cast stays a
+    # node (a float32 copy of the weights in the file would double a bfloat16 model's size).
+    if len(weight.shape) == 2:
+        weight = op.Transpose(weight, perm=[1, 0])
+    product = op.MatMul(_float(input), _float(weight))
+    if bias is None:
+        return op.Cast(product, to=input.dtype)
+    return _rounded_once(bias, product, 1.0, 1.0)

@@ -1,0 +1,648 @@
+"""Pooling: average, max and adaptive pools, each with its integer and float64 variants beside it."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import DOUBLE, INT32, INT64
+from onnxscript import opset18 as op
+
+from fx2onnx._lowerings.builders import TFloat, TInt, _back, _const, _in_float32, _spatial_sizes
+from fx2onnx._lowerings.kernels import double
+from fx2onnx._lowerings.rules import lowering
+
+
+# --- average pooling with eager's window rules --------------------------------------------------------------------
+def _per_dim(value: Sequence[int] | int, count: int) -> list[int]:
+    values = [value] if isinstance(value, int) else list(value)
+    return values * count if len(values) == 1 else values
+
+
+@lowering("aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d")
+def avg_pool(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> TFloat:
+    """Window sums over an explicitly padded input, divided as eager divides.
+
+    ONNX's AveragePool differs from eager in ceil mode (eager drops a last window that starts in the
+    right padding, and counts padding in the divisor only up to the padded edge) and has no divisor
+    override. Here the input is padded to exactly the windows eager has, a pooled sum is taken, and the
+    divisor is the override, or the pooled count of positions inside the padded input (count_include_pad)
+    or inside the input itself.
+    """
+    x = _in_float32(self)
+    spatial = len(kernel_size)
+    rank = len(self.shape)
+    unbatched = rank == spatial + 1  # (C, *spatial): AveragePool wants (N, C, *spatial)
+    if unbatched:
+        x = op.Unsqueeze(x, op.Constant(value_ints=[0]))
+        rank += 1
+    sizes = list(self.shape[len(self.shape) - spatial :])
+    if not all(isinstance(s, int) for s in sizes):
+        raise NotImplementedError("avg_pool over dynamic spatial dims has no lowering here")
+    kernel = _per_dim(kernel_size, spatial)
+    strides = _per_dim(stride, spatial) if len(stride) else kernel
+    pads = _per_dim(padding, spatial)
+    extra = []
+    for size, k, s, p in zip(sizes, kernel, strides, pads):
+        span = size + 2 * p - k
+        count = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (count - 1) * s >= size + p:
+            count -= 1
+        extra.append(max(0, (count - 1) * s + k - (size + 2 * p)))
+    leading = [0] * (rank - spatial)
+
+    def pad(value: TFloat, before: list[int], after: list[int], fill: float) -> TFloat:
+        amounts = op.Constant(value_ints=[*leading, *before, *leading, *after])
+        return op.Pad(value, amounts, _const(fill, x))
+
+    window = 1
+    for k in kernel:
+        window *= k
+
+    def pooled_sum(value: TFloat) -> TFloat:
+        mean = op.AveragePool(value, kernel_shape=kernel, strides=strides, ceil_mode=0)
+        return op.Mul(mean, _const(float(window), x))
+
+    padded = pad(x, pads, [p + e for p, e in zip(pads, extra)], 0.0)
+    total = pooled_sum(padded)
+    if divisor_override is not None:
+        divisor = _const(float(divisor_override), x)
+    elif count_include_pad and not any(extra):
+        divisor = _const(float(window), x)
+    else:
+        ones = op.Expand(_const(1.0, x), op.Shape(x))
+        if count_include_pad:
+            inside = pad(pad(ones, pads, pads, 1.0), [0] * spatial, extra, 0.0)
+        else:
+            inside = pad(ones, pads, [p + e for p, e in zip(pads, extra)], 0.0)
+        divisor = pooled_sum(inside)
+    result = op.Div(total, divisor)
+    if unbatched:
+        result = op.Squeeze(result, op.Constant(value_ints=[0]))
+    return _back(result, self)
+
+
+def _adaptive_windows(length: int, size: int) -> list[tuple[int, int]]:
+    """Eager's adaptive windows: [floor(i*L/S), ceil((i+1)*L/S)) for each of the S outputs."""
+    return [((i * length) // size, -((-(i + 1) * length) // size)) for i in range(size)]
+
+
+def _adaptive_mean(x: TFloat, axis: int, length: int, size: int) -> TFloat:
+    """Average each adaptive window along `axis`: one ReduceMean per window (a NaN stays in its window)."""
+    windows = _adaptive_windows(length, size)
+    if all(end - start == windows[0][1] - windows[0][0] for start, end in windows) and length % size == 0:
+        width = length // size  # equal windows: a reshape and one ReduceMean
+        shape = op.Concat(
+            op.Shape(x, start=0, end=axis), op.Constant(value_ints=[size, width]), op.Shape(x, start=axis + 1), axis=0
+        )
+        return op.ReduceMean(op.Reshape(x, shape), op.Constant(value_ints=[axis + 1]), keepdims=False)
+    parts = []
+    for start, end in windows:
+        window = op.Slice(
+            x, op.Constant(value_ints=[start]), op.Constant(value_ints=[end]), op.Constant(value_ints=[axis])
+        )
+        parts.append(op.ReduceMean(window, op.Constant(value_ints=[axis]), keepdims=True))
+    return op.Concat(*parts, axis=axis)
+
+
+@lowering("aten::adaptive_avg_pool2d")
+def adaptive_avg_pool2d(self: TFloat, output_size: Sequence[int]) -> TFloat:
+    """Global pooling as one ReduceMean; other sizes average each of eager's windows, rows then columns."""
+    x = _in_float32(self)
+    out_h, out_w = output_size
+    height, width = self.shape[-2], self.shape[-1]
+    if (out_h, out_w) == (1, 1):
+        return _back(op.ReduceMean(x, op.Constant(value_ints=[-2, -1]), keepdims=True), self)
+    if not isinstance(height, int) or not isinstance(width, int):
+        raise NotImplementedError("adaptive_avg_pool2d to a size other than 1x1 needs static spatial dims")
+    rank = len(self.shape)
+    rows = _adaptive_mean(x, rank - 2, height, out_h)
+    return _back(_adaptive_mean(rows, rank - 1, width, out_w), self)
+
+
+# --- average pooling: window sums in eager's order (AveragePool has no float64 kernel) -------------------------------
+def _avg_pool(
+    self: DOUBLE,
+    spatial: int,
+    name: str,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> DOUBLE:
+    """Window sums over a zero-padded input (integer_pooling's windows: eager's, ceil mode included), each summed
+    from +0 in eager's scan order and divided by eager's divisor, so results round as eager's do. Dynamic spatial
+    dims keep core's AveragePool (which legalization runs in float32)."""
+    if not all(isinstance(size, int) for size in self.shape[len(self.shape) - spatial :]):
+        return avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    dims = _dims(self, spatial, name, kernel_size, stride, padding, (1,), ceil_mode)
+    padded = _pad(self, dims, 0)
+    total = double(0.0)  # eager's running sum starts at +0 (an all -0 window averages to +0)
+    for offset in _offsets(dims):
+        total = op.Add(total, _at_offset(padded, dims, offset))
+    if divisor_override is not None:
+        return op.Div(total, double(divisor_override))
+    counts = window_counts(dims, count_include_pad)
+    divisor = np.ones([len(c) for c in counts], dtype=np.float64)
+    for axis, count in enumerate(counts):
+        divisor = divisor * count.reshape([1] * axis + [-1] + [1] * (len(counts) - 1 - axis))
+    return op.Div(total, op.Constant(value=ir.tensor(divisor)))
+
+
+@lowering("aten::avg_pool1d", variant="float64")
+def avg_pool1d(
+    self: DOUBLE,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> DOUBLE:
+    return _avg_pool(self, 1, "avg_pool1d", kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+@lowering("aten::avg_pool2d", variant="float64")
+def avg_pool2d(
+    self: DOUBLE,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> DOUBLE:
+    return _avg_pool(
+        self, 2, "avg_pool2d", kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
+
+
+@lowering("aten::avg_pool3d", variant="float64")
+def avg_pool3d(
+    self: DOUBLE,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> DOUBLE:
+    return _avg_pool(
+        self, 3, "avg_pool3d", kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
+
+
+# Computed in int32, which holds all their values: ONNX Runtime has no int16 Max, Where or Pad (legalization would
+# wrap each node in Casts), and one code path serves all three.
+_NARROW = (ir.DataType.INT8, ir.DataType.INT16, ir.DataType.UINT8)
+
+
+_LOWEST = {ir.DataType.INT32: np.iinfo(np.int32).min, ir.DataType.INT64: np.iinfo(np.int64).min}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Dim:
+    """One spatial dim of a pooling: its size, window geometry and number of windows (as eager counts them)."""
+
+    size: int
+    kernel: int
+    stride: int
+    pad: int
+    dilation: int
+    ceil_mode: bool
+
+    @property
+    def windows(self) -> int:
+        span = self.size + 2 * self.pad - self.dilation * (self.kernel - 1) - 1
+        count = (-(-span // self.stride) if self.ceil_mode else span // self.stride) + 1
+        if self.ceil_mode and (count - 1) * self.stride >= self.size + self.pad:
+            count -= 1  # eager drops a last window that starts in the right padding
+        return count
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Each window's first position, in input coordinates (negative inside the left padding)."""
+        return np.arange(self.windows, dtype=np.int64) * self.stride - self.pad
+
+    @property
+    def pad_after(self) -> int:
+        """Padding on the right so that every window's last element exists (ceil-mode windows run past it)."""
+        reach = (self.windows - 1) * self.stride + self.dilation * (self.kernel - 1) + 1
+        return max(0, reach - (self.size + 2 * self.pad))
+
+
+def _dims(
+    self: TInt,
+    spatial: int,
+    name: str,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+) -> list[_Dim]:
+    shape = list(self.shape)
+    sizes = shape[len(shape) - spatial :]
+    if not all(isinstance(size, int) for size in sizes):
+        raise NotImplementedError(
+            f"{name} of an integer tensor needs static spatial dims (got shape {shape}); "
+            "export with static spatial sizes or register an implementation"
+        )
+    kernel = _per_dim(kernel_size, spatial)
+    strides = _per_dim(stride, spatial) if len(stride) else kernel
+    pads = _per_dim(padding, spatial)
+    dilations = _per_dim(dilation, spatial)
+    return [_Dim(int(n), k, s, p, d, ceil_mode) for n, k, s, p, d in zip(sizes, kernel, strides, pads, dilations)]
+
+
+def _int64(values: np.ndarray | int) -> INT64:
+    return op.Constant(value=ir.tensor(np.asarray(values, dtype=np.int64)))
+
+
+def _pad(value: TInt, dims: list[_Dim], fill: int) -> TInt:
+    """Pad the spatial dims with `fill`: `pad` before, `pad` plus what ceil-mode windows need after."""
+    if not any(dim.pad or dim.pad_after for dim in dims):
+        return value
+    leading = [0] * (len(value.shape) - len(dims))
+    amounts = [*leading, *(dim.pad for dim in dims), *leading, *(dim.pad + dim.pad_after for dim in dims)]
+    fill_value = op.Constant(value=ir.tensor(np.asarray(fill, dtype=value.dtype.numpy())))
+    return op.Pad(value, _int64(np.asarray(amounts)), fill_value)
+
+
+def _offsets(dims: list[_Dim]) -> list[tuple[int, ...]]:
+    """Every kernel offset, in eager's row-major scan order (last dim fastest)."""
+    return list(itertools.product(*(range(dim.kernel) for dim in dims)))
+
+
+def _at_offset(padded: TInt, dims: list[_Dim], offset: tuple[int, ...]) -> TInt:
+    """The element at `offset` of every window: one strided Slice of the padded input."""
+    starts = [j * dim.dilation for j, dim in zip(offset, dims)]
+    ends = [start + (dim.windows - 1) * dim.stride + 1 for start, dim in zip(starts, dims)]
+    axes = list(range(-len(dims), 0))
+    steps = [dim.stride for dim in dims]
+    return op.Slice(
+        padded,
+        _int64(np.asarray(starts)),
+        _int64(np.asarray(ends)),
+        _int64(np.asarray(axes)),
+        _int64(np.asarray(steps)),
+    )
+
+
+def _spread(per_dim: list[np.ndarray], combine: Callable[[INT64, INT64], INT64]) -> INT64:
+    """Combine one vector per spatial dim into a tensor over the windows (Add: flat indices; Mul: sizes)."""
+    count = len(per_dim)
+    result = None
+    for axis, vector in enumerate(per_dim):
+        shaped = _int64(vector.reshape([1] * axis + [-1] + [1] * (count - 1 - axis)))
+        result = shaped if result is None else combine(result, shaped)
+    return result
+
+
+def _narrowed(result: TInt, self: TInt) -> TInt:
+    return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+# --- max pooling ------------------------------------------------------------------------------------------------
+def _max_pool(self: TInt, dims: list[_Dim], with_indices: bool) -> tuple[TInt, INT64 | None]:
+    """The maximum of each window and (optionally) the flat index of its first maximum.
+
+    The padding holds the compute dtype's minimum, so it is never strictly greater than the running maximum: the
+    running index starts at each window's first position inside the input and moves only on a strictly greater
+    element, which is eager's first maximum in scan order.
+    """
+    x = op.Cast(self, to=INT32.dtype) if self.dtype in _NARROW else self
+    padded = _pad(x, dims, int(_LOWEST[x.dtype]))
+    if not with_indices and self.dtype != ir.DataType.INT64:
+        # float64 holds every int32 exactly, and ONNX Runtime's MaxPool is several times faster than the slices.
+        # The padding is explicit, so its windows are exactly eager's (no ceil_mode, pads or auto_pad of its own).
+        unbatched = len(self.shape) == len(dims) + 1  # MaxPool wants (N, C, *spatial)
+        batch_axis = op.Constant(value_ints=[0])
+        pooled, _ = op.MaxPool(
+            op.Cast(op.Unsqueeze(padded, batch_axis) if unbatched else padded, to=DOUBLE.dtype),
+            kernel_shape=[dim.kernel for dim in dims],
+            strides=[dim.stride for dim in dims],
+            dilations=[dim.dilation for dim in dims],
+        )
+        return op.Cast(op.Squeeze(pooled, batch_axis) if unbatched else pooled, to=self.dtype), None
+    offsets = _offsets(dims)
+    best = _at_offset(padded, dims, offsets[0])
+    if not with_indices:
+        for offset in offsets[1:]:
+            best = op.Max(best, _at_offset(padded, dims, offset))
+        return _narrowed(best, self), None
+    plane_strides = [math.prod(dim.size for dim in dims[axis + 1 :]) for axis in range(len(dims))]
+    window_starts = _spread([dim.starts * step for dim, step in zip(dims, plane_strides)], op.Add)
+    first_inside = [  # per dim, the first position of each window's dilated grid that is inside the input
+        dim.starts + (-(-np.maximum(-dim.starts, 0) // dim.dilation)) * dim.dilation for dim in dims
+    ]
+    index = _spread([first * step for first, step in zip(first_inside, plane_strides)], op.Add)
+    for offset in offsets[1:]:
+        candidate = _at_offset(padded, dims, offset)
+        shift = sum(j * dim.dilation * step for j, dim, step in zip(offset, dims, plane_strides))
+        greater = op.Greater(candidate, best)
+        best = op.Where(greater, candidate, best)
+        index = op.Where(greater, op.Add(window_starts, _int64(shift)), index)
+    return _narrowed(best, self), op.Expand(index, op.Shape(best))
+
+
+def _max_pool_values(
+    self: TInt,
+    spatial: int,
+    name: str,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+) -> TInt:
+    dims = _dims(self, spatial, name, kernel_size, stride, padding, dilation, ceil_mode)
+    return _max_pool(self, dims, with_indices=False)[0]
+
+
+def _max_pool_indexed(
+    self: TInt,
+    spatial: int,
+    name: str,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+) -> tuple[TInt, INT64]:
+    dims = _dims(self, spatial, name, kernel_size, stride, padding, dilation, ceil_mode)
+    values, indices = _max_pool(self, dims, with_indices=True)
+    assert indices is not None
+    return values, indices
+
+
+@lowering("aten::max_pool1d")
+def max_pool1d_int(
+    self: TInt,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    dilation: Sequence[int] = (1,),
+    ceil_mode: bool = False,
+) -> TInt:
+    return _max_pool_values(self, 1, "max_pool1d", kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@lowering("aten::max_pool2d")
+def max_pool2d_int(
+    self: TInt,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    dilation: Sequence[int] = (1,),
+    ceil_mode: bool = False,
+) -> TInt:
+    return _max_pool_values(self, 2, "max_pool2d", kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@lowering("aten::max_pool3d")
+def max_pool3d_int(
+    self: TInt,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    dilation: Sequence[int] = (1,),
+    ceil_mode: bool = False,
+) -> TInt:
+    return _max_pool_values(self, 3, "max_pool3d", kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@lowering("aten::max_pool1d_with_indices")
+def max_pool1d_with_indices_int(
+    self: TInt,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    dilation: Sequence[int] = (1,),
+    ceil_mode: bool = False,
+) -> tuple[TInt, INT64]:
+    return _max_pool_indexed(self, 1, "max_pool1d_with_indices", kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@lowering("aten::max_pool2d_with_indices")
+def max_pool2d_with_indices_int(
+    self: TInt,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    dilation: Sequence[int] = (1,),
+    ceil_mode: bool = False,
+) -> tuple[TInt, INT64]:
+    return _max_pool_indexed(self, 2, "max_pool2d_with_indices", kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@lowering("aten::max_pool3d_with_indices")
+def max_pool3d_with_indices_int(
+    self: TInt,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    dilation: Sequence[int] = (1,),
+    ceil_mode: bool = False,
+) -> tuple[TInt, INT64]:
+    return _max_pool_indexed(self, 3, "max_pool3d_with_indices", kernel_size, stride, padding, dilation, ceil_mode)
+
+
+# --- average pooling --------------------------------------------------------------------------------------------
+def window_counts(dims: Sequence[_Dim], count_include_pad: bool) -> list[np.ndarray]:
+    """Per spatial dim, the element count eager divides each window's sum by: each window clipped to the padded
+    input, then (without count_include_pad) to the input."""
+    counts = []
+    for dim in dims:
+        ends = np.minimum(dim.starts + dim.kernel, dim.size + dim.pad)
+        starts = dim.starts
+        if not count_include_pad:
+            starts, ends = np.maximum(starts, 0), np.minimum(ends, dim.size)
+        counts.append(ends - starts)
+    return counts
+
+
+def _avg_pool_integer(
+    self: INT64,
+    spatial: int,
+    name: str,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> INT64:
+    """Window sums over a zero-padded input, divided (truncating, as C++ does) by eager's divisor."""
+    dims = _dims(self, spatial, name, kernel_size, stride, padding, (1,), ceil_mode)
+    padded = _pad(self, dims, 0)
+    offsets = _offsets(dims)
+    total = _at_offset(padded, dims, offsets[0])
+    for offset in offsets[1:]:
+        total = op.Add(total, _at_offset(padded, dims, offset))
+    if divisor_override is not None:
+        return op.Div(total, _int64(divisor_override))
+    counts = window_counts(dims, count_include_pad)
+    if all(np.all(count == count[0]) for count in counts):  # the same divisor everywhere: one scalar
+        return op.Div(total, _int64(math.prod(int(count[0]) for count in counts)))
+    return op.Div(total, _spread(counts, op.Mul))
+
+
+@lowering("aten::avg_pool1d")
+def avg_pool1d_int(
+    self: INT64,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> INT64:
+    return _avg_pool_integer(self, 1, "avg_pool1d", kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+@lowering("aten::avg_pool2d")
+def avg_pool2d_int(
+    self: INT64,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> INT64:
+    return _avg_pool_integer(
+        self, 2, "avg_pool2d", kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
+
+
+@lowering("aten::avg_pool3d")
+def avg_pool3d_int(
+    self: INT64,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> INT64:
+    return _avg_pool_integer(
+        self, 3, "avg_pool3d", kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
+
+
+# --- adaptive pooling ------------------------------------------------------------------------------------------------
+# Output cell i of a dim of length n pooled to m covers [floor(i*n/m), ceil((i+1)*n/m)). Bins overlap and differ in
+# size when m does not divide n, so no fixed-window ONNX pool matches. The spatial dims are flattened, one padding
+# element is appended, and a constant [cells, largest bin] index table gathers each cell's inputs (short bins
+# point at the padding, which is neutral: 0 for sums, -inf for maxima).
+def _adaptive_bins(input_sizes: Sequence[int], output_sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(index table [cells, width] into the flat inputs, padded with prod(input_sizes); bin sizes [cells])."""
+    bins: list[list[int]] = [[0]]
+    for n, m in zip(input_sizes, output_sizes):
+        ranges = [range((i * n) // m, -((-(i + 1) * n) // m)) for i in range(m)]
+        bins = [[outer * n + inner for outer in cell for inner in span] for cell in bins for span in ranges]
+    padding = math.prod(input_sizes)
+    width = max(len(cell) for cell in bins)
+    table = np.full((len(bins), width), padding, dtype=np.int64)
+    for row, cell in enumerate(bins):
+        table[row, : len(cell)] = cell
+    return table, np.array([len(cell) for cell in bins], dtype=np.int64)
+
+
+def _gather_bins(input: TFloat, sizes: Sequence[int], table: np.ndarray, padding: float) -> TFloat:
+    """[..., *sizes] -> [..., cells, width]: each cell's inputs, padded with `padding`."""
+    leading = op.Shape(input, start=0, end=len(input.shape) - len(sizes))
+    flat = op.Reshape(input, op.Concat(leading, op.Constant(value_ints=[math.prod(sizes)]), axis=0))
+    pad = op.Expand(
+        op.Constant(value=ir.tensor([padding], dtype=input.dtype)),
+        op.Concat(leading, op.Constant(value_ints=[1]), axis=0),
+    )
+    return op.Gather(op.Concat(flat, pad, axis=-1), op.Constant(value=ir.tensor(table)), axis=-1)
+
+
+def _is_empty(input: TFloat) -> bool:
+    return any(size == 0 for size in input.shape)
+
+
+def _empty_cells(input: TFloat, output_sizes: Sequence[int]) -> TFloat:
+    """The zero-size result of pooling an input with a leading dim of 0 (ORT's reductions mis-shape those)."""
+    leading = op.Shape(input, start=0, end=len(input.shape) - len(output_sizes))
+    shape = op.Concat(leading, op.Constant(value_ints=list(output_sizes)), axis=0)
+    return op.CastLike(op.ConstantOfShape(shape), input)
+
+
+def _unflatten_cells(cells: TFloat, input: TFloat, output_sizes: Sequence[int]) -> TFloat:
+    leading = op.Shape(input, start=0, end=len(input.shape) - len(output_sizes))
+    return op.Reshape(cells, op.Concat(leading, op.Constant(value_ints=list(output_sizes)), axis=0))
+
+
+def _adaptive_max(input: TFloat, output_size: Sequence[int], name: str) -> tuple[TFloat, INT64]:
+    """Max of each cell and the flat spatial index of its first maximum (of its last NaN, as eager's scan picks)."""
+    sizes = _spatial_sizes(input, len(output_size), name)
+    table, _ = _adaptive_bins(sizes, output_size)
+    if _is_empty(input):
+        return _empty_cells(input, output_size), op.Cast(_empty_cells(input, output_size), to=INT64.dtype)
+    values = _gather_bins(input, sizes, table, -math.inf)
+    positions = op.Constant(value=ir.tensor(table))
+    last = op.Constant(value_ints=[-1])
+    nan = op.IsNaN(values)
+    lowest = op.Constant(value=ir.tensor(-math.inf, dtype=input.dtype))
+    largest = op.ReduceMax(op.Where(nan, lowest, values), last, keepdims=True)
+    beyond = op.Constant(value_int=math.prod(sizes))
+    first = op.ReduceMin(op.Where(op.Equal(values, largest), positions, beyond), last, keepdims=False)
+    has_nan = op.Cast(op.ReduceMax(op.Cast(nan, to=ir.DataType.INT32), last, keepdims=False), to=ir.DataType.BOOL)
+    last_nan = op.ReduceMax(op.Where(nan, positions, op.Constant(value_int=-1)), last, keepdims=False)
+    not_a_number = op.Constant(value=ir.tensor(math.nan, dtype=input.dtype))
+    maxima = op.Where(has_nan, not_a_number, op.Squeeze(largest, last))
+    indices = op.Where(has_nan, last_nan, first)
+    return _unflatten_cells(maxima, input, output_size), _unflatten_cells(indices, input, output_size)
+
+
+@lowering("aten::adaptive_max_pool1d")
+def adaptive_max_pool1d(self: TFloat, output_size: Sequence[int]) -> tuple[TFloat, INT64]:
+    return _adaptive_max(self, output_size, "adaptive_max_pool1d")
+
+
+@lowering("aten::adaptive_max_pool2d")
+def adaptive_max_pool2d(self: TFloat, output_size: Sequence[int]) -> tuple[TFloat, INT64]:
+    return _adaptive_max(self, output_size, "adaptive_max_pool2d")
+
+
+@lowering("aten::adaptive_max_pool3d")
+def adaptive_max_pool3d(self: TFloat, output_size: Sequence[int]) -> tuple[TFloat, INT64]:
+    return _adaptive_max(self, output_size, "adaptive_max_pool3d")
+
+
+def _adaptive_average(input: TFloat, output_size: Sequence[int], name: str) -> TFloat:
+    """Each cell's sum over its inputs divided by their count (float32 for float16/bfloat16, as eager)."""
+    sizes = _spatial_sizes(input, len(output_size), name)
+    table, counts = _adaptive_bins(sizes, output_size)
+    x = _in_float32(input)
+    if _is_empty(input):
+        return _empty_cells(input, output_size)
+    total = op.ReduceSum(_gather_bins(x, sizes, table, 0.0), op.Constant(value_ints=[-1]), keepdims=False)
+    mean = op.Div(total, op.CastLike(op.Constant(value=ir.tensor(counts)), x))
+    return _back(_unflatten_cells(mean, x, output_size), input)
+
+
+@lowering("aten::adaptive_avg_pool1d")
+def adaptive_avg_pool1d(self: TFloat, output_size: Sequence[int]) -> TFloat:
+    return _adaptive_average(self, output_size, "adaptive_avg_pool1d")
+
+
+@lowering("aten::_adaptive_avg_pool3d", "aten::adaptive_avg_pool3d")
+def adaptive_avg_pool3d(self: TFloat, output_size: Sequence[int]) -> TFloat:
+    return _adaptive_average(self, output_size, "adaptive_avg_pool3d")

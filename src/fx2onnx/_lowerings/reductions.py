@@ -1,0 +1,648 @@
+"""Reductions and scans: sum/prod/mean/var/std, all/any, min/max/median, norms, cumulative ops,
+logsumexp/logcumsumexp, histograms.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import BOOL, INT32, INT64, UINT8
+from onnxscript import opset18 as op
+
+from fx2onnx._emit.context import LoweringContext
+from fx2onnx._lowerings.builders import (
+    _NARROW_INTS,
+    _NUMPY,
+    TFloat,
+    TReal,
+    _back,
+    _const,
+    _flat,
+    _in_float32,
+    _is_float,
+    _p_norm,
+    log1p,
+)
+from fx2onnx._lowerings.rules import lowering
+
+
+# --- logcumsumexp -------------------------------------------------------------------------------------------------
+# torchlib's is max + Log(CumSum(Exp(x - max))) with one max over the whole dim: NaN once an input is +-inf (inf - inf),
+# -inf (or a few digits) for a prefix far below the later maximum. Eager folds each element into a running
+# log-sum-exp (ReduceOpsKernel.cpp's _log_add_exp_helper, in double for float32). Here a prefix scan in
+# ceil(log2(n)) doubling steps (Hillis-Steele): step k combines each partial with the one 2^k places before it.
+# A partial is a pair (peak, excess) standing for peak + log1p(excess), excess = sum(exp(x_j - peak)) - 1: no Log
+# in the steps, and the sum keeps relative accuracy where it is small. Infinities need no special case: peak is x
+# clamped to the finite range and each element starts with excess exp(x - peak) - 1, which is 0 for finite x, -1
+# for -inf (nothing to add; an all -inf prefix ends as -inf) and inf for +inf (inf from there on). NaN propagates
+# through Max, Exp and Add. Padding holds the empty partial (lowest float, -1).
+def _scan_step(peak: TFloat, excess: TFloat, pads: INT64, axes: INT64) -> tuple[TFloat, TFloat]:
+    lowest = _const(float(-np.finfo(_NUMPY[peak.dtype]).max), peak)
+    earlier_peak = op.Pad(peak, pads, lowest, axes)
+    earlier_excess = op.Pad(excess, pads, _const(-1.0, excess), axes)
+    new_peak = op.Max(peak, earlier_peak)
+    own = op.Exp(op.Sub(peak, new_peak))
+    other = op.Exp(op.Sub(earlier_peak, new_peak))
+    # One of own/other is 1 (the larger peak's), so own + other - 1 is exactly the smaller of them.
+    combined = op.Add(op.Add(op.Mul(excess, own), op.Mul(earlier_excess, other)), op.Min(own, other))
+    return new_peak, combined
+
+
+def _doubling_loop(
+    ctx: LoweringContext, length: INT64, peak: TFloat, excess: TFloat, axes: INT64, direction: INT64
+) -> tuple[TFloat, TFloat]:
+    """The doubling steps for a dim whose length is known only at run time: an ONNX Loop while 2^k < length."""
+
+    def body(iteration: ir.Value, carried: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]]:
+        shift, peak_in, excess_in = carried
+        peak_out, excess_out = _scan_step(peak_in, excess_in, op.Mul(direction, shift), axes)
+        doubled = op.Add(shift, shift)
+        return op.Less(doubled, length), [doubled, peak_out, excess_out]
+
+    one = op.Constant(value=ir.tensor(1, dtype=ir.DataType.INT64))
+    _, final_peak, final_excess = ctx.loop(length, op.Less(one, length), [one, peak, excess], body, name="scan")
+    return final_peak, final_excess
+
+
+@lowering("aten::logcumsumexp", context=True)
+def logcumsumexp(ctx: LoweringContext, self: TFloat, dim: int) -> TFloat:
+    """log(cumsum(exp(x))) along `dim`, stable for any magnitudes and at +-inf/NaN; float16/bfloat16 in float32.
+    ceil(log2(n)) steps of a dozen elementwise nodes over the whole tensor: about 5 to 10 times torchlib's time."""
+    x = _in_float32(self)
+    rank = len(x.shape)
+    if rank == 0:
+        return self
+    dim = dim % rank
+    largest = float(np.finfo(_NUMPY[x.dtype]).max)
+    peak = op.Clip(x, _const(-largest, x), _const(largest, x))  # NaN stays NaN
+    excess = op.Sub(op.Exp(op.Sub(x, peak)), _const(1.0, x))
+    axes = op.Constant(value_ints=[dim])
+    length = x.shape[dim]
+    if isinstance(length, int):
+        shift = 1
+        while shift < length:
+            peak, excess = _scan_step(peak, excess, op.Constant(value_ints=[shift, -shift]), axes)
+            shift *= 2
+    else:
+        direction = op.Constant(value_ints=[1, -1])  # pads: `shift` before, -`shift` (cut) after
+        size = op.Squeeze(op.Shape(x, start=dim, end=dim + 1))
+        peak, excess = _doubling_loop(ctx, size, peak, excess, axes, direction)
+    return _back(op.Add(peak, log1p(excess)), self)
+
+
+# --- reductions over given dims, rank 0 included ------------------------------------------------------------
+# Eager accepts dim 0 or -1 on a 0-d tensor (reducing nothing); ONNX's Reduce* refuse an axis on rank 0,
+# and torchlib's amax/amin/all.dim/any.dim pass the axis through.
+def _axes(dim: Sequence[int] | int | None) -> INT64 | None:
+    if dim is None:
+        return None
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return op.Constant(value_ints=dims) if dims else None
+
+
+@lowering("aten::amax")
+def amax(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return op.ReduceMax(self, _axes(dim), keepdims=keepdim)
+
+
+@lowering("aten::amin")
+def amin(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return op.ReduceMin(self, _axes(dim), keepdims=keepdim)
+
+
+def _truth(self: TReal, dim: Sequence[int] | int | None, keepdim: bool, every: bool) -> BOOL:
+    """all (every=True) / any over `dim` (all axes when None or empty): a min / max of 0/1 values."""
+    truth = op.Cast(self, to=BOOL.dtype) if self.dtype != ir.DataType.BOOL else self
+    if len(self.shape) == 0:
+        return op.Identity(truth)
+    as_int = op.Cast(truth, to=INT32.dtype)
+    axes = _axes(dim)
+    reduced = op.ReduceMin(as_int, axes, keepdims=keepdim) if every else op.ReduceMax(as_int, axes, keepdims=keepdim)
+    return op.Cast(reduced, to=BOOL.dtype)
+
+
+@lowering("aten::all.dim")
+def all_dim(self: TReal, dim: int, keepdim: bool = False) -> BOOL:
+    return _truth(self, dim, keepdim, every=True)
+
+
+@lowering("aten::all.dims")
+def all_dims(self: TReal, dim: Sequence[int] | None = None, keepdim: bool = False) -> BOOL:
+    return _truth(self, dim, keepdim, every=True)
+
+
+@lowering("aten::any.dim")
+def any_dim(self: TReal, dim: int, keepdim: bool = False) -> BOOL:
+    return _truth(self, dim, keepdim, every=False)
+
+
+@lowering("aten::any.dims")
+def any_dims(self: TReal, dim: Sequence[int] | None = None, keepdim: bool = False) -> BOOL:
+    return _truth(self, dim, keepdim, every=False)
+
+
+# --- cumulative ops along a dim -------------------------------------------------------------------------------
+# torchlib has no cummax, cummin or cumprod. Each output i reduces the prefix j <= i: the input is
+# broadcast to [..., i, j, ...] and a lower-triangular mask picks the prefix, then one Reduce* over j.
+# Memory grows with the square of the dim's length, which suits the lengths models scan over.
+def _prefix_layout(self: TReal, dim: int) -> tuple[int, TReal, TReal, BOOL, INT64]:
+    """(axis, x_i, x_j, mask[i, j] = j <= i broadcastable to them, j as int64 broadcastable)."""
+    rank = len(self.shape)
+    axis = dim % rank
+    x_j = op.Unsqueeze(self, op.Constant(value_ints=[axis]))  # [..., 1, n, ...]: j on axis + 1
+    x_i = op.Unsqueeze(self, op.Constant(value_ints=[axis + 1]))  # [..., n, 1, ...]: i on axis
+    length = op.Shape(self, start=axis, end=axis + 1)
+    positions = op.Range(op.Constant(value_int=0), op.Squeeze(length), op.Constant(value_int=1))
+    trailing = [1] * (rank - axis - 1)
+    i = op.Reshape(positions, op.Constant(value_ints=[-1, 1, *trailing]))
+    j = op.Reshape(positions, op.Constant(value_ints=[1, -1, *trailing]))
+    return axis, x_i, x_j, op.LessOrEqual(j, i), j
+
+
+def _cumulative_extreme(self: TReal, dim: int, largest: bool) -> tuple[TReal, INT64]:
+    """cummax/cummin: the running max (min) and the index of its latest occurrence; NaN wins and sticks."""
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    dtype = self.dtype
+    # Narrow integers (and bool) compare in int32: exact, and every Reduce/Equal kernel takes it.
+    narrow = dtype in (ir.DataType.BOOL, ir.DataType.INT8, ir.DataType.INT16, ir.DataType.UINT8)
+    x = op.Cast(self, to=INT32.dtype) if narrow else self
+    axis, x_i, x_j, mask, j = _prefix_layout(x, dim)
+    reduce_axis = op.Constant(value_ints=[axis + 1])
+    is_float = dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    if is_float:  # NaN compares above everything (eager's `x >= best || isnan(x)`); +-inf stands in for it
+        top = op.CastLike(float("inf") if largest else float("-inf"), x)
+        x_i = op.Where(op.IsNaN(x_i), top, x_i)
+        x_j_nan = op.IsNaN(x_j)
+        x_j = op.Where(x_j_nan, top, x_j)
+    candidates = op.Where(mask, x_j, x_i)  # outside the prefix: x_i itself, which is in the prefix anyway
+    best = (
+        op.ReduceMax(candidates, reduce_axis, keepdims=True)
+        if largest
+        else op.ReduceMin(candidates, reduce_axis, keepdims=True)
+    )
+    hits = op.And(mask, op.Equal(x_j, best))
+    minus_one = op.Constant(value=ir.tensor(-1, dtype=ir.DataType.INT64))
+    index = op.ReduceMax(op.Where(hits, j, minus_one), reduce_axis, keepdims=True)
+    if is_float:
+        nan_hits = op.And(mask, x_j_nan)
+        nan_index = op.ReduceMax(op.Where(nan_hits, j, minus_one), reduce_axis, keepdims=True)
+        seen_nan = op.GreaterOrEqual(nan_index, op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)))
+        best = op.Where(seen_nan, op.CastLike(float("nan"), x), best)
+        index = op.Where(seen_nan, nan_index, index)
+    best = op.Squeeze(best, reduce_axis)
+    index = op.Squeeze(index, reduce_axis)
+    if narrow:
+        best = op.Cast(best, to=dtype)
+    return best, index
+
+
+@lowering("aten::cummax")
+def cummax(self: TReal, dim: int) -> tuple[TReal, INT64]:
+    return _cumulative_extreme(self, dim, largest=True)
+
+
+@lowering("aten::cummin")
+def cummin(self: TReal, dim: int) -> tuple[TReal, INT64]:
+    return _cumulative_extreme(self, dim, largest=False)
+
+
+@lowering("aten::cumprod")
+def cumprod(self: TReal, dim: int, dtype: int | None = None) -> TReal:
+    """Running product (`dtype`, when given, is applied first, as eager does)."""
+    x = op.Cast(self, to=dtype) if dtype is not None else self
+    if len(self.shape) == 0:
+        return op.Identity(x)
+    if x.dtype == ir.DataType.BOOL:  # eager's product of bools is an integer; promotion gives it another type
+        x = op.Cast(x, to=INT64.dtype)
+    axis, _, x_j, mask, _ = _prefix_layout(x, dim)
+    factors = op.Where(mask, x_j, op.CastLike(1, x))
+    return op.ReduceProd(factors, op.Constant(value_ints=[axis + 1]), keepdims=False)
+
+
+@lowering("aten::prod.dim_int")
+def prod_dim(self: TReal, dim: int, keepdim: bool = False, dtype: int | None = None) -> TReal:
+    """Product over one dim; on a 0-d tensor, the tensor itself (ONNX refuses the axis)."""
+    x = op.Cast(self, to=dtype) if dtype is not None else self
+    if len(self.shape) == 0:
+        return op.Identity(x)
+    return op.ReduceProd(x, op.Constant(value_ints=[dim]), keepdims=keepdim)
+
+
+# --- order statistics: median, nanmedian, kthvalue ------------------------------------------------------------------
+# A TopK of the k smallest along the dim, where NaN sorts last (as +inf). The value is gathered back from the
+# input at the chosen index, so a NaN chosen stays NaN. Which of several equal elements' index is returned is
+# unspecified in eager; the one here is the lowest.
+def _sortable(x: TReal) -> TReal:
+    if x.dtype == ir.DataType.BOOL:
+        return op.Cast(x, to=UINT8.dtype)
+    if _is_float(x):
+        return op.Where(op.IsNaN(x), _const(float("inf"), x), x)
+    return x
+
+
+def _kth_smallest(x: TReal, position: INT64 | int, axis: int, keepdim: bool) -> tuple[TReal, INT64]:
+    """The element of rank `position` (0-based; an int, or int64 of the reduced shape with keepdims) along `axis`."""
+    if isinstance(position, int):
+        _, indices = op.TopK(_sortable(x), op.Constant(value_ints=[position + 1]), axis=axis, largest=0, sorted=1)
+        index = op.Slice(
+            indices, op.Constant(value_ints=[-1]), op.Constant(value_ints=[2**62]), op.Constant(value_ints=[axis])
+        )
+    else:
+        length = op.Shape(x, start=axis, end=axis + 1)
+        _, indices = op.TopK(_sortable(x), length, axis=axis, largest=0, sorted=1)
+        index = op.GatherElements(indices, position, axis=axis)
+    value = op.GatherElements(x, index, axis=axis)
+    if not keepdim:
+        squeeze = op.Constant(value_ints=[axis])
+        value, index = op.Squeeze(value, squeeze), op.Squeeze(index, squeeze)
+    return value, index
+
+
+def _median(self: TReal, dim: int | None, keepdim: bool, ignore_nan: bool) -> tuple[TReal, INT64]:
+    x = self if dim is not None else op.Reshape(self, op.Constant(value_ints=[-1]))
+    if len(self.shape) == 0 and dim is not None:
+        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    rank = 1 if dim is None else len(x.shape)
+    axis = 0 if dim is None else dim % rank
+    if dim is None:  # flattened: the length is the element count
+        length = math.prod(self.shape) if all(isinstance(d, int) for d in self.shape) else None
+    else:
+        length = x.shape[axis]
+    floats = _is_float(x)
+    if ignore_nan and floats:  # the lower median of the non-NaN values (NaN when there are none)
+        count = op.ReduceSum(
+            op.Cast(op.Not(op.IsNaN(x)), to=INT64.dtype), op.Constant(value_ints=[axis]), keepdims=True
+        )
+        position = op.Div(op.Sub(count, op.Constant(value_ints=[1])), op.Constant(value_ints=[2]))
+        position = op.Max(position, op.Constant(value_ints=[0]))
+        return _kth_smallest(x, position, axis, keepdim)
+    if not isinstance(length, int):
+        raise NotImplementedError("median over a dynamic dim has no lowering here")
+    value, index = _kth_smallest(x, (length - 1) // 2, axis, keepdim)
+    if floats:  # any NaN makes the median NaN, at the first NaN's index
+        nan = op.IsNaN(x)
+        has_nan = op.ReduceMax(op.Cast(nan, to=INT32.dtype), op.Constant(value_ints=[axis]), keepdims=keepdim)
+        has_nan = op.Cast(has_nan, to=BOOL.dtype)
+        first_nan = op.ArgMax(op.Cast(nan, to=INT32.dtype), axis=axis, keepdims=keepdim)
+        value = op.Where(has_nan, _const(float("nan"), x), value)
+        index = op.Where(has_nan, first_nan, index)
+    return value, index
+
+
+@lowering("aten::median")
+def median(self: TReal) -> TReal:
+    value, _ = _median(self, None, False, ignore_nan=False)
+    return value
+
+
+@lowering("aten::median.dim")
+def median_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]:
+    return _median(self, dim, keepdim, ignore_nan=False)
+
+
+@lowering("aten::nanmedian")
+def nanmedian(self: TReal) -> TReal:
+    value, _ = _median(self, None, False, ignore_nan=True)
+    return value
+
+
+@lowering("aten::nanmedian.dim")
+def nanmedian_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]:
+    return _median(self, dim, keepdim, ignore_nan=True)
+
+
+@lowering("aten::kthvalue")
+def kthvalue(self: TReal, k: int, dim: int = -1, keepdim: bool = False) -> tuple[TReal, INT64]:
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    return _kth_smallest(self, k - 1, dim % len(self.shape), keepdim)
+
+
+@lowering("aten::mode")
+def mode(self: TReal, dim: int = -1, keepdim: bool = False) -> tuple[TReal, INT64]:
+    """The most frequent value along `dim` (the smallest among equally frequent ones) and its last index.
+
+    Occurrences are counted by comparing every pair of elements of a slice, so memory grows with the
+    square of the dim's length.
+    """
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    dtype = self.dtype
+    x = op.Cast(self, to=INT32.dtype) if dtype in (*_NARROW_INTS, ir.DataType.BOOL) else self
+    axis, x_i, x_j, _, _ = _prefix_layout(x, dim)
+    counts = op.ReduceSum(
+        op.Cast(op.Equal(x_i, x_j), to=INT64.dtype), op.Constant(value_ints=[axis + 1]), keepdims=False
+    )
+    most = op.ReduceMax(counts, op.Constant(value_ints=[axis]), keepdims=True)
+    largest = op.ReduceMax(x, op.Constant(value_ints=[axis]), keepdims=True)
+    candidates = op.Where(op.Equal(counts, most), x, largest)
+    value = op.ReduceMin(candidates, op.Constant(value_ints=[axis]), keepdims=True)
+    index = op.ArgMax(op.Cast(op.Equal(x, value), to=INT32.dtype), axis=axis, keepdims=True, select_last_index=1)
+    if not keepdim:
+        squeeze = op.Constant(value_ints=[axis])
+        value, index = op.Squeeze(value, squeeze), op.Squeeze(index, squeeze)
+    return (op.Cast(value, to=dtype) if value.dtype != dtype else value), index
+
+
+@lowering("aten::unique_consecutive")
+def unique_consecutive(
+    self: TReal, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
+) -> tuple[TReal, INT64, INT64]:
+    """Flattened runs of equal elements: their values, each element's run index, each run's length.
+
+    Inverse and counts are empty unless asked for, as in eager's aten op; `dim` is not supported here.
+    """
+    if dim is not None:
+        raise NotImplementedError("unique_consecutive over a dim has no lowering here")
+    flat = _flat(self)
+    zero, one, last = op.Constant(value_ints=[0]), op.Constant(value_ints=[1]), op.Constant(value_ints=[-1])
+    big = op.Constant(value_ints=[2**62])
+    # A run starts at position 0 and wherever an element differs from the one before (NaN differs from NaN).
+    differs = op.Not(op.Equal(op.Slice(flat, one, big), op.Slice(flat, zero, last)))
+    count = op.Size(flat)
+    first = op.Greater(op.Reshape(count, one), zero)  # position 0 starts a run unless there is no element
+    starts = op.Concat(first, differs, axis=0)
+    values = op.Compress(flat, starts, axis=0)
+    empty = op.Constant(value=ir.tensor([], dtype=ir.DataType.INT64))
+    inverse = counts = empty
+    if return_inverse:
+        run = op.Sub(op.CumSum(op.Cast(starts, to=INT64.dtype), zero), op.Constant(value_int=1))
+        inverse = op.Reshape(run, op.Shape(self))
+    if return_counts:
+        positions = op.Reshape(op.NonZero(starts), last)
+        ends = op.Concat(op.Slice(positions, one, big), op.Reshape(count, one), axis=0)
+        counts = op.Sub(ends, positions)
+    return values, inverse, counts
+
+
+@lowering("aten::_unique2")
+def unique2(
+    self: TReal, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False
+) -> tuple[TReal, INT64, INT64]:
+    """Sorted distinct values of the flattened input (eager sorts on CPU whatever `sorted` says).
+
+    Bools go through uint8: ONNX Runtime has no Unique kernel for them. Inverse and counts are empty unless
+    asked for, as in eager's aten op.
+    """
+    is_bool = self.dtype == ir.DataType.BOOL
+    x = op.Cast(self, to=UINT8.dtype) if is_bool else self
+    values, _, inverse, counts = op.Unique(x, sorted=1)
+    if is_bool:
+        values = op.Cast(values, to=BOOL.dtype)
+    empty = op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.int64)))
+    inverse = op.Reshape(inverse, op.Shape(self), allowzero=1) if return_inverse else empty
+    return values, inverse, (counts if return_counts else empty)
+
+
+# --- variance and standard deviation with a correction -------------------------------------------------------------
+# torch decomposes var/std(_mean).correction to prims::var, whose torchlib lowering divides by N - correction
+# even when that is <= 0 and takes ReduceMean of empty tensors; eager divides sum((x - mean)^2) by
+# max(0, N - correction), so an empty or one-element reduction gives NaN or inf exactly as IEEE does.
+def _variance_and_mean(
+    self: TFloat, dim: Sequence[int] | int | None, correction: float | None, keepdim: bool
+) -> tuple[TFloat, TFloat]:
+    x = _in_float32(self)
+    rank = len(self.shape)
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    if rank == 0 or not dims:
+        axes = None
+        count = op.Size(x)
+    else:
+        axes = op.Constant(value_ints=dims)
+        count = op.ReduceProd(op.Gather(op.Shape(x), axes, axis=0), keepdims=False)
+    count = op.CastLike(count, x)
+    total = op.ReduceSum(x, axes, keepdims=True) if rank else x
+    mean = op.Div(total, count)
+    centered = op.Sub(x, mean)
+    squares = op.Mul(centered, centered)
+    squares_sum = op.ReduceSum(squares, axes, keepdims=keepdim) if rank else squares
+    zero = op.CastLike(0.0, x)
+    divisor = op.Max(op.Sub(count, op.CastLike(1.0 if correction is None else correction, x)), zero)
+    variance = op.Div(squares_sum, divisor)
+    if rank and not keepdim:
+        mean = op.Squeeze(mean, axes) if axes is not None else op.Reshape(mean, op.Constant(value_ints=[]))
+    return variance, mean
+
+
+@lowering("aten::var.correction")
+def var_correction(
+    self: TFloat, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
+) -> TFloat:
+    variance, _ = _variance_and_mean(self, dim, correction, keepdim)
+    return _back(variance, self)
+
+
+@lowering("aten::std.correction")
+def std_correction(
+    self: TFloat, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
+) -> TFloat:
+    variance, _ = _variance_and_mean(self, dim, correction, keepdim)
+    return _back(op.Sqrt(variance), self)
+
+
+@lowering("aten::var_mean.correction")
+def var_mean_correction(
+    self: TFloat, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
+) -> tuple[TFloat, TFloat]:
+    variance, mean = _variance_and_mean(self, dim, correction, keepdim)
+    return _back(variance, self), _back(mean, self)
+
+
+@lowering("aten::std_mean.correction")
+def std_mean_correction(
+    self: TFloat, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
+) -> tuple[TFloat, TFloat]:
+    variance, mean = _variance_and_mean(self, dim, correction, keepdim)
+    return _back(op.Sqrt(variance), self), _back(mean, self)
+
+
+# --- segment reductions -------------------------------------------------------------------------------------------
+builtins_range = builtins.range  # the histogram lowerings take an argument named `range`
+
+
+@lowering("aten::norm.Scalar")
+def norm_scalar(self: TFloat, p: float = 2.0) -> TFloat:
+    return _back(_p_norm(_in_float32(self), float(p), None, False), self)
+
+
+# --- histograms -------------------------------------------------------------------------------------------------------
+# Eager bins x into the last bin whose left edge is <= x (the rightmost edge closes the last bin) and skips values
+# outside the edges. Bin counts are one-hot rows summed with a MatMul, which also gives zeros for empty inputs.
+def _linspace_edges(low: TFloat, high: TFloat, bins: int) -> TFloat:
+    """bins + 1 edges from low to high, as torch.linspace computes them (from both ends towards the middle)."""
+    step = op.Div(op.Sub(high, low), op.CastLike(float(bins), low))
+    steps = bins + 1
+    halfway = steps // 2
+    from_start = op.CastLike(op.Constant(value=ir.tensor(np.arange(steps, dtype=np.float64))), low)
+    from_end = op.CastLike(op.Constant(value=ir.tensor(np.arange(steps, dtype=np.float64)[::-1].copy() - 0.0)), low)
+    first = op.Add(low, op.Mul(step, from_start))
+    second = op.Sub(high, op.Mul(step, from_end))
+    return op.Where(op.Constant(value=ir.tensor(np.arange(steps) < halfway)), first, second)
+
+
+def _outer_edges(values: TFloat, bin_range: Sequence[float] | None, empty: bool) -> tuple[TFloat, TFloat]:
+    """(low, high) of the binned range: the given range or the data's, widened by 0.5 each way when equal."""
+    if bin_range is not None:
+        low, high = op.CastLike(float(bin_range[0]), values), op.CastLike(float(bin_range[1]), values)
+    elif empty:
+        low, high = op.CastLike(0.0, values), op.CastLike(1.0, values)
+    else:
+        low, high = op.ReduceMin(values, keepdims=False), op.ReduceMax(values, keepdims=False)
+    equal = op.Equal(low, high)
+    half = op.CastLike(0.5, values)
+    return op.Where(equal, op.Sub(low, half), low), op.Where(equal, op.Add(high, half), high)
+
+
+def _bin_one_hot(values: TFloat, edges: TFloat, bins: int) -> TFloat:
+    """[N] values, [bins + 1] edges -> [N, bins] one-hot bin membership (all zero outside the edges)."""
+    column = op.Unsqueeze(values, op.Constant(value_ints=[1]))
+    below = op.ReduceSum(
+        op.Cast(op.LessOrEqual(edges, column), to=INT64.dtype), op.Constant(value_ints=[1]), keepdims=False
+    )
+    position = op.Min(op.Sub(below, op.Constant(value_int=1)), op.Constant(value_int=bins - 1))
+    first_edge = op.Gather(edges, op.Constant(value_int=0), axis=0)
+    last_edge = op.Gather(edges, op.Constant(value_int=bins), axis=0)
+    inside = op.And(op.GreaterOrEqual(values, first_edge), op.LessOrEqual(values, last_edge))
+    hits = op.Equal(
+        op.Unsqueeze(position, op.Constant(value_ints=[1])),
+        op.Constant(value=ir.tensor(np.arange(bins, dtype=np.int64))),
+    )
+    return op.CastLike(op.And(hits, op.Unsqueeze(inside, op.Constant(value_ints=[1]))), values)
+
+
+def _bin_widths(edges: TFloat) -> TFloat:
+    ends = op.Constant(value_ints=[2**62])
+    return op.Sub(
+        op.Slice(edges, op.Constant(value_ints=[1]), ends),
+        op.Slice(edges, op.Constant(value_ints=[0]), op.Constant(value_ints=[-1])),
+    )
+
+
+def _histogram(values: TFloat, edges: TFloat, bins: int, weight: TFloat | None, density: bool) -> TFloat:
+    one_hot = _bin_one_hot(values, edges, bins)
+    weights = weight if weight is not None else op.Expand(op.CastLike(1.0, values), op.Shape(values))
+    counts = op.Squeeze(
+        op.MatMul(op.Unsqueeze(weights, op.Constant(value_ints=[0])), one_hot), op.Constant(value_ints=[0])
+    )
+    if density:
+        counts = op.Div(op.Div(counts, op.ReduceSum(counts, keepdims=False)), _bin_widths(edges))
+    return counts
+
+
+@lowering("aten::histogram.bin_ct")
+def histogram_bin_count(
+    self: TFloat,
+    bins: int = 100,
+    range: Sequence[float] | None = None,
+    weight: TFloat | None = None,
+    density: bool = False,
+) -> tuple[TFloat, TFloat]:
+    values = op.Reshape(self, op.Constant(value_ints=[-1]))
+    empty = any(size == 0 for size in self.shape)
+    low, high = _outer_edges(values, range, empty)
+    edges = _linspace_edges(low, high, bins)
+    flat_weight = op.Reshape(weight, op.Constant(value_ints=[-1])) if weight is not None else None
+    return _histogram(values, edges, bins, flat_weight, density), edges
+
+
+@lowering("aten::histogram.bins_tensor")
+def histogram_bins_tensor(
+    self: TFloat, bins: TFloat, weight: TFloat | None = None, density: bool = False
+) -> tuple[TFloat, TFloat]:
+    count = bins.shape[0]
+    if not isinstance(count, int):
+        raise ValueError("histogram needs a static number of bin edges")
+    values = op.Reshape(self, op.Constant(value_ints=[-1]))
+    flat_weight = op.Reshape(weight, op.Constant(value_ints=[-1])) if weight is not None else None
+    return _histogram(values, bins, count - 1, flat_weight, density), op.Identity(bins)
+
+
+def _histogramdd_columns(self: TFloat) -> tuple[TFloat, int]:
+    dims = self.shape[-1]
+    if not isinstance(dims, int):
+        raise ValueError("histogramdd needs a static number of dimensions")
+    return op.Reshape(self, op.Constant(value_ints=[-1, dims])), dims
+
+
+def _column(points: TFloat, index: int) -> TFloat:
+    return op.Gather(points, op.Constant(value_int=index), axis=1)
+
+
+def _histogramdd_edges(self: TFloat, bins: Sequence[int], range: Sequence[float] | None) -> list[TFloat]:
+    points, dims = _histogramdd_columns(self)
+    counts = list(bins) * dims if len(bins) == 1 else list(bins)
+    empty = any(size == 0 for size in self.shape)
+    edges = []
+    for d in builtins_range(dims):
+        bounds = None if range is None else range[2 * d : 2 * d + 2]
+        low, high = _outer_edges(_column(points, d), bounds, empty)
+        edges.append(_linspace_edges(low, high, counts[d]))
+    return edges
+
+
+def _histogramdd(
+    self: TFloat, edges: Sequence[TFloat], counts: Sequence[int], weight: TFloat | None, density: bool
+) -> TFloat:
+    """The joint histogram: per-dim one-hot memberships multiplied into [N, B0, ..., Bd-1], weighted and summed."""
+    points, dims = _histogramdd_columns(self)
+    joint = None
+    for d in builtins_range(dims):
+        one_hot = _bin_one_hot(_column(points, d), edges[d], counts[d])  # [N, Bd]
+        shape = [-1] + [counts[k] if k == d else 1 for k in builtins_range(dims)]
+        one_hot = op.Reshape(one_hot, op.Constant(value_ints=shape))
+        joint = one_hot if joint is None else op.Mul(joint, one_hot)
+    total_bins = math.prod(counts)
+    flat_joint = op.Reshape(joint, op.Constant(value_ints=[-1, total_bins]))
+    weights = op.Reshape(weight, op.Constant(value_ints=[1, -1])) if weight is not None else None
+    if weights is None:
+        weights = op.Expand(
+            op.CastLike(1.0, points), op.Concat(op.Constant(value_ints=[1]), op.Shape(points, start=0, end=1), axis=0)
+        )
+    hist = op.Reshape(op.MatMul(weights, flat_joint), op.Constant(value_ints=list(counts)))
+    if density:
+        hist = op.Div(hist, op.ReduceSum(hist, keepdims=False))
+        for d in builtins_range(dims):
+            shape = [counts[k] if k == d else 1 for k in builtins_range(dims)]
+            hist = op.Div(hist, op.Reshape(_bin_widths(edges[d]), op.Constant(value_ints=shape)))
+    return hist
+
+
+@lowering("aten::_histogramdd_bin_edges")
+def histogramdd_bin_edges(
+    self: TFloat,
+    bins: Sequence[int],
+    range: Sequence[float] | None = None,
+    weight: TFloat | None = None,
+    density: bool = False,
+) -> Sequence[TFloat]:
+    return _histogramdd_edges(self, bins, range)
+
+
+@lowering("aten::_histogramdd_from_bin_cts")
+def histogramdd_from_bin_counts(
+    self: TFloat,
+    bins: Sequence[int],
+    range: Sequence[float] | None = None,
+    weight: TFloat | None = None,
+    density: bool = False,
+) -> TFloat:
+    dims = self.shape[-1]
+    counts = list(bins) * dims if len(bins) == 1 else list(bins)
+    return _histogramdd(self, _histogramdd_edges(self, bins, range), counts, weight, density)
+
+
+@lowering("aten::_histogramdd_from_bin_tensors")
+def histogramdd_from_bin_tensors(
+    self: TFloat, bins: Sequence[TFloat], weight: TFloat | None = None, density: bool = False
+) -> TFloat:
+    counts = [edges.shape[0] - 1 for edges in bins]
+    return _histogramdd(self, list(bins), counts, weight, density)

@@ -1,0 +1,260 @@
+"""Resampling: interpolate/upsample (linear, cubic, nearest; uint8 fixed-point kernels) and grid sampling."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import onnx_ir as ir
+from onnxscript import FLOAT, INT64, UINT8
+from onnxscript import opset18 as op
+
+from fx2onnx._lowerings.builders import TFloat, _back, _in_float32, _spatial_sizes
+from fx2onnx._lowerings.rules import lowering
+
+
+# --- interpolation with output_size or scale_factors -------------------------------------------------------------
+# torchlib's `.vec` overloads declare both optional arguments without a default, so they bind only when both
+# are given, and eager gives exactly one. Scales, when given, also set the coordinate mapping (as in eager).
+def _resize(
+    input: TFloat,
+    output_size: Sequence[int] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float] | None,
+    mode: str,
+    axis: int | None = None,
+) -> TFloat:
+    """Resize the spatial dims, or only spatial dim `axis` (of the input's, counted from 0 = N)."""
+    transformation = "align_corners" if align_corners else "pytorch_half_pixel"
+    spatial = range(2, 2 + len(output_size if output_size is not None else scale_factors or []))
+    axes = list(spatial) if axis is None else [axis]
+    if scale_factors is not None and output_size is None:
+        scales = op.Constant(value_floats=[float(scale_factors[a - 2]) for a in axes])
+        sizes = None
+    else:
+        assert output_size is not None
+        scales = None
+        sizes = op.Constant(value_ints=[int(output_size[a - 2]) for a in axes])
+    return op.Resize(
+        input,
+        None,
+        scales,
+        sizes,
+        axes=axes,
+        mode=mode,
+        coordinate_transformation_mode=transformation,
+        cubic_coeff_a=-0.75,
+        exclude_outside=0,
+        nearest_mode="floor",
+    )
+
+
+@lowering("aten::upsample_linear1d.vec", "aten::upsample_bilinear2d.vec", "aten::upsample_trilinear3d.vec")
+def upsample_linear_vec(
+    input: TFloat,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> TFloat:
+    return _resize(input, output_size, align_corners, scale_factors, "linear")
+
+
+@lowering("aten::upsample_bicubic2d.vec")
+def upsample_bicubic_vec(
+    input: TFloat,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> TFloat:
+    return _resize(input, output_size, align_corners, scale_factors, "cubic")
+
+
+# uint8 images: eager resizes the width, rounds half up and saturates to [0, 255], then does the same for the
+# height (its fixed-point kernels). Computed in one pass in float and cast back as a cast match would be,
+# results were truncated and wrapped: a bicubic overshoot to -4 became 252, in half of a bicubic upscale's
+# pixels. In two passes, rounding half up, upscales are eager's bit for bit (measured); non-integer
+# downscales are up to 1 off in a few percent of pixels (eager's weights are rounded to fixed point).
+def _round_to_uint8(value: FLOAT) -> FLOAT:
+    half_up = op.Floor(op.Add(value, op.Constant(value_float=0.5)))
+    return op.Clip(half_up, op.Constant(value_float=0.0), op.Constant(value_float=255.0))
+
+
+def _resize_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float] | None,
+    mode: str,
+) -> UINT8:
+    resized = op.Cast(input, to=ir.DataType.FLOAT)
+    for axis in (3, 2):
+        resized = _round_to_uint8(_resize(resized, output_size, align_corners, scale_factors, mode, axis=axis))
+    return op.Cast(resized, to=ir.DataType.UINT8)
+
+
+@lowering("aten::upsample_bilinear2d.vec", variant="uint8")
+def upsample_bilinear_vec_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> UINT8:
+    return _resize_uint8(input, output_size, align_corners, scale_factors, "linear")
+
+
+@lowering("aten::upsample_bicubic2d.vec", variant="uint8")
+def upsample_bicubic_vec_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> UINT8:
+    return _resize_uint8(input, output_size, align_corners, scale_factors, "cubic")
+
+
+# --- grid sampling ----------------------------------------------------------------------------------------------------
+# ONNX's GridSample handles 3-D grids only from opset 20, and ONNX Runtime runs it in float32 only. Each output point
+# gathers its corners (2**dims for bilinear, 1 for nearest, 4x4 for bicubic) from the flattened input with
+# GatherElements, weighted as eager's grid_sampler; out-of-range corners count as zeros (padding_mode 0), or the
+# coordinates are first clipped (1, border) or reflected (2, reflection).
+def _unnormalize(coordinate: TFloat, size: int, align_corners: bool) -> TFloat:
+    if align_corners:
+        return op.Mul(op.Add(coordinate, op.CastLike(1.0, coordinate)), op.CastLike((size - 1) / 2, coordinate))
+    scaled = op.Mul(op.Add(coordinate, op.CastLike(1.0, coordinate)), op.CastLike(size / 2, coordinate))
+    return op.Sub(scaled, op.CastLike(0.5, coordinate))
+
+
+def _reflect(coordinate: TFloat, twice_low: int, twice_high: int) -> TFloat:
+    if twice_low == twice_high:
+        return op.Mul(coordinate, op.CastLike(0.0, coordinate))
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    distance = op.Abs(op.Sub(coordinate, op.CastLike(low, coordinate)))
+    extra = op.Mod(distance, op.CastLike(span, coordinate), fmod=1)
+    flips = op.Floor(op.Div(distance, op.CastLike(span, coordinate)))
+    even = op.Equal(op.Mod(flips, op.CastLike(2.0, coordinate), fmod=1), op.CastLike(0.0, coordinate))
+    return op.Where(
+        even, op.Add(extra, op.CastLike(low, coordinate)), op.Sub(op.CastLike(span + low, coordinate), extra)
+    )
+
+
+def _padded_coordinate(position: TFloat, size: int, padding_mode: int, align_corners: bool) -> TFloat:
+    """eager's compute_coordinates: reflect (2) and/or clip (1, 2) an unnormalized coordinate."""
+    if padding_mode == 2:
+        position = _reflect(position, 0, 2 * (size - 1)) if align_corners else _reflect(position, -1, 2 * size - 1)
+    if padding_mode in (1, 2):
+        position = op.Clip(position, op.CastLike(0.0, position), op.CastLike(float(size - 1), position))
+    return position
+
+
+def _cubic_weights(t: TFloat) -> list[TFloat]:
+    """Cubic convolution weights (A = -0.75) of the taps at -1, 0, 1, 2 for a fraction t, as eager."""
+    a = -0.75
+
+    def near(x: TFloat) -> TFloat:  # |x| <= 1
+        return op.Add(
+            op.Mul(op.Mul(op.Sub(op.Mul(op.CastLike(a + 2, x), x), op.CastLike(a + 3, x)), x), x), op.CastLike(1.0, x)
+        )
+
+    def far(x: TFloat) -> TFloat:  # 1 < |x| < 2
+        inner = op.Add(op.Mul(op.Sub(op.Mul(op.CastLike(a, x), x), op.CastLike(5 * a, x)), x), op.CastLike(8 * a, x))
+        return op.Sub(op.Mul(inner, x), op.CastLike(4 * a, x))
+
+    one, two = op.CastLike(1.0, t), op.CastLike(2.0, t)
+    return [far(op.Add(t, one)), near(t), near(op.Sub(one, t)), far(op.Sub(two, t))]
+
+
+def _grid_sample(
+    input: TFloat, grid: TFloat, interpolation_mode: int, padding_mode: int, align_corners: bool, name: str
+) -> TFloat:
+    """Sample [N, C, *sizes] at grid [N, *out, dims] (coordinates x, y(, z): last spatial dim first)."""
+    dims = len(input.shape) - 2
+    sizes = _spatial_sizes(input, dims, name)
+    x, g = _in_float32(input), _in_float32(grid)
+    batch_channels = op.Shape(input, start=0, end=2)
+    flat = op.Reshape(x, op.Concat(batch_channels, op.Constant(value_ints=[math.prod(sizes)]), axis=0))
+    points = op.Reshape(g, op.Concat(op.Shape(grid, start=0, end=1), op.Constant(value_ints=[-1, dims]), axis=0))
+    unnormalized = []
+    for axis, size in enumerate(reversed(sizes)):
+        start, stop, along = (
+            op.Constant(value_ints=[axis]),
+            op.Constant(value_ints=[axis + 1]),
+            op.Constant(value_ints=[2]),
+        )
+        coordinate = op.Squeeze(op.Slice(points, start, stop, along), along)
+        unnormalized.append(_unnormalize(coordinate, size, align_corners))
+    unnormalized.reverse()  # in the order of sizes
+    one = op.CastLike(1.0, x)
+    # Each tap: per axis (coordinate, weight or None); coordinates are padded before the bounds check.
+    taps: list[list[tuple[TFloat, TFloat | None]]] = []
+    if interpolation_mode == 2:  # bicubic
+        lows = [op.Floor(p) for p in unnormalized]
+        weights = [_cubic_weights(op.Sub(p, low)) for p, low in zip(unnormalized, lows)]
+        for offsets in itertools.product(range(4), repeat=dims):
+            taps.append(
+                [
+                    (
+                        _padded_coordinate(
+                            op.Add(low, op.CastLike(float(o - 1), x)), size, padding_mode, align_corners
+                        ),
+                        w[o],
+                    )
+                    for low, w, o, size in zip(lows, weights, offsets, sizes)
+                ]
+            )
+    else:
+        positions = [_padded_coordinate(p, size, padding_mode, align_corners) for p, size in zip(unnormalized, sizes)]
+        if interpolation_mode == 1:
+            taps.append([(op.Round(p), None) for p in positions])
+        else:
+            lows = [op.Floor(p) for p in positions]
+            fractions = [op.Sub(p, low) for p, low in zip(positions, lows)]
+            for highs in itertools.product((0, 1), repeat=dims):
+                taps.append(
+                    [
+                        (op.Add(low, one), f) if high else (low, op.Sub(one, f))
+                        for low, f, high in zip(lows, fractions, highs)
+                    ]
+                )
+    index_shape = op.Concat(
+        op.Shape(points, start=0, end=1), op.Shape(input, start=1, end=2), op.Shape(points, start=1, end=2), axis=0
+    )
+    channel_axis = op.Constant(value_ints=[1])
+    result = None
+    for tap in taps:
+        inside = flat_index = weight = None
+        for (coordinate, axis_weight), size in zip(tap, sizes):
+            lowest, highest = op.CastLike(0.0, x), op.CastLike(float(size - 1), x)
+            valid = op.And(op.GreaterOrEqual(coordinate, lowest), op.LessOrEqual(coordinate, highest))
+            inside = valid if inside is None else op.And(inside, valid)
+            clamped = op.Cast(op.Clip(coordinate, lowest, highest), to=INT64.dtype)
+            flat_index = (
+                clamped if flat_index is None else op.Add(op.Mul(flat_index, op.Constant(value_int=size)), clamped)
+            )
+            if axis_weight is not None:
+                weight = axis_weight if weight is None else op.Mul(weight, axis_weight)
+        values = op.GatherElements(flat, op.Expand(op.Unsqueeze(flat_index, channel_axis), index_shape), axis=2)
+        if weight is not None:
+            values = op.Mul(values, op.Unsqueeze(weight, channel_axis))
+        values = op.Where(op.Unsqueeze(inside, channel_axis), values, op.CastLike(0.0, x))
+        result = values if result is None else op.Add(result, values)
+    out_shape = op.Shape(grid, start=1, end=1 + dims)
+    return _back(op.Reshape(result, op.Concat(batch_channels, out_shape, axis=0)), input)
+
+
+@lowering("aten::grid_sampler_2d")
+def grid_sampler_2d(
+    input: TFloat, grid: TFloat, interpolation_mode: int, padding_mode: int, align_corners: bool
+) -> TFloat:
+    """Bilinear (0), nearest (1) or bicubic (2) sampling of [N, C, H, W] at grid [N, Ho, Wo, 2]."""
+    return _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners, "grid_sampler_2d")
+
+
+@lowering("aten::grid_sampler_3d")
+def grid_sampler_3d(
+    input: TFloat, grid: TFloat, interpolation_mode: int, padding_mode: int, align_corners: bool
+) -> TFloat:
+    """Bilinear (0) or nearest (1) sampling of [N, C, D, H, W] at grid [N, Do, Ho, Wo, 3]."""
+    if interpolation_mode not in (0, 1):
+        raise ValueError(f"grid_sampler_3d: eager has no interpolation mode {interpolation_mode} in 3-D")
+    return _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners, "grid_sampler_3d")

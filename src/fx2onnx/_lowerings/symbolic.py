@@ -1,0 +1,65 @@
+"""Symbolic scalars: sym_max/sym_min/sym_ite/sym_not/sym_float/sym_int/sqrt and floordiv on SymInts."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from onnxscript import BOOL, FLOAT, INT64
+from onnxscript import opset18 as op
+
+from fx2onnx._lowerings.rules import lowering
+
+TScalar = TypeVar("TScalar", BOOL, FLOAT, INT64)
+
+
+TNumber = TypeVar("TNumber", FLOAT, INT64)
+
+
+@lowering("torch::sym_max")
+def sym_max(a: TNumber, b: TNumber) -> TNumber:
+    return op.Max(a, b)
+
+
+@lowering("torch::sym_min")
+def sym_min(a: TNumber, b: TNumber) -> TNumber:
+    return op.Min(a, b)
+
+
+@lowering("torch::sym_ite")
+def sym_ite(b: BOOL, t: TScalar, f: TScalar) -> TScalar:
+    """``t if b else f``: both branches are already computed values, so a Where, not an If."""
+    return op.Where(b, t, f)
+
+
+@lowering("torch::sym_not")
+def sym_not(a: BOOL) -> BOOL:
+    return op.Not(a)
+
+
+@lowering("torch::sym_float")
+def sym_float(a: TScalar) -> FLOAT:
+    return op.Cast(a, to=FLOAT.dtype)
+
+
+@lowering("torch::sym_int")
+def sym_int(a: FLOAT) -> INT64:
+    """Python's ``int()`` of a float truncates toward zero, as Cast does."""
+    return op.Cast(a, to=INT64.dtype)
+
+
+@lowering("torch::_sym_sqrt")
+def sym_sqrt(a: TNumber) -> FLOAT:
+    return op.Sqrt(op.Cast(a, to=FLOAT.dtype))
+
+
+@lowering("_operator::floordiv")
+def floordiv(a: TNumber, b: TNumber) -> TNumber:
+    """Python's ``a // b``, which rounds toward -inf (torchlib's lowering truncates: wrong for negative operands,
+    as in the ceil-division idiom ``-(-n // k)``)."""
+    if a.dtype == FLOAT.dtype:
+        return op.Floor(op.Div(a, b))
+    zero = op.CastLike(0, a)
+    quotient = op.Div(a, b)  # truncates toward zero
+    inexact = op.Not(op.Equal(op.Mul(quotient, b), a))
+    signs_differ = op.Xor(op.Less(a, zero), op.Less(b, zero))
+    return op.Sub(quotient, op.Cast(op.And(inexact, signs_differ), to=INT64.dtype))

@@ -1,0 +1,359 @@
+"""Complex ops without a complex lowering, rewritten as real ops on their real and imaginary parts.
+
+Inside the graph a complex tensor is a (..., 2) real tensor (:mod:`fx2onnx._complex_layout`), and only ops with a
+complex lowering take that layout. Many others reduce to real ops on the two parts, which every real lowering
+handles: data movement and linear maps act on each part alone (``diagonal``, ``gather``, ``index_put``,
+``cumsum``...: ``f(z) = complex(f(z.real), f(z.imag))``), a product of complex matrices is four real products,
+a vector norm is the norm of the magnitudes, a variance the sum of the parts' variances, ``exp`` and ``log``
+follow their formulas, values are equal where both parts are and non-zero where either
+is, and a factory given a complex dtype makes each part (torchlib's would cast a real constant to complex inside
+the graph, which ONNX Runtime cannot run). This pass, run first, rewrites such nodes, also where torchlib has a
+complex lowering that fails (``sum`` over several dims); an implementation a user registered for complex inputs
+is left to the dispatcher. What it does not list keeps failing with the dispatcher's error.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from fx2onnx._passes.base import PassResult
+from fx2onnx._passes.node_builder import NodeBuilder, fake_mode_of, replace_node
+
+aten = torch.ops.aten
+
+# f(z) = complex(f(z.real), f(z.imag)): every complex tensor argument replaced by the same part.
+PER_PART = {
+    aten.cumsum.default,
+    aten.diagonal.default,
+    aten.diagonal_copy.default,
+    aten.diag_embed.default,
+    aten.gather.default,
+    aten.index_put.default,
+    aten.copy.default,
+    aten.as_strided.default,
+    aten.as_strided_copy.default,
+    aten.index.Tensor,
+    aten.select.int,
+    aten.sum.default,
+    aten.sum.dim_IntList,
+    aten.mean.default,
+    aten.mean.dim,
+}
+# The same, for ops returning a list of tensors (used through getitem).
+PER_PART_LISTS = {
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+    aten.unsafe_split.Tensor,
+    aten.unbind.int,
+    aten.atleast_1d.Sequence,
+    aten.atleast_2d.Sequence,
+    aten.atleast_3d.Sequence,
+}
+# Bilinear in two complex operands: (a + ib)(c + id) = (ac - bd) + i(ad + bc), each product the op itself.
+PRODUCTS = {
+    aten.mm.default,
+    aten.bmm.default,
+    aten.dot.default,
+    aten.matmul.default,
+    aten.mv.default,
+    aten.outer.default,
+}
+# Equal where both parts are (eq), different where either is (ne); comparing with a number compares its parts.
+COMPARISONS = {
+    aten.eq.Scalar: aten.logical_and.default,
+    aten.eq.Tensor: aten.logical_and.default,
+    aten.ne.Scalar: aten.logical_or.default,
+    aten.ne.Tensor: aten.logical_or.default,
+    torch.ops.prims.eq.default: aten.logical_and.default,
+    torch.ops.prims.ne.default: aten.logical_or.default,
+}
+
+
+# Factories given a complex dtype, each part made by the same factory in the component dtype (``ones``: ones and
+# zeros), with the positions of the numbers split into parts.
+FACTORIES = {
+    aten.ones.default: (),
+    aten.zeros.default: (),
+    aten.full.default: (1,),
+    aten.linspace.default: (0, 1),
+    aten.scalar_tensor.default: (0,),
+}
+# ``x.new_ones(size)``...: the factory itself, without `x` (which only lends its dtype and device).
+NEW_FACTORIES = {
+    aten.new_ones.default: aten.ones.default,
+    aten.new_zeros.default: aten.zeros.default,
+    aten.new_full.default: aten.full.default,
+}
+# The variance of complex values is the sum of the parts' variances (a real result); std its square root.
+VARIANCES = {
+    aten.var.correction: None,
+    aten.var.dim: None,
+    aten.var.default: None,
+    aten.std.correction: aten.sqrt.default,
+    aten.std.dim: aten.sqrt.default,
+    aten.std.default: aten.sqrt.default,
+}
+# e^(a + ib) = e^a (cos b + i sin b); log(a + ib) = log|a + ib| + i atan2(b, a).
+EXP = {aten.exp.default}
+LOG = {aten.log.default}
+# Where a complex value is non-zero: where either part is (logical_not: where neither is).
+NONZERO = {aten.nonzero.default, aten.argwhere.default, aten.logical_not.default}
+
+
+_WITH_COMPLEX_INPUTS = frozenset(
+    PER_PART
+    | PER_PART_LISTS
+    | PRODUCTS
+    | NONZERO
+    | EXP
+    | LOG
+    | COMPARISONS.keys()
+    | VARIANCES.keys()
+    | {aten.linalg_vector_norm.default}
+)
+_ALL = _WITH_COMPLEX_INPUTS | FACTORIES.keys() | NEW_FACTORIES.keys()
+
+
+def rewrites(target: Any) -> bool:
+    """Whether this pass rewrites `target` with complex inputs (so capture need not decompose it)."""
+    return target in _WITH_COMPLEX_INPUTS
+
+
+class Registry(Protocol):
+    """The implementations the registry (:class:`fx2onnx._registry.Registry`, a later stage) holds for a target."""
+
+    def overloads(self, target: Any) -> Sequence[Any]: ...
+
+
+class ComplexOnParts:
+    """Rewrite the listed ops with complex inputs on the parts, unless `registry` lowers them with complex inputs
+    (a user's implementation)."""
+
+    name = "rewrite_complex_on_parts"
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry
+
+    def __call__(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        replaced = _rewrite_complex_on_parts(graph_module, self.registry)
+        return PassResult(bool(replaced), replaced)
+
+
+def _rewrite_complex_on_parts(
+    graph_module: torch.fx.GraphModule, registry: Registry | None
+) -> dict[torch.fx.Node, torch.fx.Node]:
+    graph = graph_module.graph
+    fake_mode = fake_mode_of(graph)
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in list(graph.nodes):
+        if _list_per_part(node) and not (registry is not None and _left_to_registry(node, registry)):
+            replaced.update(_rewrite_list_per_part(_Builder(graph, node, fake_mode), node))
+            continue
+        rewrite = _rewrite_for(node)
+        if rewrite is None or (registry is not None and _left_to_registry(node, registry)):
+            continue
+        replaced[node] = rewrite(_Builder(graph, node, fake_mode), node)
+        replace_node(node, replaced[node])
+    if replaced:
+        graph.lint()
+        graph_module.recompile()
+    return replaced
+
+
+def _list_per_part(node: torch.fx.Node) -> bool:
+    """A listed op returning complex tensors that its users only take apart with getitem."""
+    values = node.meta.get("val")
+    return (
+        node.op == "call_function"
+        and node.target in PER_PART_LISTS
+        and isinstance(values, (list, tuple))
+        and all(isinstance(v, torch.Tensor) and v.is_complex() for v in values)
+        and all(user.target is operator.getitem for user in node.users)
+    )
+
+
+def _rewrite_list_per_part(build: _Builder, node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
+    """The op on each part, and each ``node[i]`` rebuilt from ``real[i]`` and ``imag[i]``."""
+    replaced = {}
+
+    def on_part(which: int) -> torch.fx.Node:
+        args = pytree.tree_map(lambda a: build.part(a, which) if _is_complex(a) else a, node.args)
+        return build.call(node.target, *args, **node.kwargs)
+
+    parts = [on_part(0), on_part(1)]
+    for user in list(node.users):
+        real, imag = (build.call(operator.getitem, part, user.args[1]) for part in parts)
+        replaced[user] = build.complex(real, imag)
+        replace_node(user, replaced[user])
+    build.graph.erase_node(node)
+    return replaced
+
+
+def _left_to_registry(node: torch.fx.Node, registry: Registry) -> bool:
+    """Whether a user registered an implementation of `node`'s op for complex inputs (torchlib's are replaced:
+    where this pass lists an op, torchlib's complex lowering failed, e.g. ``sum`` over several dims)."""
+    takes_complex = any(_is_complex(leaf) for leaf in pytree.tree_leaves((node.args, node.kwargs)))
+    return takes_complex and any(i.complex and i.source == "user" for i in registry.overloads(node.target))
+
+
+class _Builder(NodeBuilder):
+    """Adds nodes before `origin`, and takes complex values apart and back together."""
+
+    def __init__(self, graph: torch.fx.Graph, origin: torch.fx.Node, fake_mode: Any) -> None:
+        super().__init__(graph, origin, fake_mode)
+        self.parts: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}
+
+    def part(self, value: torch.fx.Node, which: int) -> torch.fx.Node:
+        """The real (0) or imaginary (1) part of complex `value`."""
+        if (value, which) not in self.parts:
+            self.parts[value, which] = self.call(
+                aten.select.int, self.call(aten.view_as_real.default, value), -1, which
+            )
+        return self.parts[value, which]
+
+    def complex(self, real: torch.fx.Node, imag: torch.fx.Node) -> torch.fx.Node:
+        return self.call(aten.complex.default, real, imag)
+
+
+def _is_complex(value: Any) -> bool:
+    return (
+        isinstance(value, torch.fx.Node)
+        and isinstance(value.meta.get("val"), torch.Tensor)
+        and (value.meta["val"].is_complex())
+    )
+
+
+def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], torch.fx.Node] | None:
+    if node.op != "call_function" or node.target not in _ALL or not isinstance(node.meta.get("val"), torch.Tensor):
+        return None
+    if (node.target in FACTORIES or node.target in NEW_FACTORIES) and node.meta["val"].is_complex():
+        return _factory_per_part
+    leaves = pytree.tree_leaves((node.args, node.kwargs))
+    if node.target in COMPARISONS and any(_is_complex(a) for a in node.args) and not node.kwargs:
+        return _compare_parts
+    if not any(_is_complex(leaf) for leaf in leaves) or any(isinstance(leaf, complex) for leaf in leaves):
+        return None  # no complex input, or a complex number to split as well (left to the dispatcher's error)
+    if node.target in PER_PART and node.meta["val"].is_complex() and _complex_or_no_dtype(node):
+        # each value-carrying input must be complex (a real `src` or `values` would land in both parts)
+        values = [leaf.meta["val"] for leaf in leaves if isinstance(leaf, torch.fx.Node) and "val" in leaf.meta]
+        if all(v.is_complex() for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()):
+            return _per_part
+        return None
+    if node.target in PRODUCTS and all(_is_complex(a) for a in node.args[:2]) and not node.kwargs:
+        return _product
+    if node.target is aten.linalg_vector_norm.default and _is_complex(node.args[0]) and "dtype" not in node.kwargs:
+        return _norm_of_magnitudes
+    if node.target in NONZERO and _is_complex(node.args[0]):
+        return _nonzero_of_either_part
+    if node.target in VARIANCES and _is_complex(node.args[0]):
+        return _variance_of_parts
+    if node.target in EXP and _is_complex(node.args[0]):
+        return _exp_of_parts
+    if node.target in LOG and _is_complex(node.args[0]):
+        return _log_of_parts
+    return None
+
+
+def _complex_or_no_dtype(node: torch.fx.Node) -> bool:
+    """A `dtype` argument, if any, asks for a complex result (each part then gets the component dtype)."""
+    dtype = node.kwargs.get("dtype")
+    return dtype is None or dtype.is_complex
+
+
+def _per_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    def on_part(which: int) -> torch.fx.Node:
+        args, kwargs = pytree.tree_map(
+            lambda leaf: build.part(leaf, which) if _is_complex(leaf) else leaf, (node.args, node.kwargs)
+        )
+        if kwargs.get("dtype") is not None:
+            kwargs = {**kwargs, "dtype": kwargs["dtype"].to_real()}
+        return build.call(node.target, *args, **kwargs)
+
+    return build.complex(on_part(0), on_part(1))
+
+
+def _product(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    left, right = node.args[:2]
+    (a, b), (c, d) = ((build.part(v, 0), build.part(v, 1)) for v in (left, right))
+    product = node.target
+    real = build.call(aten.sub.Tensor, build.call(product, a, c), build.call(product, b, d))
+    imag = build.call(aten.add.Tensor, build.call(product, a, d), build.call(product, b, c))
+    return build.complex(real, imag)
+
+
+def _norm_of_magnitudes(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    magnitude = build.call(aten.abs.default, node.args[0])
+    return build.call(node.target, magnitude, *node.args[1:], **node.kwargs)
+
+
+def _compare_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    left, right = node.args if _is_complex(node.args[0]) else node.args[::-1]  # eq and ne are symmetric
+
+    def compare(which: int) -> torch.fx.Node:
+        if _is_complex(right):
+            other = build.part(right, which)
+        elif isinstance(right, torch.fx.Node):  # a real tensor: its imaginary part is 0
+            other = right if which == 0 else 0
+        else:
+            other = _part_of_number(right, which)
+        equal = COMPARISONS[node.target] is aten.logical_and.default
+        if isinstance(other, torch.fx.Node):
+            return build.call(aten.eq.Tensor if equal else aten.ne.Tensor, build.part(left, which), other)
+        return build.call(aten.eq.Scalar if equal else aten.ne.Scalar, build.part(left, which), other)
+
+    return build.call(COMPARISONS[node.target], compare(0), compare(1))
+
+
+def _nonzero_of_either_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    layout = build.call(aten.view_as_real.default, node.args[0])
+    nonzero_part = build.call(aten.ne.Scalar, layout, 0)
+    return build.call(node.target, build.call(aten.any.dim, nonzero_part, -1), *node.args[1:], **node.kwargs)
+
+
+def _factory_per_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    component = node.meta["val"].dtype.to_real()
+    factory = NEW_FACTORIES.get(node.target, node.target)
+    arguments = node.args[1:] if node.target in NEW_FACTORIES else node.args
+
+    def on_part(which: int) -> torch.fx.Node:
+        target = aten.zeros.default if (factory is aten.ones.default and which == 1) else factory
+        args = [_part_of_number(a, which) if i in FACTORIES[factory] else a for i, a in enumerate(arguments)]
+        return build.call(target, *args, **{**node.kwargs, "dtype": component})
+
+    return build.complex(on_part(0), on_part(1))
+
+
+def _part_of_number(number: Any, which: int) -> Any:
+    """A complex number's real or imaginary part; a real number is its own real part and has 0 as imaginary."""
+    if isinstance(number, bool) or not isinstance(number, (complex, float, int)):
+        return number
+    if isinstance(number, complex):
+        return number.imag if which else number.real
+    return number if which == 0 else type(number)(0)
+
+
+def _variance_of_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    real, imag = (build.call(node.target, build.part(node.args[0], w), *node.args[1:], **node.kwargs) for w in (0, 1))
+    if VARIANCES[node.target] is None:
+        return build.call(aten.add.Tensor, real, imag)
+    squares = (build.call(aten.mul.Tensor, std, std) for std in (real, imag))
+    return build.call(aten.sqrt.default, build.call(aten.add.Tensor, *squares))
+
+
+def _exp_of_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    a, b = build.part(node.args[0], 0), build.part(node.args[0], 1)
+    magnitude = build.call(aten.exp.default, a)
+    real = build.call(aten.mul.Tensor, magnitude, build.call(aten.cos.default, b))
+    return build.complex(real, build.call(aten.mul.Tensor, magnitude, build.call(aten.sin.default, b)))
+
+
+def _log_of_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    a, b = build.part(node.args[0], 0), build.part(node.args[0], 1)
+    real = build.call(aten.log.default, build.call(aten.abs.default, node.args[0]))
+    return build.complex(real, build.call(aten.atan2.default, b, a))
