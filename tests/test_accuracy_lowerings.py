@@ -1,5 +1,5 @@
 """log1p, expm1 and the ops built on them match eager to a few ulps in every float dtype, at 0, near 0, near -1,
-far out and at inf/-inf/NaN (src/fx2onnx/lowerings/accuracy.py).
+far out and at inf/-inf/NaN (src/fx2onnx/_lowerings/elementwise.py and builders.py).
 
 torchlib's ``Log(1 + x)`` and ``Exp(x) - 1`` give 0 for log1p(1e-10) in float32 (eager 1e-10), its
 ``Log(Sigmoid(x))`` and ``Log(Exp(a) + Exp(b))`` overflow to inf or underflow to 0 where eager's results are

@@ -1,4 +1,4 @@
-"""fx2onnx's own lowerings of core ATen ops (src/fx2onnx/lowerings/core.py), each against eager.
+"""fx2onnx's own lowerings of core ATen ops (src/fx2onnx/_lowerings/, formerly core.py), each against eager.
 
 Each case is one the coverage sweep found failing with torchlib's implementation (or none); the
 inputs include the edge cases that broke it (0-d tensors, NaN, ties, narrow integers).
@@ -28,7 +28,7 @@ def floats(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 
 def test_core_lowerings_are_registered_first() -> None:
-    """The dispatcher tries fx2onnx's lowerings before torchlib's for the overloads core.py lowers."""
+    """The dispatcher tries fx2onnx's lowerings before torchlib's for the overloads it lowers."""
     registry = Registry.default()
     for overload in ("aten::amax", "aten::cummax", "aten::addmm", "aten::_native_batch_norm_legit_functional"):
         assert registry.overloads(overload)[0].source == "fx2onnx", overload

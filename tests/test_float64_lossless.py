@@ -4,7 +4,7 @@ Legalization used to wrap float64 Erf, Atan, Asin, Acos, Sinh, Cosh, Asinh, Acos
 Casts to float32 and back (recorded as lossy): erf off by 7e-8, sinh inf above 89, nonzero dropping 1e-50. These
 cases export float64 inputs over wide ranges and special values (+-0, +-inf, NaN, out of domain), compare with eager
 at RTOL (about 7 ulps; the lowerings measure within 1-2 ulps of eager except erfc, whose Cephes rationals reach 6)
-and check the report has no lossy Cast (src/fx2onnx/lowerings/float64_math.py).
+and check the report has no lossy Cast (the float64 variants in src/fx2onnx/_lowerings/, kernels.py).
 """
 
 from __future__ import annotations

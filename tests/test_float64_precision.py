@@ -6,7 +6,7 @@ with eager at rtol 1e-12: what remains are the few ulps by which ONNX Runtime's 
 The cases cover each path such a number takes: type promotion's constants (src/fx2onnx/passes/promotion.py), the
 recorder's constants for torchlib's ``CastLike(number, x)`` / ``Cast(number, to=...)`` and for numbers in untyped
 slots (src/fx2onnx/emit/recorder.py), torchlib functions with float32 attributes or constants
-(src/fx2onnx/lowerings/float64.py, core.py's batch norm) and ONNX Runtime's MatMulScaleFusion, which
+(the float64 variants in src/fx2onnx/_lowerings/, the batch norm) and ONNX Runtime's MatMulScaleFusion, which
 ``ONNXProgram`` turns off for float64 models (src/fx2onnx/program.py).
 """
 
@@ -69,7 +69,7 @@ RECORDED: dict[str, Case] = {
     "rad2deg": (lambda x: torch.rad2deg(x), (X,)),
 }
 
-# torchlib functions with float32 attributes or constants, lowered in src/fx2onnx/lowerings/float64.py.
+# torchlib functions with float32 attributes or constants, lowered by the float64 variants in src/fx2onnx/_lowerings/.
 LOWERED: dict[str, Case] = {
     "leaky_relu": (lambda x: F.leaky_relu(x, 0.1), (X,)),
     "elu": (lambda x: F.elu(x, alpha=0.3), (WIDE,)),

@@ -1,4 +1,4 @@
-"""Max and average pooling of integer tensors export exactly (fx2onnx._lowerings.integer_pooling).
+"""Max and average pooling of integer tensors export exactly (fx2onnx._lowerings.pooling, the integer variants).
 
 Values run beyond 2**24 and 2**53 and include negatives and the dtype's extremes, so a lowering through float32 or
 float64 would fail; windows cover padding, dilation, strides and ceil mode; indices cover ties.

@@ -137,7 +137,7 @@ def _sign_bit(x: TFloat) -> ir.Value:
 def atan2(self: TFloat, other: TFloat) -> TFloat:
     """atan(y / x), turned by pi toward y's sign where x's sign bit is set, with C's special values: both zero
     or both infinite are replaced by their signs (+-1) first. torchlib's put atan2(+0, -2) at -pi (eager: +pi).
-    (float64 has its own lowering in float64_math.py: ONNX Runtime's float64 Atan runs in float32.)"""
+    (float64 has its own lowering, atan2_float64: ONNX Runtime's float64 Atan runs in float32.)"""
     y, x = _in_float32(self), _in_float32(other)
     one, minus_one = _const(1.0, x), _const(-1.0, x)
     both_zero = op.And(op.Equal(x, _const(0.0, x)), op.Equal(y, _const(0.0, y)))

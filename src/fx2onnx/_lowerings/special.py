@@ -589,7 +589,7 @@ def _i(x: ir.Value, order: int) -> ir.Value:
 
 @lowering("aten::special_modified_bessel_i0", "aten::i0")
 def modified_bessel_i0(self: TReal) -> TReal:
-    """Integer and bool inputs (float inputs take core.py's lowering); computed in float32 as eager does."""
+    """Integer and bool inputs (float inputs take bessel_i0/bessel_i1 above); computed in float32 as eager does."""
     return _i(_float(self), 0)
 
 
