@@ -1,4 +1,4 @@
-"""fx2onnx's own lowerings of torch.nn.functional and statistics ops (src/fx2onnx/_lowerings/, formerly nn.py), against eager.
+"""fx2onnx's own lowerings of torch.nn.functional and statistics ops (src/fx2onnx/_lowerings/), against eager.
 
 Each case is one the coverage sweep found failing with torchlib's implementation (or none); the inputs include
 the edge cases that broke it (empty batches, one-element reductions, NaN and -inf, output_padding >= stride,
