@@ -12,6 +12,7 @@ from onnxscript import opset18 as op
 from fx2onnx import _complex_layout as complex_layout
 from fx2onnx import _dtypes as dtypes
 from fx2onnx._lowerings.builders import TComponent, TReal, _complex_rank, _conj, _part
+from fx2onnx._lowerings.indexing import pad as _real_pad
 from fx2onnx._lowerings.rules import lowering
 
 
@@ -84,13 +85,13 @@ def _pad_parts(self: TComponent, pad: Sequence[int], mode: str, value: complex |
     """
     padding = [0, 0, *pad]
     if mode != "constant":
-        return pad.func(self, padding, mode, None)
+        return _real_pad.func(self, padding, mode, None)
     fill = complex(value if value is not None else 0)
     if fill == 0:
-        return pad.func(self, padding, mode, 0.0)
+        return _real_pad.func(self, padding, mode, 0.0)
     parts = op.Split(self, num_outputs=2, axis=-1)
-    real = pad.func(parts[0], padding, mode, fill.real)
-    imag = pad.func(parts[1], padding, mode, fill.imag)
+    real = _real_pad.func(parts[0], padding, mode, fill.real)
+    imag = _real_pad.func(parts[1], padding, mode, fill.imag)
     return op.Concat(real, imag, axis=-1)
 
 
