@@ -221,3 +221,36 @@ def test_every_lowering_key_names_an_existing_overload(namespace: str) -> None:
         if qualified_name(resolved) != key:
             unresolved.append(f"{key}: resolves to {qualified_name(resolved)}")
     assert unresolved == []
+
+
+def test_every_fx_pass_follows_the_pass_contract() -> None:
+    """Each FX pass takes a GraphModule and returns a PassResult; run again on its own output, it changes nothing."""
+    import fx2onnx._capture as capture
+    from fx2onnx import Registry
+    from fx2onnx._passes import PassResult, fx_passes
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.sin(x * 0.3) + y.to(torch.int8)  # a float32-opmath rewrite and promotions
+
+    args = (torch.ones(3, dtype=torch.bfloat16), torch.ones(3, dtype=torch.int16))
+    registry = Registry.default()
+    program = torch.export.export(Model(), args)
+    captured = capture.from_exported_program(program, "torch.export")
+    modified = []
+    for fx_pass in fx_passes(captured, registry):
+        result = fx_pass(captured.graph_module)
+        assert isinstance(result, PassResult)
+        modified.append(result.modified)
+        assert not fx_pass(captured.graph_module).modified, f"{fx_pass.name} is not idempotent"
+    assert any(modified)  # the model gives the passes something to do
+
+
+def test_a_lowering_taking_the_context_says_so_outside_an_export() -> None:
+    """A lowering declared with context=True gets the LoweringContext from the emitter; called without it, it
+    names what it needs."""
+    from fx2onnx._lowerings import special
+
+    x = torch.ones(2)
+    with pytest.raises(RuntimeError, match="needs the lowering context"):
+        special.zeta.func(x, x)
