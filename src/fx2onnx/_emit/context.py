@@ -75,9 +75,11 @@ class LoweringContext:
         step: LoopStep,
         *,
         name: str = "loop",
+        carried_shapes: bool = False,
     ) -> list[ir.Value]:
         """An ONNX ``Loop`` over `carried`: its body is `step`, recorded into a subgraph (which reads whatever
-        `step` closes over from the enclosing scope). Returns the final carried values, typed as `carried`."""
+        `step` closes over from the enclosing scope). Returns the final carried values, typed as `carried`.
+        `carried_shapes=True`: the body sees each carried value with its outer shape (the values keep it)."""
         iteration = ir.Value(name=self.fresh_name(f"{name}_iteration"), type=ir.TensorType(ir.DataType.INT64))
         iteration.shape = ir.Shape([])
         keep_going = ir.Value(name=self.fresh_name(f"{name}_condition"), type=ir.TensorType(ir.DataType.BOOL))
@@ -85,6 +87,9 @@ class LoweringContext:
         carried_in = [
             ir.Value(name=self.fresh_name(f"{name}_carried"), type=ir.TensorType(value.dtype)) for value in carried
         ]
+        if carried_shapes:
+            for inner_value, value in zip(carried_in, carried):
+                inner_value.shape = ir.Shape(value.shape) if value.shape is not None else None
         body = ir.Graph([iteration, keep_going, *carried_in], [], nodes=[], name=self.fresh_name(name))
         inner = self._recorder.nested(body)
         with inner.recording(self.metadata):
