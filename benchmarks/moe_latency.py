@@ -1,4 +1,4 @@
-"""Mixture-of-Experts models exported through the grouped-product lowerings (src/fx2onnx/lowerings/moe.py).
+"""Mixture-of-Experts models exported through the grouped-product lowerings (src/fx2onnx/_lowerings/moe.py).
 
 Each grouped product is unrolled over the experts (a Slice, a Gather of the expert's weight and a MatMul per
 expert, one Concat). This script shows what that costs: for tiny Mixtral models with 4 to 128 experts, in float32

@@ -3,9 +3,9 @@ float64 computation is rounded to float32.
 
 A number rounded through float32 is off by up to 3e-8 relative (0.1 becomes 0.10000000149), so each case compares
 with eager at rtol 1e-12: what remains are the few ulps by which ONNX Runtime's kernels and eager's may differ.
-The cases cover each path such a number takes: type promotion's constants (src/fx2onnx/passes/promotion.py), the
+The cases cover each path such a number takes: type promotion's constants (src/fx2onnx/_passes/promotion.py), the
 recorder's constants for torchlib's ``CastLike(number, x)`` / ``Cast(number, to=...)`` and for numbers in untyped
-slots (src/fx2onnx/emit/recorder.py), torchlib functions with float32 attributes or constants
+slots (src/fx2onnx/_emit/recorder.py), torchlib functions with float32 attributes or constants
 (the float64 variants in src/fx2onnx/_lowerings/, the batch norm) and ONNX Runtime's MatMulScaleFusion, which
 ``ONNXProgram`` turns off for float64 models (src/fx2onnx/program.py).
 """

@@ -1,9 +1,9 @@
 """At opset >= 23, attention, RMS norm and rotary embeddings become ONNX's own operators; below, they stay decomposed.
 
-``scaled_dot_product_attention`` lowers to ``Attention`` (fx2onnx's lowering, src/fx2onnx/lowerings/
+``scaled_dot_product_attention`` lowers to ``Attention`` (fx2onnx's lowering, src/fx2onnx/_lowerings/
 attention.py), onnxscript's fusions rewrite RMS-norm patterns into ``RMSNormalization``, and fx2onnx's rules
 (src/fx2onnx/fusions.py) rewrite ``x * cos + rotate_half(x) * sin`` into ``RotaryEmbedding`` (both in finalize,
-src/fx2onnx/export.py). Every case runs in ONNX Runtime and is compared with eager.
+src/fx2onnx/_export.py). Every case runs in ONNX Runtime and is compared with eager.
 """
 
 from __future__ import annotations

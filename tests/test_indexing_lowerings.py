@@ -1,4 +1,4 @@
-"""fx2onnx's scatter/put/*_scatter/shape lowerings (src/fx2onnx/lowerings/indexing.py), each against eager.
+"""fx2onnx's scatter/put/*_scatter/shape lowerings (src/fx2onnx/_lowerings/indexing.py), each against eager.
 
 Each case is one the coverage sweep found failing with torchlib's implementation (or none): scatter with a
 reduction (torchlib's mean divides by the wrong counts; bfloat16 built an invalid ConstantOfShape), put,

@@ -1,4 +1,4 @@
-"""fx2onnx's lowerings of data-dependent ops and of dense linear algebra (src/fx2onnx/lowerings/linalg.py).
+"""fx2onnx's lowerings of data-dependent ops and of dense linear algebra (src/fx2onnx/_lowerings/linalg.py).
 
 Each export runs in ONNX Runtime and is compared with eager. The data-dependent ops (take, nonzero_static,
 unique_consecutive, combinations, narrow with a tensor start, cov, one_hot) used to fail in capture or

@@ -1,4 +1,4 @@
-"""fx2onnx's lowerings of special functions (src/fx2onnx/lowerings/special.py), each against eager.
+"""fx2onnx's lowerings of special functions (src/fx2onnx/_lowerings/special.py), each against eager.
 
 The inputs cover what the coverage sweep samples and the special cases of eager's algorithms (Math.h): degrees
 below 0, 0, 1 and above the switch to trigonometric forms, |x| = 1, the branch points of the Bessel and Airy

@@ -1,4 +1,4 @@
-"""FFTs and complex values (src/fx2onnx/lowerings/spectral.py, src/fx2onnx/complex_layout.py), each against eager.
+"""FFTs and complex values (src/fx2onnx/_lowerings/spectral.py, src/fx2onnx/_complex_layout.py), each against eager.
 
 Inside the graph a complex tensor is a real one with a trailing dim of 2; at the boundary the program
 converts, so these tests see eager's complex dtypes on both sides.
