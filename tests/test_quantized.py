@@ -313,3 +313,17 @@ def test_dynamic_per_token_quantized_linear_is_exact_in_a_default_session(bias: 
     for batch in (x, per_token_activations()[:3] * 7):
         (result,) = session.run(None, {session.get_inputs()[0].name: batch.numpy()})
         assert torch.from_numpy(result).equal(model(batch))
+
+
+def test_the_differential_check_finds_the_fusion_without_its_guard() -> None:
+    """program.divergence (run by every export test) reports what MatMulIntegerToFloatFusion does unguarded."""
+    model = DynamicQuantizedLinear()
+    program = exact(model, (per_token_activations(),))
+    assert all(result.passed for result in program.divergence(per_token_activations()))
+    guards = [node for node in program.model.graph if node.name.endswith("_fusion_guard")]
+    assert len(guards) == 1
+    guards[0].outputs[0].replace_all_uses_with(guards[0].inputs[0])
+    program.model.graph.remove(guards[0], safe=True)
+    program._session = program._unoptimized_session = None
+    (result,) = program.divergence(per_token_activations())
+    assert not result.passed and result.max_abs_error > 0.1
