@@ -6,6 +6,7 @@ import copy
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import onnx
@@ -18,7 +19,15 @@ from fx2onnx import _rounding_noise as rounding_noise
 from fx2onnx import _streaming as streaming
 from fx2onnx._capture import flatten_inputs
 from fx2onnx._intermediates import verify_with_intermediates
-from fx2onnx._verification import TOLERANCES, OutputVerification, compare, cpu_session, to_ortvalue, to_torch
+from fx2onnx._verification import (
+    TOLERANCES,
+    OutputVerification,
+    compare,
+    compare_optimized,
+    cpu_session,
+    to_ortvalue,
+    to_torch,
+)
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -47,6 +56,7 @@ class ONNXProgram:
         self._module = module
         self._in_spec = in_spec
         self._session: onnxruntime.InferenceSession | None = None
+        self._unoptimized_session: onnxruntime.InferenceSession | None = None
 
     # --- the model ------------------------------------------------------------------------------
     @property
@@ -93,24 +103,41 @@ class ONNXProgram:
             shutil.rmtree(staging, ignore_errors=True)
 
     # --- running --------------------------------------------------------------------------------
-    def session(self) -> onnxruntime.InferenceSession:
-        if self._session is None:
-            if self.weight_bytes > streaming.EXTERNAL_DATA_THRESHOLD:
-                with tempfile.TemporaryDirectory() as folder:
-                    path = os.path.join(folder, "model.onnx")
-                    self.save(path, external_data=True)
-                    self._session = cpu_session(path, self.model)
-            else:
-                self._session = cpu_session(self.model_proto.SerializeToString(), self.model)
-        return self._session
+    def session(self, *, optimized: bool = True) -> onnxruntime.InferenceSession:
+        """The program's ONNX Runtime CPU session: default options (every graph optimization on), as a user's
+        ``InferenceSession`` gets; ``optimized=False`` gives one with graph optimizations off (see
+        :meth:`divergence`)."""
+        cached = self._session if optimized else self._unoptimized_session
+        if cached is not None:
+            return cached
+        if self.weight_bytes > streaming.EXTERNAL_DATA_THRESHOLD:
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, "model.onnx")
+                self.save(path, external_data=True)
+                created = cpu_session(path, optimized=optimized)
+        else:
+            created = cpu_session(self.model_proto.SerializeToString(), optimized=optimized)
+        if optimized:
+            self._session = created
+        else:
+            self._unoptimized_session = created
+        return created
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         """Run in ONNX Runtime; returns the flat list of outputs as torch tensors."""
+        return self.run(args, kwargs)
+
+    def run(
+        self, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *, optimized: bool = True
+    ) -> list[torch.Tensor]:
+        """``program(*args, **kwargs)``, in the session with graph optimizations on (default) or off."""
         import onnxruntime
 
-        session = self.session()
+        session = self.session(optimized=optimized)
         flat = [
-            x for x in flatten_inputs(self._in_spec, args, kwargs) if isinstance(x, (torch.Tensor, int, float, bool))
+            x
+            for x in flatten_inputs(self._in_spec, tuple(args), kwargs or {})
+            if isinstance(x, (torch.Tensor, int, float, bool))
         ]
         names = [i.name for i in session.get_inputs()]
         # Complex tensors travel as (..., 2) real ones (fx2onnx._complex_layout).
@@ -120,6 +147,22 @@ class ONNXProgram:
         feed = {name: to_ortvalue(onnxruntime, tensor) for name, tensor in zip(names, tensors)}
         outputs = session.run_with_ort_values([o.name for o in session.get_outputs()], feed)
         return complex_layout.restore_outputs(self.model, [to_torch(value) for value in outputs])
+
+    def divergence(self, *args: Any, **kwargs: Any) -> list[OutputVerification]:
+        """Compare the outputs of the default session (graph optimizations on) with those of a session with graph
+        optimizations off, on the same inputs: integer and bool outputs must be equal, float outputs equal up to
+        the rounding noise of reordered float arithmetic (:data:`OPTIMIZATION_TOLERANCES`).
+
+        A divergence is an ONNX Runtime graph optimization that changes what the model computes
+        (``docs/ort-defects.md``).
+        """
+        optimized = self.run(args, kwargs)
+        unoptimized = self.run(args, kwargs, optimized=False)
+        names = [v.name or f"output_{i}" for i, v in enumerate(self.model.graph.outputs)]
+        return [
+            compare_optimized(name, reference, result)
+            for name, reference, result in zip(names, unoptimized, optimized, strict=True)
+        ]
 
     def verify(
         self,
