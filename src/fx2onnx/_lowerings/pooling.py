@@ -54,13 +54,8 @@ def avg_pool(
     kernel = _per_dim(kernel_size, spatial)
     strides = _per_dim(stride, spatial) if len(stride) else kernel
     pads = _per_dim(padding, spatial)
-    extra = []
-    for size, k, s, p in zip(sizes, kernel, strides, pads):
-        span = size + 2 * p - k
-        count = (-(-span // s) if ceil_mode else span // s) + 1
-        if ceil_mode and (count - 1) * s >= size + p:
-            count -= 1
-        extra.append(max(0, (count - 1) * s + k - (size + 2 * p)))
+    # eager's windows (the integer and float64 variants' too): what ceil-mode windows need past the padding
+    extra = [_Dim(size, k, s, p, 1, ceil_mode).pad_after for size, k, s, p in zip(sizes, kernel, strides, pads)]
     leading = [0] * (rank - spatial)
 
     def pad(value: TFloat, before: list[int], after: list[int], fill: float) -> TFloat:
