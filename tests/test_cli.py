@@ -65,7 +65,7 @@ def fx2onnx_cli(*arguments: str, cwd: pathlib.Path) -> subprocess.CompletedProce
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=3600,  # only a hung command reaches it (an export takes minutes at load 20 on 2 cores)
     )
 
 
