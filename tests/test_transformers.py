@@ -124,17 +124,19 @@ def test_sdpa_with_boolean_mask_becomes_attention_at_opset_23(build: Callable[[]
     batch, seq = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("seq", min=2, max=32)
     inputs = {"input_ids": ids, "attention_mask": padded, "use_cache": False}
     unpadded = {"input_ids": ids[:1, :4], "attention_mask": torch.ones(1, 4, dtype=torch.long), "use_cache": False}
-    dynamic = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
-    if build is llama:
-        # LLaMA's rotary embeddings become RotaryEmbedding at opset 23, whose cos/sin caches are left [1, seq, D/2]
-        # under a dynamic batch (ONNX Runtime refuses them: a fusions.py issue of its own): static sizes here.
-        dynamic, unpadded = None, inputs
     program = check(
-        model, (), inputs, dynamic_shapes=dynamic, opset_version=23, run_with=[((), inputs), ((), unpadded)]
+        model,
+        (),
+        inputs,
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        opset_version=23,
+        run_with=[((), inputs), ((), unpadded)],
     )
     sdpa = [n for n in program.exported_program.graph.nodes if "scaled_dot_product_attention" in str(n.target)]
     masks = [n.args[3] if len(n.args) > 3 else n.kwargs.get("attn_mask") for n in sdpa]
     assert len(sdpa) == 2 and all(m is not None and m.meta["val"].dtype == torch.bool for m in masks)
     op_types = [node.op_type for node in program.model.graph]
     assert op_types.count("Attention") == model.config.num_hidden_layers
+    if build is llama:  # its rotary embeddings too, their caches expanded to the dynamic batch
+        assert op_types.count("RotaryEmbedding") == 2 * model.config.num_hidden_layers
     assert "Softmax" not in op_types

@@ -298,13 +298,11 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
 
         if optimize and opset_version >= FUSION_OPSET:
             # onnxscript's fusions into ONNX's RMSNormalization and RotaryEmbedding apply to opset 23 graphs.
-            from onnxscript.rewriter import onnx_fusions
-
             from fx2onnx import fusions
 
             onnxscript.version_converter.convert_version(model, FUSION_OPSET)
-            onnx_fusions.fuse(model)
-            fusions.fuse_rotary_embeddings(model)  # the rotary forms onnxscript's rule misses (fx2onnx/fusions.py)
+            fusions.fuse_with_onnxscript(model)  # RMSNormalization (and GQA): onnxscript's rules
+            fusions.fuse_rotary_embeddings(model)  # RotaryEmbedding: fx2onnx's rules (fx2onnx/fusions.py)
         onnxscript.version_converter.convert_version(model, opset_version)
         _type_new_constants(model)
     common_passes.RemoveUnusedNodesPass()(model)
