@@ -58,16 +58,46 @@ class OutputVerification:
     # exported model is within the dtype's rounding noise (then `passed`; see fx2onnx.rounding_noise).
     noise: rounding_noise.NoiseComparison | None = None
 
-    def __str__(self) -> str:
-        status = "ok" if self.passed else "MISMATCH"
-        text = (
-            f"{self.name}: {status} dtype {self.actual_dtype} (eager {self.expected_dtype}) shape "
-            f"{list(self.actual_shape)} max abs err {self.max_abs_error:.3g} max rel err {self.max_rel_error:.3g}"
-        )
+    @property
+    def criterion(self) -> str:
+        """Why the output passed or failed: which tolerance held (a large relative error on values near zero
+        passes within `atol`) or which was exceeded."""
+        if self.actual_shape != self.expected_shape:
+            return f"shape differs from eager's {list(self.expected_shape)}"
+        if self.actual_dtype != self.expected_dtype:
+            return "dtype differs from eager's"
         if self.noise is not None:
             verdict = "within" if self.noise.within_noise else "beyond"
-            text += f" ({verdict} {self.expected_dtype} rounding noise, {self.noise})"
-        return text
+            return f"{verdict} {self.expected_dtype} rounding noise: {self.noise}"
+        if self.max_abs_error == 0:
+            return "identical"
+        if self.passed and self.max_abs_error <= self.atol:
+            if self.max_rel_error > self.rtol:
+                return f"within atol {self.atol:g}: the large relative error is on values near 0"
+            return f"within atol {self.atol:g}"
+        if self.passed and self.max_rel_error <= self.rtol:
+            return f"within rtol {self.rtol:g}"
+        verdict = "within" if self.passed else "beyond"
+        return f"{verdict} atol + rtol * |eager| = {self.atol:g} + {self.rtol:g} * |eager|"
+
+    def __str__(self) -> str:
+        status = "ok" if self.passed else "MISMATCH"
+        return (
+            f"{self.name}: {status}, dtype {self.actual_dtype} (eager {self.expected_dtype}), shape "
+            f"{list(self.actual_shape)}, max abs err {self.max_abs_error:.3g}, max rel err {self.max_rel_error:.3g} "
+            f"({self.criterion})"
+        )
+
+
+class Verifications(list):  # list[OutputVerification]
+    """``ONNXProgram.verify``'s result: one :class:`OutputVerification` per output, printed one line each."""
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self)
+
+    def __str__(self) -> str:
+        return "\n".join(str(result) for result in self)
 
 
 class ONNXProgram:
@@ -205,8 +235,8 @@ class ONNXProgram:
         atol: float | None = None,
         intermediates: bool = False,
         **kwargs: Any,
-    ) -> list[OutputVerification]:
-        """Run eager and ONNX Runtime on the same inputs and compare every output.
+    ) -> Verifications:
+        """Run eager and ONNX Runtime on the same inputs and compare every output (printed: one line each).
 
         `intermediates=True` also compares the value of every FX node with the ONNX value named after
         it and returns a :class:`fx2onnx.intermediates.Verification` (still the list of outputs) whose
@@ -233,7 +263,9 @@ class ONNXProgram:
         names = [v.name or f"output_{i}" for i, v in enumerate(self.model.graph.outputs)]
         if len(actual) != len(expected_flat):
             raise AssertionError(f"ONNX gives {len(actual)} outputs, eager {len(expected_flat)}")
-        results = [compare(name, e, a, rtol=rtol, atol=atol) for name, e, a in zip(names, expected_flat, actual)]
+        results = Verifications(
+            compare(name, e, a, rtol=rtol, atol=atol) for name, e, a in zip(names, expected_flat, actual)
+        )
         if rtol is None and atol is None:  # tolerances given by the caller are the caller's verdict
             self._judge_rounding_noise(results, expected_flat, actual, args, kwargs)
         return results
