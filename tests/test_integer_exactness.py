@@ -217,6 +217,24 @@ def test_sums_and_products_accumulate_in_int64_and_wrap(dtype: torch.dtype) -> N
     assert not [c for c in program.report.casts if c.to_dtype.startswith(("f", "bf"))]
 
 
+def test_integer_accumulations_into_another_dtype() -> None:
+    """dtype= a float: computed in that float; dtype=bool: nonzero sums and products are True."""
+    x = torch.tensor([[-5, 2, 7], [1, 0, 3]], dtype=torch.int32)
+    assert_exact(
+        lambda t: (
+            t.cumsum(1, dtype=torch.float32),
+            t.cumprod(1, dtype=torch.float64),
+            t.cumprod(1, dtype=torch.bfloat16),
+            t.sum(1, dtype=torch.float16),
+            t.prod(dtype=torch.float32),
+            (t > 0).sum(1, dtype=torch.bool),
+            (t > 0).prod(1, dtype=torch.bool),
+            t.cumsum(1, dtype=torch.uint8),
+        ),
+        (x,),
+    )
+
+
 def test_int64_sum_and_product_are_exact_above_2_53() -> None:
     """ONNX Runtime's int64 ReduceSum adds in double (2**53 + 1 became 2**53); its ReduceProd saturates."""
     x = torch.tensor([[2**53 + 1, 0, 2], [2**32 + 1, 2**32 + 1, 3]])

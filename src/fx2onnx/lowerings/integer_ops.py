@@ -46,6 +46,7 @@ from onnxscript import opset18 as op
 
 from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.lowerings import lowering
+from fx2onnx.lowerings.core import cumprod as float_cumprod
 from fx2onnx.lowerings.linalg import cov as float_cov
 
 # Every integer dtype eager rounds and classifies (isfinite & co. take bool too).
@@ -431,10 +432,23 @@ def _running_product_loop(value: ir.Value, axis: int) -> ir.Value:
     return result
 
 
+def _accumulator(result_dtype: ir.DataType) -> ir.DataType | None:
+    """The integer dtype eager's integer accumulation into `result_dtype` runs in (bool: int64, nonzero is True);
+    None for a float `dtype=`, which computes in that float."""
+    if result_dtype == ir.DataType.BOOL:
+        return ir.DataType.INT64
+    return _wide(result_dtype) if result_dtype in _BITS else None
+
+
 def _reduced(self: ir.Value, dims: list[int], keepdim: bool, dtype: int | None, product: bool) -> ir.Value:
     result_dtype = ir.DataType(dtype) if dtype is not None else ir.DataType.INT64
-    value = _cast(_cast(self, result_dtype), _wide(result_dtype))
-    rank = len(value.shape)
+    accumulator = _accumulator(result_dtype)
+    rank = len(self.shape)
+    if accumulator is None:
+        x = _cast(self, result_dtype)
+        axes = op.Constant(value_ints=dims) if dims and rank else None
+        return (op.ReduceProd if product else op.ReduceSum)(x, axes, keepdims=keepdim) if rank else x
+    value = _cast(_cast(self, result_dtype), accumulator)
     if rank == 0:
         return _cast(value, result_dtype)
     axes = sorted({d % rank for d in dims}) if dims else list(range(rank))
@@ -482,7 +496,7 @@ def cumsum_integer(self: TAccumulable, dim: int, dtype: int | None = None) -> IN
     """Eager accumulates integers and bools in int64 (returned) unless `dtype` is given; ONNX Runtime's CumSum has
     int32/int64 kernels, which wrap like eager's."""
     result_dtype = ir.DataType(dtype) if dtype is not None else ir.DataType.INT64
-    value = _cast(_cast(self, result_dtype), _wide(result_dtype))
+    value = _cast(_cast(self, result_dtype), _accumulator(result_dtype) or result_dtype)
     if len(value.shape) == 0:
         return _cast(value, result_dtype)
     summed = op.CumSum(value, op.Constant(value=ir.tensor(dim % len(value.shape), dtype=ir.DataType.INT64)))
@@ -492,7 +506,9 @@ def cumsum_integer(self: TAccumulable, dim: int, dtype: int | None = None) -> IN
 @lowering("aten::cumprod", specific=True)
 def cumprod_integer(self: TAccumulable, dim: int, dtype: int | None = None) -> INT64:
     result_dtype = ir.DataType(dtype) if dtype is not None else ir.DataType.INT64
-    value = _cast(_cast(self, result_dtype), _wide(result_dtype))
+    if _accumulator(result_dtype) is None:  # a float dtype=: the float lowering, on the converted input
+        return float_cumprod.func(_cast(self, result_dtype), dim)
+    value = _cast(_cast(self, result_dtype), _accumulator(result_dtype))
     if len(value.shape) == 0:
         return _cast(value, result_dtype)
     axis = dim % len(value.shape)
