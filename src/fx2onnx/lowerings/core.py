@@ -174,10 +174,21 @@ def _truth(self: TReal, dim: Sequence[int] | int | None, keepdim: bool, every: b
     truth = op.Cast(self, to=BOOL.dtype) if self.dtype != ir.DataType.BOOL else self
     if len(self.shape) == 0:
         return op.Identity(truth)
-    as_int = op.Cast(truth, to=INT32.dtype)
-    axes = _axes(dim)
-    reduced = op.ReduceMin(as_int, axes, keepdims=keepdim) if every else op.ReduceMax(as_int, axes, keepdims=keepdim)
-    return op.Cast(reduced, to=BOOL.dtype)
+    # all(x) is not any(not x): a max of 0/1 values compared with 0, since ONNX Runtime's ReduceMax over an
+    # empty dim gives the lowest int32 (any() of nothing was True; eager: False, and all() of nothing True).
+    as_int = op.Cast(op.Not(truth) if every else truth, to=INT32.dtype)
+    found = op.Greater(op.ReduceMax(as_int, _axes(dim), keepdims=keepdim), op.Constant(value_int=0))
+    return op.Not(found) if every else found
+
+
+@lowering("aten::all")
+def all_elements(self: TReal) -> BOOL:
+    return _truth(self, None, False, every=True)
+
+
+@lowering("aten::any")
+def any_element(self: TReal) -> BOOL:
+    return _truth(self, None, False, every=False)
 
 
 @lowering("aten::all.dim")
@@ -300,6 +311,110 @@ def signbit(self: TReal) -> BOOL:
         return negative
     negative_zero = op.And(op.Equal(self, zero), op.Less(op.Reciprocal(self), zero))
     return op.Or(negative, negative_zero)
+
+
+@lowering("aten::sign", "aten::sgn")
+def sign_float(self: TFloat) -> TFloat:
+    """-1, 0 or 1; eager's kernel computes (0 < x) - (x < 0), which is 0 for NaN (ONNX's Sign gives NaN) and +0
+    for -0."""
+    zero = _const(0.0, self)
+    return op.Sub(op.CastLike(op.Less(zero, self), self), op.CastLike(op.Less(self, zero), self))
+
+
+# --- floor division and remainder of floats, as eager's kernels (BinaryOpsKernel.cpp, div_floor_floating_vec) ---
+# torchlib's Floor(a / b) gave inf for inf // 2 (eager: NaN, from fmod(inf, 2)) and its a - floor(a / b) * b
+# remainder lost the small remainders of large values: (-128.0) % 0.001 gave 0, eager 6.08e-06 (from fmod, which is
+# exact). float16/bfloat16 (measured on torch 2.13): a tensor divisor's floor/trunc quotient rounds in the dtype
+# after each step (as these nodes do, legalized one by one); a number divisor is read as a float32 and the quotient
+# computed in float32, rounded once; remainder rounds the number to the dtype (then the steps are exact or round once).
+def _remainder_float(a: TFloat, b: TFloat) -> TFloat:
+    """fmod(a, b), plus b where it is non-zero and its sign differs from b's."""
+    mod = op.Mod(a, b, fmod=1)
+    zero = _const(0.0, a)
+    wrong_side = op.And(op.Not(op.Equal(mod, zero)), op.Xor(op.Less(b, zero), op.Less(mod, zero)))
+    return op.Where(wrong_side, op.Add(mod, b), mod)
+
+
+def _floor_divide_float(a: TFloat, b: TFloat) -> TFloat:
+    zero, one = _const(0.0, a), _const(1.0, a)
+    quotient = op.Div(a, b)
+    mod = op.Mod(a, b, fmod=1)
+    # a - mod is exactly divisible; where a / b overflows with a finite, eager divides a itself.
+    overflows = op.And(op.IsInf(quotient), op.Not(op.IsInf(a)))
+    divided = op.Div(op.Where(overflows, a, op.Sub(a, mod)), b)
+    wrong_side = op.And(op.Not(op.Equal(mod, zero)), op.Xor(op.Less(b, zero), op.Less(mod, zero)))
+    divided = op.Where(wrong_side, op.Sub(divided, one), divided)
+    floored = op.Floor(divided)
+    floored = op.Where(op.Greater(op.Sub(divided, floored), _const(0.5, a)), op.Add(floored, one), floored)
+    signed_zero = op.Where(_negative_or_negative_zero(quotient), _const(-0.0, a), zero)
+    floored = op.Where(op.Equal(divided, zero), signed_zero, floored)
+    return op.Where(op.Equal(b, zero), quotient, floored)
+
+
+def _negative_or_negative_zero(x: TFloat) -> BOOL:
+    zero = _const(0.0, x)
+    return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Reciprocal(x), zero)))
+
+
+def _truncated(x: TFloat) -> TFloat:
+    """Rounded toward zero (ONNX has no Trunc): -floor(-x) below 0, floor(x) elsewhere (-0.5 gives -0, as C)."""
+    return op.Where(op.Less(x, _const(0.0, x)), op.Neg(op.Floor(op.Neg(x))), op.Floor(x))
+
+
+def _rounded_quotient(self: TFloat, other: TFloat | float, rounding_mode: str | None) -> TFloat:
+    if isinstance(other, ir.Value):
+        a, b = self, other
+    else:  # a number: float32 (float64 for float64) and unrounded, the quotient rounded once
+        a = _in_float32(self)
+        b = _const(float(other), a)
+    if rounding_mode == "floor":
+        return _back(_floor_divide_float(a, b), self)
+    quotient = op.Div(a, b)
+    return _back(_truncated(quotient) if rounding_mode == "trunc" else quotient, self)
+
+
+@lowering("aten::div.Tensor_mode", "aten::div.Scalar_mode")
+def div_mode_float(self: TFloat, other: TFloat, rounding_mode: str | None = None) -> TFloat:
+    return _rounded_quotient(self, other, rounding_mode)
+
+
+@lowering("aten::floor_divide", "aten::floor_divide.Scalar")
+def floor_divide_float(self: TFloat, other: TFloat) -> TFloat:
+    return _rounded_quotient(self, other, "floor")
+
+
+@lowering("aten::remainder.Tensor", "aten::remainder.Scalar", "prims::remainder")
+def remainder_float(self: TFloat, other: TFloat) -> TFloat:
+    return _remainder_float(self, other if isinstance(other, ir.Value) else _const(float(other), self))
+
+
+@lowering("aten::remainder.Scalar_Tensor")
+def remainder_scalar_tensor_float(self: float, other: TFloat) -> TFloat:
+    return _remainder_float(_const(float(self), other), other)
+
+
+# --- means: NaN over nothing ---------------------------------------------------------------------------------
+def _mean(self: TFloat, dims: Sequence[int] | None, keepdim: bool, dtype: int | None) -> TFloat:
+    """ReduceMean, NaN where it reduced no element (ONNX Runtime gives 0): a non-empty input has no empty
+    reduction, and an empty one has only those (or no output element)."""
+    x = op.Cast(self, to=dtype) if dtype is not None else self
+    if len(x.shape) == 0:
+        return op.Identity(x)
+    mean = op.ReduceMean(x, _axes(dims), keepdims=keepdim)
+    empty = op.Equal(op.Size(x), op.Constant(value_int=0))
+    return op.Where(empty, op.CastLike(float("nan"), mean), mean)
+
+
+@lowering("aten::mean")
+def mean_float(self: TFloat, dtype: int | None = None) -> TFloat:
+    return _mean(self, None, False, dtype)
+
+
+@lowering("aten::mean.dim")
+def mean_dim_float(
+    self: TFloat, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
+) -> TFloat:
+    return _mean(self, dim, keepdim, dtype)
 
 
 # --- integer matrix products with a scaled addend ------------------------------------------------------------
@@ -803,6 +918,14 @@ def _compute_type(value: TReal) -> TReal:
     return _widened(value)
 
 
+def floor_divide_by_positive(total: TReal, counts: TReal) -> TReal:
+    """Integer floor division by positive counts, in integers (through float64, int64 sums above 2**53 rounded):
+    truncating Div, minus one where a negative total leaves a remainder."""
+    zero = op.CastLike(0, total)
+    inexact_negative = op.And(op.Less(total, zero), op.Not(op.Equal(op.Mod(total, counts, fmod=1), zero)))
+    return op.Sub(op.Div(total, counts), op.CastLike(inexact_negative, total))
+
+
 def _identity_for(reduce: str, like: TReal) -> TReal:
     value = _IDENTITY[reduce]
     if like.dtype in (ir.DataType.INT32, ir.DataType.INT64) and reduce in ("amax", "amin"):
@@ -843,8 +966,9 @@ def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str
             counts = op.ScatterElements(ones, positions, zeros_at, axis=axis)
         counts = op.ScatterElements(counts, positions, ones_at, axis=axis, reduction="add")
         if base.dtype in (ir.DataType.INT32, ir.DataType.INT64):
-            quotient = op.Div(op.Cast(result, to=DOUBLE.dtype), op.Cast(counts, to=DOUBLE.dtype))
-            result = op.Cast(op.Floor(quotient), to=base.dtype)
+            # The sum wraps in self's dtype before the division, as eager's index_add does.
+            total = op.Cast(op.Cast(result, to=self.dtype), to=result.dtype) if result.dtype != self.dtype else result
+            result = floor_divide_by_positive(total, counts)
         else:
             result = op.Div(result, counts)
     if scalar:

@@ -14,7 +14,7 @@ from onnxscript import BOOL, DOUBLE, FLOAT, INT32, INT64, UINT64
 from onnxscript import opset18 as op
 
 from fx2onnx.lowerings import lowering
-from fx2onnx.lowerings.core import _LOW_PRECISION, _NARROW_INTS, TReal, _identity_for
+from fx2onnx.lowerings.core import _LOW_PRECISION, _NARROW_INTS, TReal, _identity_for, floor_divide_by_positive
 
 _INTEGERS = (*_NARROW_INTS, ir.DataType.INT32, ir.DataType.INT64)
 
@@ -89,8 +89,8 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
             counts, positions, op.Expand(op.CastLike(1, base), op.Shape(positions)), axis=axis, reduction="add"
         )
         if self.dtype in _INTEGERS:  # the sum wraps in self's dtype before the floor division, as in eager
-            total = op.Cast(op.Cast(result, to=self.dtype), to=DOUBLE.dtype)
-            result = op.Floor(op.Div(total, op.Cast(counts, to=DOUBLE.dtype)))
+            total = op.Cast(op.Cast(result, to=self.dtype), to=result.dtype)
+            result = floor_divide_by_positive(total, counts)
         else:
             result = op.Div(result, counts)
     if scalar:
