@@ -11,6 +11,7 @@ import gc
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -83,6 +84,8 @@ def export(
     if not isinstance(args, tuple):
         args = (args,)
     f, kwargs = torch_compat.split_f_and_kwargs(f, kwargs)
+    if not isinstance(model, torch.export.ExportedProgram):
+        args, kwargs = torch_compat.split_kwargs_from_args(model, args, kwargs)
     opset_version = TORCHLIB_OPSET if opset_version is None else opset_version
     if report is True:
         os.makedirs(artifacts_dir, exist_ok=True)
@@ -182,6 +185,10 @@ def _export(
         "decomposition": captured.decomposition_seconds,
     }
     export_report.decomposed = captured.decomposed
+    flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
+    _warn_about_dynamic_dims(
+        captured, capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes), flat_inputs, export_report
+    )
 
     with timer("fx passes"):
         nodes_before = passes.all_nodes(captured.graph_module)  # and those of control-flow bodies
@@ -190,7 +197,6 @@ def _export(
         export_report.promotion_casts = casts_inserted_by_passes(captured.graph, nodes_before)
 
     with timer("dispatch+emit"):
-        flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
         user_dims = {**capture_stage.dim_names(model, args, kwargs, dynamic_shapes), **axis_names}
         dispatcher = Dispatcher(registry, opset_version)
         emitter = GraphEmitter(
@@ -250,6 +256,23 @@ def _export(
                 where = f"\n  first differing node: {first}" if first is not None else ""
             raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed) + where)
     return program
+
+
+def _warn_about_dynamic_dims(
+    captured: capture_stage.CapturedGraph,
+    requested: Mapping[tuple[int, int], Any],
+    flat_inputs: list[Any],
+    export_report: ExportReport,
+) -> None:
+    """Say which dims asked to be dynamic the model's code made static or constrained (never silently)."""
+    static = capture_stage.static_dynamic_dims(captured, requested, flat_inputs)
+    notes = [
+        f"constrained by the model's code (torch.export's suggested fix applied): {fix}" for fix in captured.shape_fixes
+    ]
+    notes += static
+    if notes:
+        export_report.dynamic_dims = notes
+        warnings.warn("dynamic_shapes asked for more than the model allows:\n  " + "\n  ".join(notes), stacklevel=3)
 
 
 FUSION_OPSET = 23
