@@ -7,8 +7,10 @@ import warnings
 from typing import Any
 
 import onnx
+import onnxscript
 import pytest
 import torch
+from onnxscript import opset18 as op
 
 import fx2onnx
 
@@ -196,3 +198,31 @@ def test_is_in_onnx_export_is_true_while_capturing(strict: bool) -> None:
     assert torch.equal(program(x)[0] if isinstance(program(x), (list, tuple)) else program(x), torch.ones(3))
     assert not torch.onnx.is_in_onnx_export()  # and false again afterwards
     assert torch.equal(BranchesOnExport()(x), -torch.ones(3))
+
+
+@onnxscript.script()
+def abs_float(self: onnxscript.FLOAT) -> onnxscript.FLOAT:
+    return op.Max(self, op.Neg(self))
+
+
+@onnxscript.script()
+def abs_int(self: onnxscript.INT64) -> onnxscript.INT64:
+    return op.Abs(self)
+
+
+def test_custom_translation_table_takes_a_list_chosen_by_dtype() -> None:
+    """torch.onnx's form: target -> [functions]; each node gets the one whose type constraints fit its dtypes
+    (torch 2.13's torch.onnx.export refuses a list: "should be a single callable, not a sequence")."""
+
+    class TwoAbs(torch.nn.Module):
+        def forward(self, x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x.abs(), n.abs()
+
+    x = torch.tensor([-1.5, 0.0, torch.finfo(torch.float32).max, -torch.finfo(torch.float32).max])
+    n = torch.tensor([torch.iinfo(torch.int64).max, -3, 0, torch.iinfo(torch.int64).min + 1])
+    for table in ([abs_int, abs_float], [abs_float, abs_int]):
+        program = fx2onnx.export(TwoAbs(), (x, n), custom_translation_table={torch.ops.aten.abs.default: table})
+        chosen = {d.node: d.chosen.implementation.name for d in program.report.decisions if d.target == "aten::abs"}
+        assert sorted(chosen.values()) == ["user:abs_float", "user:abs_int"], chosen
+        assert all(d.perfect for d in program.report.decisions if d.target == "aten::abs")
+        assert all(r.passed for r in program.verify(x, n))
