@@ -301,7 +301,8 @@ def _export_with_suggested_fixes(
 ) -> tuple[ExportedProgram, list[str]]:
     """``torch.export.export`` as torch.onnx's dynamo exporter runs it, and the fixes it needed.
 
-    Dynamic dims are traced size-obliviously (an example size of 0 or 1 stays dynamic, not specialized); when the
+    Dynamic dims are traced size-obliviously (an example size of 0 or 1 stays dynamic, not specialized), guards on
+    them preferably deferred to runtime checks; when the
     model's code constrains a dim more than `dynamic_shapes` says (a range, a relation, a constant), torch.export
     fails with suggested fixes: they are applied and the capture retried once. The fixes are returned so that
     the export warns and reports which dims became static or constrained.
@@ -310,7 +311,15 @@ def _export_with_suggested_fixes(
 
     def run(shapes: Any) -> ExportedProgram:
         with symbolic_config.patch(backed_size_oblivious=dynamic_shapes is not None):
-            return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
+            return torch.export.export(
+                model,
+                args,
+                kwargs,
+                dynamic_shapes=shapes,
+                strict=strict,
+                # a guard on dynamic sizes the model's code needs becomes a runtime check, not a refusal
+                prefer_deferred_runtime_asserts_over_guards=dynamic_shapes is not None,
+            )
 
     try:
         return run(dynamic_shapes), []
