@@ -181,7 +181,12 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
         "named NAME; repeatable",
     )
     parser.add_argument("--target", default="onnxruntime-cpu", help="runtime the model must run in (or 'onnx')")
-    parser.add_argument("--opset", type=int, default=18)
+    parser.add_argument(
+        "--opset",
+        type=lambda text: text if text == "min" else int(text),
+        default=18,
+        help="the ONNX opset (18 by default), or 'min': the lowest the model's dtypes need (float8: 19)",
+    )
     parser.add_argument("--fast-math", action="store_true", help="let legalized float ops skip rounding steps")
     parser.add_argument("--strict", action="store_true", help="capture with torch.export's strict mode")
     parser.add_argument("--extractor", default="torch.export", help="torch.export or symbolic_trace")
