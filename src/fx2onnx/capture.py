@@ -536,7 +536,6 @@ def dynamic_dims(
     if dynamic_shapes is None:
         return {}
     specs: dict[tuple[int, int], Any] = {}
-    static = (type(None), int, type(torch.export.Dim.STATIC))
 
     def walk(value: Any, spec: Any) -> None:
         if spec is None:
@@ -544,7 +543,7 @@ def dynamic_dims(
         if isinstance(value, torch.Tensor):
             items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)
             for dim, dim_spec in items:
-                if not isinstance(dim_spec, static) or dim_spec is torch.export.Dim.AUTO:
+                if dim_spec is not None and not isinstance(dim_spec, int) and dim_spec is not torch.export.Dim.STATIC:
                     specs[(id(value), int(dim) % max(value.dim(), 1))] = dim_spec
             return
         if isinstance(value, Mapping) and isinstance(spec, Mapping):

@@ -277,6 +277,12 @@ def _warn_about_dynamic_dims(
         f"constrained by the model's code (torch.export's suggested fix applied): {fix}" for fix in captured.shape_fixes
     ]
     notes += static
+    if requested:  # torch.export's deferred guards: assumptions on the sizes that the ONNX model does not check
+        for module in captured.graph_module.modules():
+            for node in module.graph.nodes if isinstance(module, torch.fx.GraphModule) else []:
+                if node.target is torch.ops.aten._assert_scalar.default and len(node.args) > 1:
+                    expression = str(node.args[1]).removeprefix("Runtime assertion failed for expression ")
+                    notes.append(f"assumed by the model's code, not checked by the ONNX model: {expression}")
     if notes:
         export_report.dynamic_dims = notes
         warnings.warn("dynamic_shapes asked for more than the model allows:\n  " + "\n  ".join(notes), stacklevel=3)
