@@ -226,3 +226,11 @@ def test_custom_translation_table_takes_a_list_chosen_by_dtype() -> None:
         assert sorted(chosen.values()) == ["user:abs_float", "user:abs_int"], chosen
         assert all(d.perfect for d in program.report.decisions if d.target == "aten::abs")
         assert all(r.passed for r in program.verify(x, n))
+
+
+def test_assumptions_on_dynamic_dims_the_onnx_model_does_not_check_are_reported() -> None:
+    """Dim.AUTO lets torch.export defer its guards to runtime assertions, which ONNX drops: the warning says so."""
+    with pytest.warns(UserWarning, match=r"not checked by the ONNX model: .*Mod\(s\d+, 2\)"):
+        program = fx2onnx.export(SplitsInTwo(), (torch.randn(6, 3),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    assert any("Mod(" in note for note in program.report.dynamic_dims)
+    assert all(r.passed for r in program.verify(torch.randn(10, 3)))
