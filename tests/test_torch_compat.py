@@ -175,13 +175,21 @@ class SplitsInTwo(torch.nn.Module):
         return x.unflatten(0, (2, -1)).sum(0)  # the size must be even
 
 
+class AddsSlices(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y[:, :3]  # x's dim 1 must be 3, y's dim 0 must be x's
+
+
 def test_a_dim_the_model_constrains_is_refined_with_a_warning_and_in_the_report() -> None:
+    dims = {"x": {0: torch.export.Dim("a"), 1: torch.export.Dim("b")}, "y": {0: torch.export.Dim("c")}}
     with pytest.warns(UserWarning, match=r"constrained by the model's code"):
-        program = fx2onnx.export(SplitsInTwo(), (torch.randn(6, 3),), dynamic_shapes=({0: torch.export.Dim("n")},))
-    assert any("n = 2*_n" in note for note in program.report.dynamic_dims), program.report.dynamic_dims
-    assert "n = 2*_n" in program.report.to_markdown()
-    for size in (2, 10):
-        assert all(r.passed for r in program.verify(torch.randn(size, 3)))
+        program = fx2onnx.export(AddsSlices(), (torch.randn(2, 3), torch.randn(2, 3)), dynamic_shapes=dims)
+    notes = program.report.dynamic_dims
+    assert any(note.endswith("b = 3") for note in notes) and any(note.endswith("c = a") for note in notes), notes
+    assert "c = a" in program.report.to_markdown()
+    assert _input_dims(program) == {"x": ["a", 3], "y": ["a", 3]}
+    for size in (1, 5):
+        assert all(r.passed for r in program.verify(torch.randn(size, 3), torch.randn(size, 3)))
 
 
 class BranchesOnExport(torch.nn.Module):
