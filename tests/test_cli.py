@@ -55,6 +55,11 @@ FACTORIES = textwrap.dedent(
 
     def unsupported():
         return Unsupported(), torch.randn(3)
+
+
+    def with_keywords():
+        torch.manual_seed(0)
+        return Tagger(), (torch.randn(2, 4),), {"ids": torch.arange(2)}
     """
 )
 
@@ -225,3 +230,19 @@ def test_the_package_api_loads_on_first_use() -> None:
     )
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_dynamic_applies_to_keyword_inputs_of_a_factory(workdir: pathlib.Path) -> None:
+    done = fx2onnx_cli("export", "factories:with_keywords", "-o", "out/kw.onnx", "--dynamic", "batch", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    model = onnx.load(workdir / "out" / "kw.onnx")
+    dims = {v.name: v.type.tensor_type.shape.dim[0].dim_param for v in model.graph.input}
+    assert dims == {"x": "batch", "ids": "batch"}
+    namespace: dict = {}
+    exec(FACTORIES, namespace)
+    module, (_,), _ = namespace["with_keywords"]()
+    x, ids = torch.randn(5, 4), torch.arange(5)
+    session = onnxruntime.InferenceSession(str(workdir / "out" / "kw.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": x.numpy(), "ids": ids.numpy()})
+    with torch.no_grad():
+        np.testing.assert_allclose(got, module(x, ids=ids).numpy(), rtol=1e-6, atol=1e-6)

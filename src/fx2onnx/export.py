@@ -9,6 +9,7 @@ import contextlib
 import functools
 import gc
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from fx2onnx import capture as capture_stage
-from fx2onnx import legalize, passes, torch_compat
+from fx2onnx import dtypes, legalize, passes, torch_compat
 from fx2onnx.dispatch import Dispatcher
 from fx2onnx.emit.graph_builder import TORCHLIB_OPSET, GraphEmitter, symbol_names_for
 from fx2onnx.errors import ExportError, InvalidModelError, source_line
@@ -39,7 +40,7 @@ def export(
     dynamic_axes: torch_compat.DynamicAxes | None = None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
-    opset_version: int | None = None,
+    opset_version: int | str | None = None,
     registry: Registry | None = None,
     custom_translation_table: Mapping[Any, Any] | None = None,
     strict: bool = False,
@@ -69,9 +70,11 @@ def export(
     paths) to write the export report to: Markdown, or SARIF 2.1.0 for a ``.sarif`` path (``True``: a
     Markdown file in `artifacts_dir`, as torch does); it is written on failure too (and then no model is
     saved). `dump_exported_program=True` writes torch.export's program to `artifacts_dir`.
-    `opset_version` is 18 unless given. `progress=True` (or `verbose=True`, as torch reads it) shows the
-    stages and the emitted nodes on stderr, `progress=False` (or `verbose=False`) never; by default they
-    show once an export has taken two seconds, when stderr is a terminal (:mod:`fx2onnx.progress`).
+    `opset_version` is 18 unless given; ``"min"`` is the lowest opset (18 or above) that every dtype of the graph
+    needs (float8 types: 19), otherwise a dtype the opset cannot hold is an error that names it. `progress=True`
+    (or `verbose=True`, as torch reads it) shows the stages and the emitted nodes on stderr, `progress=False`
+    (or `verbose=False`) never; by default they show once an export has taken two seconds, when stderr is a
+    terminal (:mod:`fx2onnx.progress`).
     """
     unknown = set(torchscript_options) - set(torch_compat.IGNORED_OPTIONS)
     if unknown:
@@ -85,7 +88,12 @@ def export(
     if not isinstance(args, tuple):
         args = (args,)
     f, kwargs = torch_compat.split_f_and_kwargs(f, kwargs)
-    opset_version = TORCHLIB_OPSET if opset_version is None else opset_version
+    if not isinstance(model, torch.export.ExportedProgram):
+        args, kwargs = torch_compat.split_kwargs_from_args(model, args, kwargs)
+    if opset_version is None:
+        opset_version = TORCHLIB_OPSET
+    elif opset_version != MIN_OPSET_THAT_WORKS:
+        check_opset(opset_version)
     if report is True:
         os.makedirs(artifacts_dir, exist_ok=True)
         report = os.path.join(artifacts_dir, f"{type(model).__name__}_fx2onnx_report.md")
@@ -98,7 +106,9 @@ def export(
         dynamic_shapes, axis_names = torch_compat.dynamic_shapes_from_axes(
             model, args, kwargs, dynamic_axes, input_names
         )
-    export_report = ExportReport(model_name=type(model).__name__, opset=opset_version, target=target)
+    export_report = ExportReport(
+        model_name=type(model).__name__, opset=opset_version if isinstance(opset_version, int) else 0, target=target
+    )
     shown = ExportProgress(progress_wanted(progress, verbose))
     try:
         with _collections_skip_older_objects():
@@ -155,7 +165,7 @@ def _export(
     axis_names: Mapping[tuple[int, int], str],
     input_names: Sequence[str] | None,
     output_names: Sequence[str] | None,
-    opset_version: int,
+    opset_version: int | str,
     registry: Registry | None,
     custom_translation_table: Mapping[Any, Any] | None,
     strict: bool,
@@ -166,7 +176,6 @@ def _export(
     fast_math: bool,
     progress: ExportProgress,
 ) -> ONNXProgram:
-    check_opset(opset_version)
     timer = StageClock(export_report.stage_seconds, progress)
     with timer("registry"):  # the first export in a process builds the default registry
         registry = apply_translation_table(registry or global_registry(), dict(custom_translation_table or {}))
@@ -187,6 +196,12 @@ def _export(
         "decomposition": captured.decomposition_seconds,
     }
     export_report.decomposed = captured.decomposed
+    opset_version = opset_for_dtypes(captured, opset_version)
+    export_report.opset = opset_version
+    flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
+    _warn_about_dynamic_dims(
+        captured, capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes), flat_inputs, export_report
+    )
 
     with timer("fx passes"):
         nodes_before = passes.all_nodes(captured.graph_module)  # and those of control-flow bodies
@@ -195,7 +210,6 @@ def _export(
         export_report.promotion_casts = casts_inserted_by_passes(captured.graph, nodes_before)
 
     with timer("dispatch+emit", f"{len(captured.graph.nodes)} FX nodes"):
-        flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
         user_dims = {**capture_stage.dim_names(model, args, kwargs, dynamic_shapes), **axis_names}
         dispatcher = Dispatcher(registry, opset_version)
         emitter = GraphEmitter(
@@ -257,6 +271,29 @@ def _export(
     return program
 
 
+def _warn_about_dynamic_dims(
+    captured: capture_stage.CapturedGraph,
+    requested: Mapping[tuple[int, int], Any],
+    flat_inputs: list[Any],
+    export_report: ExportReport,
+) -> None:
+    """Say which dims asked to be dynamic the model's code made static or constrained (never silently)."""
+    static = capture_stage.static_dynamic_dims(captured, requested, flat_inputs)
+    notes = [
+        f"constrained by the model's code (torch.export's suggested fix applied): {fix}" for fix in captured.shape_fixes
+    ]
+    notes += static
+    if requested:  # torch.export's deferred guards: assumptions on the sizes that the ONNX model does not check
+        for module in captured.graph_module.modules():
+            for node in module.graph.nodes if isinstance(module, torch.fx.GraphModule) else []:
+                if node.target is torch.ops.aten._assert_scalar.default and len(node.args) > 1:
+                    expression = str(node.args[1]).removeprefix("Runtime assertion failed for expression ")
+                    notes.append(f"assumed by the model's code, not checked by the ONNX model: {expression}")
+    if notes:
+        export_report.dynamic_dims = notes
+        warnings.warn("dynamic_shapes asked for more than the model allows:\n  " + "\n  ".join(notes), stacklevel=3)
+
+
 FUSION_OPSET = 23
 
 
@@ -285,10 +322,25 @@ def _every_value_typed(model: ir.Model) -> bool:
     return all(value.type is not None and value.shape is not None for value in model.graph.inputs)
 
 
+_FLOAT8_TYPES = frozenset(dtypes.to_onnx(dtype) for dtype in dtypes.FLOAT8)
+
+
+def _float8_casts_do_not_saturate(model: ir.Model) -> None:
+    """Casts to float8 as torch casts: out of range gives NaN (inf for e5m2), where ONNX's default clamps to the
+    largest value; torch clamps only float8_e4m3fn (1e9 -> 448), which keeps ONNX's default."""
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.op_type not in ("Cast", "CastLike") or node.domain not in ("", "ai.onnx"):
+            continue
+        dtype = node.outputs[0].dtype
+        if dtype in _FLOAT8_TYPES and dtype != ir.DataType.FLOAT8E4M3FN and "saturate" not in node.attributes:
+            node.attributes["saturate"] = ir.AttrInt64("saturate", 0)
+
+
 def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
     """Inline script functions, optimize, convert the opset, drop what is unused."""
     common_passes.InlinePass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
+    _float8_casts_do_not_saturate(model)
     if optimize:
         from fx2onnx import optimizer
 
@@ -368,6 +420,47 @@ def max_opset() -> int:
         except Exception:  # a refusal by any of them means this opset is too new
             continue
     return TORCHLIB_OPSET
+
+
+MIN_OPSET_THAT_WORKS = "min"
+
+
+def opset_for_dtypes(captured: capture_stage.CapturedGraph, opset_version: int | str) -> int:
+    """The opset to export at: `opset_version`, or for ``"min"`` the lowest one every dtype of the graph needs.
+
+    Types newer than the opset (float8 needs 19) are refused with the dtype, the node and the way out, rather than
+    failing later as an ONNX node without a kernel.
+    """
+    needs: dict[torch.dtype, torch.fx.Node] = {}
+    for module in captured.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            values = node.meta.get("val")
+            for value in values if isinstance(values, (list, tuple)) else [values]:
+                if not isinstance(value, torch.Tensor):
+                    continue
+                if value.dtype == torch.float4_e2m1fn_x2:
+                    dtypes.to_onnx(value.dtype)  # raises, saying why
+                if value.dtype in dtypes.MIN_OPSET and "stack_trace" not in getattr(needs.get(value.dtype), "meta", {}):
+                    needs[value.dtype] = node  # the first node with a source line (an input has none)
+    required = max([TORCHLIB_OPSET, *(dtypes.MIN_OPSET[dtype] for dtype in needs)])
+    if opset_version == MIN_OPSET_THAT_WORKS:
+        check_opset(required)
+        return required
+    assert isinstance(opset_version, int)
+    for dtype, node in needs.items():
+        if dtypes.MIN_OPSET[dtype] > opset_version:
+            trace = node.meta.get("stack_trace")
+            where = f"\n  from: {source_line(trace)}" if trace else ""
+            default = " (the default)" if opset_version == TORCHLIB_OPSET else ""
+            raise ExportError(
+                f"{dtype} needs ONNX opset {dtypes.MIN_OPSET[dtype]} or newer; "
+                f"opset_version is {opset_version}{default}: "
+                f"FX node `{node.name}` ({node.target}) makes it{where}\n"
+                f"  remedy: pass opset_version={required} (or opset_version='min': the lowest opset that works)"
+            )
+    return opset_version
 
 
 def check_opset(opset_version: int) -> None:

@@ -404,6 +404,10 @@ def _to_ortvalue(onnxruntime: Any, tensor: torch.Tensor) -> Any:
         return onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
             tensor.view(torch.uint16).numpy(), onnx_element_type=int(ir.DataType.BFLOAT16)
         )
+    if tensor.dtype in dtypes.FLOAT8:  # no numpy type: the bytes, typed for ONNX Runtime
+        return onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            tensor.view(torch.uint8).numpy(), onnx_element_type=int(dtypes.to_onnx(tensor.dtype))
+        )
     return onnxruntime.OrtValue.ortvalue_from_numpy(tensor.numpy())
 
 
@@ -412,9 +416,13 @@ _ORT_TYPE_NAMES["tensor(float)"] = ir.DataType.FLOAT
 _ORT_TYPE_NAMES["tensor(double)"] = ir.DataType.DOUBLE
 
 
+# numpy has no such types (ONNX Runtime gives their bytes as uint8): copied bytewise into the torch dtype.
+_RAW_TYPES = frozenset({ir.DataType.BFLOAT16, *(dtypes.to_onnx(dtype) for dtype in dtypes.FLOAT8)})
+
+
 def _to_torch(value: Any) -> torch.Tensor:
     dtype = _ORT_TYPE_NAMES.get(value.data_type())
-    if dtype is not None and dtype.numpy() is not None and dtype != ir.DataType.BFLOAT16:
+    if dtype is not None and dtype.numpy() is not None and dtype not in _RAW_TYPES:
         try:
             return torch.from_numpy(value.numpy())
         except (TypeError, RuntimeError):

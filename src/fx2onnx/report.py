@@ -138,6 +138,8 @@ class ExportReport:
     target: str = ""
     exception: BaseException | None = None
     promotion_casts: list[CastRecord] = dataclasses.field(default_factory=list)  # FX casts the passes inserted
+    # Dims `dynamic_shapes` asked to be dynamic that the model's code made static or constrained.
+    dynamic_dims: list[str] = dataclasses.field(default_factory=list)
 
     def all_casts(self) -> list[CastRecord]:
         """Every Cast the export added: by FX promotion, by dispatch, back to eager's dtype, by legalization."""
@@ -254,6 +256,9 @@ class ExportReport:
         lines += [f"Decompositions applied: {decomposed}", ""]
         passes = ", ".join(f"`{p}`" for p in self.fx_passes) or "none"
         lines += [f"FX passes that changed the graph: {passes}", ""]
+        if self.dynamic_dims:
+            lines += ["Dynamic dims the model's code made static or constrained:", ""]
+            lines += [f"- {_md(note)}" for note in self.dynamic_dims] + [""]
         return lines
 
     def _markdown_dispatch(self) -> list[str]:

@@ -324,3 +324,21 @@ def pixel_unshuffle(self: TReal, downscale_factor: int) -> TReal:
     x = op.Transpose(x, perm=[*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3])
     merged = op.Concat(batch, _times(channels, r * r), _over(height, r), _over(width, r), axis=0)
     return op.Reshape(x, merged, allowzero=1)
+
+
+# --- repeat_interleave with a tensor of repeats ----------------------------------------------------------------
+@lowering("aten::repeat_interleave.Tensor")
+def repeat_interleave_tensor(repeats: INT64, output_size: int | None = None) -> INT64:
+    """``torch.repeat_interleave(repeats)``: index i written repeats[i] times (x.repeat_interleave(r, dim)
+    decomposes to it and an index_select). torchlib's implementation takes `self` where ATen gives `repeats`.
+
+    The output's length is data-dependent (sum of repeats): position p holds the count of cumulative sums <= p.
+    """
+    repeats = op.Cast(repeats, to=INT64.dtype)
+    ends = op.CumSum(repeats, op.Constant(value_int=0))  # (n,)
+    total = op.ReduceSum(repeats, keepdims=0) if output_size is None else op.Constant(value_int=output_size)
+    positions = op.Range(op.Constant(value_int=0), total, op.Constant(value_int=1))  # (total,)
+    passed = op.LessOrEqual(
+        op.Unsqueeze(ends, op.Constant(value_ints=[0])), op.Unsqueeze(positions, op.Constant(value_ints=[1]))
+    )
+    return op.ReduceSum(op.Cast(passed, to=INT64.dtype), op.Constant(value_ints=[1]), keepdims=0)
