@@ -6,7 +6,6 @@ import copy
 import ctypes
 import dataclasses
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,7 +15,7 @@ import onnx_ir as ir
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx import complex_layout, dtypes, rounding_noise, streaming
+from fx2onnx import complex_layout, dtypes, rounding_noise, safe_save, streaming
 from fx2onnx.capture import flatten_inputs
 
 if TYPE_CHECKING:
@@ -106,34 +105,44 @@ class ONNXProgram:
         *,
         external_data: bool | str | None = None,
         direct_io: bool | None = None,
-    ) -> None:
-        """Write the model; weights go to ``<name>.data`` when asked or above 1.5 GB.
+    ) -> str | None:
+        """Write the model; weights go to ``<name>.data`` (or the file name `external_data` gives) when asked or
+        above 1.5 GB. Returns the weights' file name (relative to the model's folder), or None.
 
-        The write is atomic: files are written in a temporary folder beside `path` and moved into
-        place only once complete, so a failure leaves no partial file. ``direct_io=None`` writes files
-        larger than Linux's dirty-page throttling point (several GB on most machines) with direct I/O,
-        bypassing the page cache, and smaller ones buffered, so that they are in the page cache for
-        the next load; ``True`` always writes directly (faster where the page cache is slow to fill, as
-        on some VMs, but the next load then reads from the disk), ``False`` never.
+        The save never corrupts, loses or escapes: the files are written in a temporary folder beside `path`,
+        flushed to the disk, and swapped in, the weights under a name that nothing references yet, then the
+        ``.onnx`` file in one rename; the model previously at `path` stays whole until then, and its weights'
+        file is removed after (the folder holds exactly the files of the model saved). When a file of the
+        weights' name already exists (the replaced model's), the new weights get a fresh name beside it
+        (``model.onnx.3f9a1c2e.data``), which only the new model references. `external_data` must name a file
+        inside the model's folder (a subfolder is fine); a failure leaves no file behind, and temporary folders
+        of earlier saves that were killed are removed (fx2onnx/safe_save.py).
+
+        ``direct_io=None`` writes files larger than Linux's dirty-page throttling point (several GB on most
+        machines) with direct I/O, bypassing the page cache, and smaller ones buffered, so that they are in the
+        page cache for the next load; ``True`` always writes directly (faster where the page cache is slow to
+        fill, as on some VMs, but the next load then reads from the disk), ``False`` never.
         """
         path = os.path.abspath(os.fspath(path))
         directory, filename = os.path.split(path)
-        os.makedirs(directory, exist_ok=True)
+        if not filename:
+            raise ValueError(f"save() needs a file path, not the folder {path!r}")
         if external_data is None:
             external_data = self.weight_bytes > EXTERNAL_DATA_THRESHOLD
-        data_name = external_data if isinstance(external_data, str) else (f"{filename}.data" if external_data else None)
-        staging = tempfile.mkdtemp(prefix=".fx2onnx-", dir=directory)
-        try:
-            staged_model = os.path.join(staging, filename)
+        data_name: str | None = None
+        if isinstance(external_data, str):
+            data_name = safe_save.external_data_name(filename, external_data)
+        elif external_data:
+            data_name = f"{filename}.data"
+        os.makedirs(directory, exist_ok=True)
+
+        def write(staged_model: str, staged_data_name: str | None) -> None:
             if streaming.writes_protobuf(filename):  # weights go from the torch tensors to the file, uncopied
-                streaming.save_model(self.model, staged_model, external_data=data_name, direct_io=direct_io)
+                streaming.save_model(self.model, staged_model, external_data=staged_data_name, direct_io=direct_io)
             else:
-                ir.save(self.model, staged_model, external_data=data_name)
-            if data_name is not None:
-                os.replace(os.path.join(staging, data_name), os.path.join(directory, data_name))
-            os.replace(staged_model, path)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+                ir.save(self.model, staged_model, external_data=staged_data_name)
+
+        return safe_save.save_atomically(path, data_name, write)
 
     # --- running --------------------------------------------------------------------------------
     def session(self) -> onnxruntime.InferenceSession:
