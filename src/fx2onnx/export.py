@@ -98,7 +98,7 @@ def export(
         )
     export_report = ExportReport(model_name=type(model).__name__, opset=opset_version, target=target)
     try:
-        with _collections_skip_older_objects():
+        with capture_stage.EXPORT_LOCK, _collections_skip_older_objects():
             program = _export(
                 model,
                 args,

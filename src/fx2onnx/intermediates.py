@@ -231,7 +231,7 @@ def _onnx_names(captured: CapturedGraph, output_names: Sequence[str]) -> dict[to
         if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
             candidates.append(f"{node.args[0].name}_{node.args[1]}")  # an item of a multi-output node
         names[node] = candidates
-    for node, name in zip(captured.user_outputs, output_names):
+    for node, name in zip([o for o in captured.user_outputs if o is not None], output_names):  # Nones have none
         if isinstance(node, torch.fx.Node) and node in names:
             names[node].insert(0, name)  # outputs are renamed after the user's output names
     return names
