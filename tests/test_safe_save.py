@@ -261,3 +261,17 @@ def test_files_and_folders_are_flushed_before_and_after_each_rename(
     assert events.index(("fsync", "model.onnx")) < events.index(("replace", "model.onnx.data"))
     assert events.index(("replace", "model.onnx.data")) < events.index(("replace", "model.onnx"))
     assert ("fsync", folder) in events[events.index(("replace", "model.onnx")) :]
+
+
+def test_a_save_that_need_not_survive_a_power_loss_skips_the_flushes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_and_new: tuple
+) -> None:
+    model, program, _, _ = old_and_new
+    flushed: list[int] = []
+    monkeypatch.setattr(os, "fsync", flushed.append)
+    program.save(tmp_path / "model.onnx", external_data=True, durable=False)
+    assert flushed == []
+    program.save(tmp_path / "model.onnx", external_data=True)
+    assert len(flushed) >= 4  # the model, its weights, and the folder after each of the two renames
+    monkeypatch.undo()
+    _assert_saved_model_is(tmp_path / "model.onnx", model)

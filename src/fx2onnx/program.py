@@ -109,6 +109,7 @@ class ONNXProgram:
         *,
         external_data: bool | str | None = None,
         direct_io: bool | None = None,
+        durable: bool = True,
     ) -> str | None:
         """Write the model; weights go to ``<name>.data`` (or the file name `external_data` gives) when asked or
         above 1.5 GB. Returns the weights' file name (relative to the model's folder), or None.
@@ -120,7 +121,9 @@ class ONNXProgram:
         weights' name already exists (the replaced model's), the new weights get a fresh name beside it
         (``model.onnx.3f9a1c2e.data``), which only the new model references. `external_data` must name a file
         inside the model's folder (a subfolder is fine); a failure leaves no file behind, and temporary folders
-        of earlier saves that were killed are removed (fx2onnx/safe_save.py).
+        of earlier saves that were killed are removed (fx2onnx/safe_save.py). The files and the folder are flushed
+        to the disk (fsync) before and after the renames, so that the swap survives a power loss;
+        ``durable=False`` skips that (faster where the disk is slow; the swap stays atomic if the process dies).
 
         ``direct_io=None`` writes files larger than Linux's dirty-page throttling point (several GB on most
         machines) with direct I/O, bypassing the page cache, and smaller ones buffered, so that they are in the
@@ -146,7 +149,7 @@ class ONNXProgram:
             else:
                 ir.save(self.model, staged_model, external_data=staged_data_name)
 
-        return safe_save.save_atomically(path, data_name, write)
+        return safe_save.save_atomically(path, data_name, write, durable=durable)
 
     # --- running --------------------------------------------------------------------------------
     def session(self) -> onnxruntime.InferenceSession:
@@ -154,7 +157,7 @@ class ONNXProgram:
             if self.weight_bytes > EXTERNAL_DATA_THRESHOLD:
                 with tempfile.TemporaryDirectory() as folder:
                     path = os.path.join(folder, "model.onnx")
-                    self.save(path, external_data=True)
+                    self.save(path, external_data=True, durable=False)  # a temporary file: no fsync needed
                     self._session = cpu_session(path, self.model)
             else:
                 self._session = cpu_session(self.model_proto.SerializeToString(), self.model)

@@ -132,6 +132,10 @@ def fsync_directory(path: str) -> None:
     fsync_file(path)
 
 
+def _no_flush(path: str) -> None:
+    pass
+
+
 def remove_stale_temporaries(directory: str) -> None:
     """Remove temporary folders that earlier saves on this host left when they were killed (their process is
     gone). Another live save's folder is left alone."""
@@ -178,10 +182,13 @@ def staging_folder(directory: str) -> Iterator[str]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def save_atomically(path: str, data_name: str | None, write: Callable[[str, str | None], None]) -> str | None:
+def save_atomically(
+    path: str, data_name: str | None, write: Callable[[str, str | None], None], *, durable: bool = True
+) -> str | None:
     """Write a model to `path` (its weights to `data_name` beside it, or none) with ``write(staged_path,
     data_name)``, and swap it in as described in the module's docstring. Returns the weights' file name used
-    (`data_name`, or a fresh variant of it when a file of that name exists).
+    (`data_name`, or a fresh variant of it when a file of that name exists). ``durable=False`` skips the fsyncs:
+    the swap stays atomic if the process dies, not if the machine loses power.
     """
     directory, filename = os.path.split(path)
     remove_stale_temporaries(directory)
@@ -197,25 +204,27 @@ def save_atomically(path: str, data_name: str | None, write: Callable[[str, str 
         write(staged_model, data_name)
         # Flush the new files' contents before any rename makes them part of a model (a power loss after a rename
         # must not leave a renamed file empty).
-        fsync_file(staged_model)
+        flush_file = fsync_file if durable else _no_flush
+        flush_directory = fsync_directory if durable else _no_flush
+        flush_file(staged_model)
         moved_data: str | None = None
         try:
             if data_name is not None:
                 staged_data = os.path.join(staging, data_name)
-                fsync_file(staged_data)
+                flush_file(staged_data)
                 final_data = os.path.join(directory, data_name)
                 data_folder = os.path.dirname(final_data)
                 os.makedirs(data_folder, exist_ok=True)
                 os.replace(staged_data, final_data)  # a name nothing references yet: the old model is untouched
                 moved_data = final_data
-                fsync_directory(data_folder)
+                flush_directory(data_folder)
             os.replace(staged_model, path)  # the new model takes the old one's place, in one rename
         except BaseException:
             if moved_data is not None:
                 with contextlib.suppress(OSError):
                     os.remove(moved_data)
             raise
-        fsync_directory(directory)
+        flush_directory(directory)
     # The old model's weights the new one does not use; only inside the folder (a foreign model may point anywhere).
     removed_any = False
     for location in old_references - ({data_name} if data_name else set()):
@@ -234,5 +243,5 @@ def save_atomically(path: str, data_name: str | None, write: Callable[[str, str 
                 break
             folder = os.path.dirname(folder)
     if removed_any:
-        fsync_directory(directory)
+        flush_directory(directory)
     return data_name
