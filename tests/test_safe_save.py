@@ -275,3 +275,47 @@ def test_a_save_that_need_not_survive_a_power_loss_skips_the_flushes(
     assert len(flushed) >= 4  # the model, its weights, and the folder after each of the two renames
     monkeypatch.undo()
     _assert_saved_model_is(tmp_path / "model.onnx", model)
+
+
+class _Branches(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(16, 16)
+        self.second = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(
+            x.sum() > 0, lambda v: self.first(v), lambda v: self.second(v).relu() * torch.arange(16.0), (x,)
+        )
+
+
+def test_the_files_a_model_references_are_read_without_parsing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan of the replaced model's wire format finds what onnx finds: initializers, tensors in attributes,
+    in subgraphs (If branches), each in a file of its own; without loading the model (nor its weights)."""
+    program = fx2onnx.export(_Branches().eval(), (torch.randn(2, 16),), optimize=False)
+    proto = program.model_proto
+    onnx.external_data_helper.convert_model_to_external_data(
+        proto, all_tensors_to_one_file=False, size_threshold=0, convert_attribute=True
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save_model(proto, path)
+    expected = {
+        entry.value
+        for tensor in onnx.external_data_helper._get_all_tensors(proto)
+        if tensor.data_location == onnx.TensorProto.EXTERNAL
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }
+    branches = [a.g for node in proto.graph.node if node.op_type == "If" for a in node.attribute]
+    in_branches = [t.name for g in branches for n in g.node for a in n.attribute if a.HasField("t") for t in [a.t]]
+    assert len(expected) >= 5 and in_branches  # weights, a Constant, and a Constant inside a branch
+
+    def no_parsing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was parsed")
+
+    monkeypatch.setattr(onnx, "load_model", no_parsing)
+    assert safe_save.referenced_files(os.fspath(path)) == expected
+    path.write_bytes(b"\xff\xff not an ONNX model")
+    assert safe_save.referenced_files(os.fspath(path)) == set()

@@ -14,6 +14,7 @@ this host whose process is gone (killed), never another live process's.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import re
 import secrets
@@ -22,6 +23,8 @@ import socket
 from collections.abc import Callable, Iterator
 
 import onnx
+
+from fx2onnx import streaming
 
 TEMPORARY_PREFIX = ".fx2onnx-tmp-"
 _TEMPORARY_NAME = re.compile(re.escape(TEMPORARY_PREFIX) + r"(?P<host>[A-Za-z0-9_.]*)-(?P<pid>\d+)-[0-9a-f]{8}$")
@@ -86,35 +89,126 @@ def fresh_name(directory: str, name: str) -> str:
 
 def referenced_files(path: str) -> set[str]:
     """The external-data files (relative to its folder) the ONNX model at `path` references; none if it is not
-    an ONNX model (then it is replaced and nothing else is touched)."""
+    an ONNX model (then it is replaced and nothing else is touched).
+
+    A binary model is scanned in place (mapped, its fields skipped by their lengths): parsing it would copy a
+    single-file model's weights, up to 2 GB, into memory.
+    """
     if not os.path.isfile(path):
         return set()
     try:
-        model = onnx.load_model(path, load_external_data=False)
-    except Exception:  # not a protobuf ONNX file (a text format, something else): reference nothing we can tell
+        if streaming.writes_protobuf(path):
+            with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                locations: set[str] = set()
+                _scan_model(memoryview(mapped), locations)
+                return locations
+        return _locations_of(onnx.load_model(path, load_external_data=False))
+    except Exception:  # empty, not ONNX, or truncated: reference nothing we can tell
         return set()
+
+
+def _locations_of(model: onnx.ModelProto) -> set[str]:
     locations: set[str] = set()
-
-    def visit(graph: onnx.GraphProto) -> None:
-        tensors = list(graph.initializer) + [s.values for s in graph.sparse_initializer]
-        for node in graph.node:
-            for attribute in node.attribute:
-                tensors.extend([attribute.t] if attribute.HasField("t") else list(attribute.tensors))
-                for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                    visit(subgraph)
-        for tensor in tensors:
-            if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                location = next((entry.value for entry in tensor.external_data if entry.key == "location"), None)
-                if location:
-                    locations.add(location)
-
-    visit(model.graph)
-    for function in model.functions:
-        for node in function.node:
-            for attribute in node.attribute:
-                for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                    visit(subgraph)
+    _scan_model(memoryview(model.SerializeToString()), locations)
     return locations
+
+
+def _field(message: type, name: str) -> int:
+    return message.DESCRIPTOR.fields_by_name[name].number
+
+
+_MODEL_GRAPH, _MODEL_FUNCTIONS = _field(onnx.ModelProto, "graph"), _field(onnx.ModelProto, "functions")
+_GRAPH_NODE, _GRAPH_INITIALIZER = _field(onnx.GraphProto, "node"), _field(onnx.GraphProto, "initializer")
+_GRAPH_SPARSE = _field(onnx.GraphProto, "sparse_initializer")
+_SPARSE_VALUES = _field(onnx.SparseTensorProto, "values")
+_FUNCTION_NODE = _field(onnx.FunctionProto, "node")
+_NODE_ATTRIBUTE = _field(onnx.NodeProto, "attribute")
+_ATTRIBUTE_TENSORS = {_field(onnx.AttributeProto, "t"), _field(onnx.AttributeProto, "tensors")}
+_ATTRIBUTE_GRAPHS = {_field(onnx.AttributeProto, "g"), _field(onnx.AttributeProto, "graphs")}
+_TENSOR_LOCATION = _field(onnx.TensorProto, "data_location")
+_TENSOR_EXTERNAL_DATA = _field(onnx.TensorProto, "external_data")
+_ENTRY_KEY, _ENTRY_VALUE = _field(onnx.StringStringEntryProto, "key"), _field(onnx.StringStringEntryProto, "value")
+
+
+def _varint(data: memoryview, position: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, position
+        shift += 7
+
+
+def _fields(data: memoryview) -> Iterator[tuple[int, int | memoryview]]:
+    """(field number, value) of a protobuf message: an int for varints, the bytes for length-delimited fields."""
+    position = 0
+    while position < len(data):
+        key, position = _varint(data, position)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, position = _varint(data, position)
+            yield number, value
+        elif wire_type == 2:
+            length, position = _varint(data, position)
+            if position + length > len(data):
+                raise ValueError("truncated protobuf message")
+            yield number, data[position : position + length]
+            position += length
+        elif wire_type in (1, 5):
+            position += 8 if wire_type == 1 else 4
+        else:
+            raise ValueError(f"protobuf wire type {wire_type} is not used by ONNX")
+
+
+def _scan_model(data: memoryview, locations: set[str]) -> None:
+    for number, value in _fields(data):
+        if number == _MODEL_GRAPH and isinstance(value, memoryview):
+            _scan_graph(value, locations)
+        elif number == _MODEL_FUNCTIONS and isinstance(value, memoryview):
+            for field, node in _fields(value):
+                if field == _FUNCTION_NODE and isinstance(node, memoryview):
+                    _scan_node(node, locations)
+
+
+def _scan_graph(data: memoryview, locations: set[str]) -> None:
+    for number, value in _fields(data):
+        if not isinstance(value, memoryview):
+            continue
+        if number == _GRAPH_INITIALIZER:
+            _scan_tensor(value, locations)
+        elif number == _GRAPH_SPARSE:
+            for field, tensor in _fields(value):
+                if field == _SPARSE_VALUES and isinstance(tensor, memoryview):
+                    _scan_tensor(tensor, locations)
+        elif number == _GRAPH_NODE:
+            _scan_node(value, locations)
+
+
+def _scan_node(data: memoryview, locations: set[str]) -> None:
+    for number, attribute in _fields(data):
+        if number != _NODE_ATTRIBUTE or not isinstance(attribute, memoryview):
+            continue
+        for field, value in _fields(attribute):
+            if field in _ATTRIBUTE_TENSORS and isinstance(value, memoryview):
+                _scan_tensor(value, locations)
+            elif field in _ATTRIBUTE_GRAPHS and isinstance(value, memoryview):
+                _scan_graph(value, locations)
+
+
+def _scan_tensor(data: memoryview, locations: set[str]) -> None:
+    external, location = False, None
+    for number, value in _fields(data):
+        if number == _TENSOR_LOCATION:
+            external = value == onnx.TensorProto.EXTERNAL
+        elif number == _TENSOR_EXTERNAL_DATA and isinstance(value, memoryview):
+            entry = dict(_fields(value))
+            key, text = entry.get(_ENTRY_KEY), entry.get(_ENTRY_VALUE)
+            if isinstance(key, memoryview) and bytes(key) == b"location" and isinstance(text, memoryview):
+                location = bytes(text).decode("utf-8", errors="replace")
+    if external and location:
+        locations.add(location)
 
 
 def fsync_file(path: str) -> None:
