@@ -49,6 +49,7 @@ def test_an_input_exported_by_keyword_can_be_given_by_position_or_by_name(
     _assert_outputs_match(keyword_program(X, y=Y), expected)
     _assert_outputs_match(keyword_program(X, Y), expected)
     _assert_outputs_match(keyword_program(x=X, y=Y), expected)
+    _assert_outputs_match(keyword_program(X, {"y": Y}), expected)  # torch.onnx's convention: a last dict of keywords
 
 
 @pytest.mark.parametrize(

@@ -322,6 +322,13 @@ def match_inputs(
     keywords = list(kwargs_spec.context or [])
     parameters = _parameter_names(module)
     positional_names = [parameters[i] if i < len(parameters) else f"input {i}" for i in range(args_spec.num_children)]
+    if (
+        len(args) == args_spec.num_children + 1
+        and isinstance(args[-1], dict)
+        and args[-1]
+        and set(args[-1]) | set(kwargs) == set(keywords)
+    ):
+        args, kwargs = args[:-1], {**kwargs, **args[-1]}  # torch.onnx's convention: a last dict holds keywords
     if len(args) != args_spec.num_children or set(kwargs) != set(keywords):
         args, kwargs = _rebind(module, positional_names, keywords, args, kwargs)
     leaves: list[tuple[str, Any]] = []
