@@ -65,7 +65,17 @@ def _model_files(path: str | os.PathLike[str]) -> list[str]:
 
 # --- names stay inside the model's folder -----------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "name", ["../escaped.data", "weights/../../escaped.data", "/tmp/fx2onnx-escaped.data", "", "  ", "model.onnx", "./"]
+    "name",
+    [
+        "../escaped.data",
+        "weights/../../escaped.data",
+        "/tmp/fx2onnx-escaped.data",
+        "",
+        "  ",
+        "model.onnx",
+        "./",
+        "weights/",
+    ],
 )
 def test_external_data_names_leaving_the_folder_or_naming_no_file_are_refused(
     tmp_path: Path, old_and_new: tuple, name: str

@@ -58,7 +58,7 @@ def external_data_name(filename: str, external_data: str) -> str:
             f"ONNX Runtime refuses external data elsewhere; give a name inside it (e.g. {parts[-1]!r})"
         )
     parts = [part for part in parts if part not in ("", ".")]
-    if not parts:
+    if not parts or external_data.endswith(("/", "\\")):
         raise ValueError(f"external_data={external_data!r} names a folder, not a file")
     if any(part.startswith(TEMPORARY_PREFIX) for part in parts):
         raise ValueError(f"external_data={external_data!r}: names starting with {TEMPORARY_PREFIX} are fx2onnx's own")
