@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -240,8 +241,15 @@ def test_a_killed_saves_temporary_folder_is_removed_by_the_next_save(tmp_path: P
     assert left.startswith(safe_save.TEMPORARY_PREFIX) and _files(tmp_path / left)
     live = tmp_path / f"{safe_save.TEMPORARY_PREFIX}{safe_save._host()}-{os.getpid()}-0123abcd"
     live.mkdir()
+    # What earlier versions left (mkdtemp, no process in the name): removed once a day old, not before.
+    legacy_old, legacy_recent = tmp_path / ".fx2onnx-k3j_9x2a", tmp_path / ".fx2onnx-p0q8r7s6"
+    for legacy in (legacy_old, legacy_recent):
+        legacy.mkdir()
+        (legacy / "model.onnx").write_bytes(b"partial")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(legacy_old, (two_days_ago, two_days_ago))
     old_program.save(path, external_data=True)
-    assert sorted(os.listdir(tmp_path)) == sorted(["model.onnx", "model.onnx.data", live.name])
+    assert sorted(os.listdir(tmp_path)) == sorted(["model.onnx", "model.onnx.data", live.name, legacy_recent.name])
     _assert_saved_model_is(path, old_model)
 
 

@@ -20,6 +20,7 @@ import re
 import secrets
 import shutil
 import socket
+import time
 from collections.abc import Callable, Iterator
 
 import onnx
@@ -28,6 +29,9 @@ from fx2onnx import streaming
 
 TEMPORARY_PREFIX = ".fx2onnx-tmp-"
 _TEMPORARY_NAME = re.compile(re.escape(TEMPORARY_PREFIX) + r"(?P<host>[A-Za-z0-9_.]*)-(?P<pid>\d+)-[0-9a-f]{8}$")
+# What saves of fx2onnx before this module left (tempfile.mkdtemp(prefix=".fx2onnx-")): removed a day after.
+_LEGACY_TEMPORARY_NAME = re.compile(r"\.fx2onnx-[a-z0-9_]{8}$")
+_LEGACY_STALE_SECONDS = 24 * 3600
 
 
 def _host() -> str:
@@ -239,15 +243,26 @@ def remove_stale_temporaries(directory: str) -> None:
     except OSError:
         return
     for entry in entries:
-        match = _TEMPORARY_NAME.match(entry)
-        if match is None or match["host"] != host or _alive(int(match["pid"])):
-            continue
         stale = os.path.join(directory, entry)
+        match = _TEMPORARY_NAME.match(entry)
+        if match is None:
+            # Earlier fx2onnx versions named them by tempfile.mkdtemp alone, without their process: stale once old.
+            if not _LEGACY_TEMPORARY_NAME.match(entry) or not _older_than(stale, _LEGACY_STALE_SECONDS):
+                continue
+        elif match["host"] != host or _alive(int(match["pid"])):
+            continue
         if os.path.isdir(stale) and not os.path.islink(stale):
             shutil.rmtree(stale, ignore_errors=True)
         else:
             with contextlib.suppress(OSError):
                 os.remove(stale)
+
+
+def _older_than(path: str, seconds: float) -> bool:
+    try:
+        return time.time() - os.lstat(path).st_mtime > seconds
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
