@@ -201,3 +201,12 @@ def test_concurrent_exports_succeed_and_leave_the_users_models_intact() -> None:
             assert not isinstance(tensor.data, FakeTensor), name
             torch.testing.assert_close(tensor.data, states[id(model)][name], rtol=0, atol=0)
     check(mlp, (torch.randn(5, 16),))  # and the models still export and run in eager
+
+
+def test_intermediate_values_are_compared_with_nested_inputs_given_in_another_order() -> None:
+    a, b, d, e = (torch.randn(2, 3) for _ in range(4))
+    program = fx2onnx.export(Nested(), (_nested(a, b, d, e),))
+    shuffled = {"c": {"e": [e, e * 3], "d": d}, "b": b, "a": a}
+    verification = program.verify(shuffled, intermediates=True)
+    assert verification.first_mismatch is None
+    assert all(r.passed for r in verification)
