@@ -36,7 +36,13 @@ def assert_exports_and_matches(
     atol: float | None = None,
     **export_options: Any,
 ) -> fx2onnx.ONNXProgram:
-    """Export, check the model, run it in ONNX Runtime and compare dtype, shape and values with eager."""
+    """Export, check the model, run it in ONNX Runtime and compare dtype, shape and values with eager.
+
+    The model runs in the session users get by default (every graph optimization on), and again with graph
+    optimizations off on the same inputs: the two must agree (exactly for integer and bool outputs, up to the
+    rounding noise of reordered float arithmetic otherwise), or one of ONNX Runtime's fusions computes something
+    else than the graph (docs/ort-defects.md).
+    """
     model = model.eval() if isinstance(model, torch.nn.Module) else model
     program = fx2onnx.export(model, args, kwargs, **export_options)
     onnx.checker.check_model(program.model_proto, full_check=True)
@@ -45,7 +51,27 @@ def assert_exports_and_matches(
         assert results, "the model has no outputs to compare"
         failures = [str(r) for r in results if not r.passed]
         assert not failures, "\n".join(failures)
+        assert_optimizations_change_nothing(program, call_args, call_kwargs)
     return program
+
+
+DIFFERENTIAL_RUNS = [0]  # programs compared with graph optimizations on and off in this session
+
+
+def assert_optimizations_change_nothing(
+    program: fx2onnx.ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+) -> None:
+    """The default session's outputs equal those of a session with graph optimizations off (same inputs)."""
+    divergent = [str(r) for r in program.divergence(*args, **(kwargs or {})) if not r.passed]
+    DIFFERENTIAL_RUNS[0] += 1
+    assert not divergent, "ONNX Runtime's graph optimizations change the outputs:\n" + "\n".join(divergent)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if DIFFERENTIAL_RUNS[0]:
+        terminalreporter.write_line(
+            f"differential check (graph optimizations on vs off): {DIFFERENTIAL_RUNS[0]} program runs compared"
+        )
 
 
 @pytest.fixture

@@ -266,3 +266,64 @@ def test_w8a8_mlp_runs_in_onnxruntime_and_matches_eager_bit_for_bit() -> None:
     assert ops.count("MatMulInteger") == 2 and "MatMul" not in ops
     assert ops.count("QuantizeLinear") == 3 and "DequantizeLinear" in ops
     assert program.verify(torch.randn(3, 32) * 2, rtol=0.0, atol=0.0)[0].passed
+
+
+# --- dynamic (per-token) quantization: ONNX Runtime's MatMulIntegerToFloatFusion must not apply ---------------
+class DynamicQuantizedLinear(torch.nn.Module):
+    """int8 activations quantized per row at run time, int8 weights, ``acc.float() * (x_scale * w_scale) + bias``.
+
+    ONNX Runtime's default session fused MatMulInteger -> Cast -> Mul -> Add into MatMulIntegerToFloat, whose
+    kernel adds the bias before the per-row scale: up to 13% off (docs/ort-defects.md).
+    """
+
+    def __init__(self, in_features: int = 64, out_features: int = 48, bias: bool = True) -> None:
+        super().__init__()
+        weight = torch.randn(out_features, in_features)
+        w_scale = weight.abs().amax() / 127
+        self.register_buffer("weight", torch.round(weight / w_scale).clamp(-128, 127).to(torch.int8))
+        self.weight[0, :] = -128  # extreme products
+        self.register_buffer("w_scale", w_scale)
+        self.register_buffer("bias", torch.randn(out_features) * 3 if bias else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_scale = x.abs().amax(dim=-1, keepdim=True) / 127
+        xq = torch.round(x / x_scale).clamp(-128, 127).to(torch.int8)
+        accumulator = out_dtype(aten.mm.default, torch.int32, xq, self.weight.t())
+        scaled = accumulator.float() * (x_scale * self.w_scale)
+        return scaled + self.bias if self.bias is not None else scaled
+
+
+def per_token_activations() -> torch.Tensor:
+    """Rows a thousand times apart in magnitude, each with its extreme at +-127 after quantization."""
+    x = torch.randn(8, 64) * torch.logspace(-3, 3, 8)[:, None]
+    x[1, 5] = -x[1].abs().max() * 1.01  # -127 after rounding, the row's largest magnitude
+    return x
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_dynamic_per_token_quantized_linear_is_exact_in_a_default_session(bias: bool, tmp_path: Any) -> None:
+    import onnxruntime
+
+    model = DynamicQuantizedLinear(bias=bias)
+    x = per_token_activations()
+    program = exact(model, (x,), dynamic_shapes={"x": {0: torch.export.Dim("tokens")}})
+    path = str(tmp_path / "dynamic_quantized_linear.onnx")
+    program.save(path)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])  # as a user runs it
+    for batch in (x, per_token_activations()[:3] * 7):
+        (result,) = session.run(None, {session.get_inputs()[0].name: batch.numpy()})
+        assert torch.from_numpy(result).equal(model(batch))
+
+
+def test_the_differential_check_finds_the_fusion_without_its_guard() -> None:
+    """program.divergence (run by every export test) reports what MatMulIntegerToFloatFusion does unguarded."""
+    model = DynamicQuantizedLinear()
+    program = exact(model, (per_token_activations(),))
+    assert all(result.passed for result in program.divergence(per_token_activations()))
+    guards = [node for node in program.model.graph if node.name.endswith("_fusion_guard")]
+    assert len(guards) == 1
+    guards[0].outputs[0].replace_all_uses_with(guards[0].inputs[0])
+    program.model.graph.remove(guards[0], safe=True)
+    program._session = program._unoptimized_session = None
+    (result,) = program.divergence(per_token_activations())
+    assert not result.passed and result.max_abs_error > 0.1

@@ -80,7 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fx2onnx import __version__  # the package's names load on first use: this imports no torch
+
     parser = argparse.ArgumentParser(prog="fx2onnx", description="Export PyTorch models to ONNX through FX.")
+    parser.add_argument("--version", action="version", version=f"fx2onnx {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for subcommand in subcommands():
         sub = commands.add_parser(subcommand.name, help=subcommand.help, description=subcommand.help)
@@ -180,7 +183,13 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
         help="make dimension DIM (0 when omitted) of every tensor input dynamic, named NAME; repeatable",
     )
     parser.add_argument("--target", default="onnxruntime-cpu", help="runtime the model must run in (or 'onnx')")
-    parser.add_argument("--opset", type=int, default=18)
+    parser.add_argument(
+        "--opset",
+        type=int,
+        default=18,
+        help="ONNX opset of the model (default 18, torchlib's own; 23 for the fused Attention, RMSNormalization "
+        "and RotaryEmbedding operators)",
+    )
     parser.add_argument("--fast-math", action="store_true", help="let legalized float ops skip rounding steps")
     parser.add_argument("--strict", action="store_true", help="capture with torch.export's strict mode")
     parser.add_argument("--extractor", default="torch.export", help="torch.export or symbolic_trace")

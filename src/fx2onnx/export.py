@@ -9,8 +9,6 @@ import contextlib
 import functools
 import gc
 import os
-import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +23,8 @@ from fx2onnx.dispatch import Dispatcher
 from fx2onnx.emit.graph_builder import TORCHLIB_OPSET, GraphEmitter, symbol_names_for
 from fx2onnx.errors import ExportError, InvalidModelError, source_line
 from fx2onnx.program import ONNXProgram
+from fx2onnx.progress import ExportProgress, StageClock
+from fx2onnx.progress import wanted as progress_wanted
 from fx2onnx.registry import Registry, apply_translation_table, global_registry
 from fx2onnx.report import ExportReport, casts_inserted_by_passes
 
@@ -52,7 +52,8 @@ def export(
     report: bool | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     artifacts_dir: str | os.PathLike[str] = ".",
     dump_exported_program: bool = False,
-    progress: bool = False,
+    progress: bool | None = None,
+    verbose: bool | None = None,
     dynamo: bool = True,
     export_params: bool = True,
     keep_initializers_as_inputs: bool = False,
@@ -68,8 +69,9 @@ def export(
     paths) to write the export report to: Markdown, or SARIF 2.1.0 for a ``.sarif`` path (``True``: a
     Markdown file in `artifacts_dir`, as torch does); it is written on failure too (and then no model is
     saved). `dump_exported_program=True` writes torch.export's program to `artifacts_dir`.
-    `opset_version` is 18 unless given. `progress=True` shows a progress bar over the stages and the
-    graph's nodes.
+    `opset_version` is 18 unless given. `progress=True` (or `verbose=True`, as torch reads it) shows the
+    stages and the emitted nodes on stderr, `progress=False` (or `verbose=False`) never; by default they
+    show once an export has taken two seconds, when stderr is a terminal (:mod:`fx2onnx.progress`).
     """
     unknown = set(torchscript_options) - set(torch_compat.IGNORED_OPTIONS)
     if unknown:
@@ -97,6 +99,7 @@ def export(
             model, args, kwargs, dynamic_axes, input_names
         )
     export_report = ExportReport(model_name=type(model).__name__, opset=opset_version, target=target)
+    shown = ExportProgress(progress_wanted(progress, verbose))
     try:
         with capture_stage.EXPORT_LOCK, _collections_skip_older_objects():
             program = _export(
@@ -117,9 +120,10 @@ def export(
                 verify=verify,
                 target=target,
                 fast_math=fast_math,
-                progress=progress,
+                progress=shown,
             )
     except Exception as error:
+        shown.close()
         export_report.error = f"{type(error).__name__}: {error}"
         export_report.exception = error
         if report is not None:
@@ -133,8 +137,9 @@ def export(
         with open(path, "w", encoding="utf-8") as file:
             file.write(str(program.exported_program))
     if f is not None:
-        with _StageTimer(export_report.stage_seconds, progress)("save"):
+        with StageClock(export_report.stage_seconds, shown)("save"):
             program.save(f, external_data=external_data)
+    shown.close()  # the export is done: no line after it returns
     if report is not None:
         export_report.write(report)
     return program
@@ -159,10 +164,10 @@ def _export(
     verify: bool,
     target: str,
     fast_math: bool,
-    progress: bool,
+    progress: ExportProgress,
 ) -> ONNXProgram:
     check_opset(opset_version)
-    timer = _StageTimer(export_report.stage_seconds, progress)
+    timer = StageClock(export_report.stage_seconds, progress)
     with timer("registry"):  # the first export in a process builds the default registry
         registry = apply_translation_table(registry or global_registry(), dict(custom_translation_table or {}))
     if isinstance(extractor, str):
@@ -189,7 +194,7 @@ def _export(
         export_report.fx_passes = passes.run_fx_passes(captured, registry)
         export_report.promotion_casts = casts_inserted_by_passes(captured.graph, nodes_before)
 
-    with timer("dispatch+emit"):
+    with timer("dispatch+emit", f"{len(captured.graph.nodes)} FX nodes"):
         flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
         user_dims = {**capture_stage.dim_names(model, args, kwargs, dynamic_shapes), **axis_names}
         dispatcher = Dispatcher(registry, opset_version)
@@ -293,13 +298,11 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
 
         if optimize and opset_version >= FUSION_OPSET:
             # onnxscript's fusions into ONNX's RMSNormalization and RotaryEmbedding apply to opset 23 graphs.
-            from onnxscript.rewriter import onnx_fusions
-
             from fx2onnx import fusions
 
             onnxscript.version_converter.convert_version(model, FUSION_OPSET)
-            onnx_fusions.fuse(model)
-            fusions.fuse_rotary_embeddings(model)  # the rotary forms onnxscript's rule misses (fx2onnx/fusions.py)
+            fusions.fuse_with_onnxscript(model)  # RMSNormalization (and GQA): onnxscript's rules
+            fusions.fuse_rotary_embeddings(model)  # RotaryEmbedding: fx2onnx's rules (fx2onnx/fusions.py)
         onnxscript.version_converter.convert_version(model, opset_version)
         _type_new_constants(model)
     common_passes.RemoveUnusedNodesPass()(model)
@@ -393,19 +396,3 @@ def _collections_skip_older_objects() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-class _StageTimer:
-    def __init__(self, sink: dict[str, float], progress: bool) -> None:
-        self.sink = sink
-        self.progress = progress
-
-    @contextlib.contextmanager
-    def __call__(self, stage: str) -> Iterator[None]:
-        if self.progress:
-            print(f"fx2onnx: {stage}...", file=sys.stderr, flush=True)
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.sink[stage] = self.sink.get(stage, 0.0) + time.perf_counter() - start

@@ -28,6 +28,7 @@ from fx2onnx.errors import source_frame, source_line
 from fx2onnx.program import (
     EXTERNAL_DATA_THRESHOLD,
     OutputVerification,
+    Verifications,
     _to_ortvalue,
     _to_torch,
     compare,
@@ -85,7 +86,7 @@ class NodeComparison:
         return text
 
 
-class Verification(list):  # list[OutputVerification], as ``ONNXProgram.verify`` returns
+class Verification(Verifications):  # list[OutputVerification], as ``ONNXProgram.verify`` returns
     """The per-output comparison, plus the per-node comparison that locates the first difference."""
 
     def __init__(self, outputs: Sequence[OutputVerification], intermediates: Sequence[NodeComparison]) -> None:

@@ -60,16 +60,46 @@ class OutputVerification:
     # exported model is within the dtype's rounding noise (then `passed`; see fx2onnx.rounding_noise).
     noise: rounding_noise.NoiseComparison | None = None
 
-    def __str__(self) -> str:
-        status = "ok" if self.passed else "MISMATCH"
-        text = (
-            f"{self.name}: {status} dtype {self.actual_dtype} (eager {self.expected_dtype}) shape "
-            f"{list(self.actual_shape)} max abs err {self.max_abs_error:.3g} max rel err {self.max_rel_error:.3g}"
-        )
+    @property
+    def criterion(self) -> str:
+        """Why the output passed or failed: which tolerance held (a large relative error on values near zero
+        passes within `atol`) or which was exceeded."""
+        if self.actual_shape != self.expected_shape:
+            return f"shape differs from eager's {list(self.expected_shape)}"
+        if self.actual_dtype != self.expected_dtype:
+            return "dtype differs from eager's"
         if self.noise is not None:
             verdict = "within" if self.noise.within_noise else "beyond"
-            text += f" ({verdict} {self.expected_dtype} rounding noise, {self.noise})"
-        return text
+            return f"{verdict} {self.expected_dtype} rounding noise: {self.noise}"
+        if self.max_abs_error == 0:
+            return "identical"
+        if self.passed and self.max_abs_error <= self.atol:
+            if self.max_rel_error > self.rtol:
+                return f"within atol {self.atol:g}: the large relative error is on values near 0"
+            return f"within atol {self.atol:g}"
+        if self.passed and self.max_rel_error <= self.rtol:
+            return f"within rtol {self.rtol:g}"
+        verdict = "within" if self.passed else "beyond"
+        return f"{verdict} atol + rtol * |eager| = {self.atol:g} + {self.rtol:g} * |eager|"
+
+    def __str__(self) -> str:
+        status = "ok" if self.passed else "MISMATCH"
+        return (
+            f"{self.name}: {status}, dtype {self.actual_dtype} (eager {self.expected_dtype}), shape "
+            f"{list(self.actual_shape)}, max abs err {self.max_abs_error:.3g}, max rel err {self.max_rel_error:.3g} "
+            f"({self.criterion})"
+        )
+
+
+class Verifications(list):  # list[OutputVerification]
+    """``ONNXProgram.verify``'s result: one :class:`OutputVerification` per output, printed one line each."""
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self)
+
+    def __str__(self) -> str:
+        return "\n".join(str(result) for result in self)
 
 
 class ONNXProgram:
@@ -93,6 +123,7 @@ class ONNXProgram:
         self._in_spec = in_spec
         self._input_layout = input_layout(captured, in_spec)
         self._session: onnxruntime.InferenceSession | None = None
+        self._unoptimized_session: onnxruntime.InferenceSession | None = None
 
     # --- the model ------------------------------------------------------------------------------
     @property
@@ -152,16 +183,25 @@ class ONNXProgram:
         return safe_save.save_atomically(path, data_name, write, durable=durable)
 
     # --- running --------------------------------------------------------------------------------
-    def session(self) -> onnxruntime.InferenceSession:
-        if self._session is None:
-            if self.weight_bytes > EXTERNAL_DATA_THRESHOLD:
-                with tempfile.TemporaryDirectory() as folder:
-                    path = os.path.join(folder, "model.onnx")
-                    self.save(path, external_data=True, durable=False)  # a temporary file: no fsync needed
-                    self._session = cpu_session(path, self.model)
-            else:
-                self._session = cpu_session(self.model_proto.SerializeToString(), self.model)
-        return self._session
+    def session(self, *, optimized: bool = True) -> onnxruntime.InferenceSession:
+        """The program's ONNX Runtime CPU session: default options (every graph optimization on), as a user's
+        ``InferenceSession`` gets; ``optimized=False`` gives one with graph optimizations off (see
+        :meth:`divergence`)."""
+        cached = self._session if optimized else self._unoptimized_session
+        if cached is not None:
+            return cached
+        if self.weight_bytes > EXTERNAL_DATA_THRESHOLD:
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, "model.onnx")
+                self.save(path, external_data=True, durable=False)  # a temporary file: no fsync needed
+                created = cpu_session(path, optimized=optimized)
+        else:
+            created = cpu_session(self.model_proto.SerializeToString(), optimized=optimized)
+        if optimized:
+            self._session = created
+        else:
+            self._unoptimized_session = created
+        return created
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
         """Run in ONNX Runtime; returns the flat list of outputs as torch tensors (None where the model returns None).
@@ -170,9 +210,16 @@ class ONNXProgram:
         by name, and nested dicts are matched by key; an unknown, missing or repeated input is refused with the
         inputs the model was exported with.
         """
+        return self.run(args, kwargs)
+
+    def run(
+        self, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *, optimized: bool = True
+    ) -> list[torch.Tensor | None]:
+        """``program(*args, **kwargs)``, in the session with graph optimizations on (default) or off."""
         import onnxruntime
 
-        session = self.session()
+        args, kwargs = tuple(args), dict(kwargs or {})
+        session = self.session(optimized=optimized)
         graph_inputs = self.model.graph.inputs
         if self._input_layout is None:  # no record of the capture: the tensors, in the order given
             flat = flatten_inputs(self._in_spec, args, kwargs)
@@ -202,6 +249,24 @@ class ONNXProgram:
         outputs = session.run_with_ort_values([o.name for o in session.get_outputs()], feed)
         return complex_layout.restore_outputs(self.model, [_to_torch(value) for value in outputs])
 
+    def divergence(self, *args: Any, **kwargs: Any) -> list[OutputVerification]:
+        """Compare the outputs of the default session (graph optimizations on) with those of a session with graph
+        optimizations off, on the same inputs: integer and bool outputs must be equal, float outputs equal up to
+        the rounding noise of reordered float arithmetic (:data:`OPTIMIZATION_TOLERANCES`).
+
+        A divergence is an ONNX Runtime graph optimization that changes what the model computes
+        (``docs/ort-defects.md``).
+        """
+        optimized = self.run(args, kwargs)
+        unoptimized = self.run(args, kwargs, optimized=False)
+        names = [v.name or f"output_{i}" for i, v in enumerate(self.model.graph.outputs)]
+        unoptimized = [value for value in unoptimized if value is not None]  # Nones have no graph output
+        optimized = [value for value in optimized if value is not None]
+        return [
+            compare_optimized(name, reference, result)
+            for name, reference, result in zip(names, unoptimized, optimized, strict=True)
+        ]
+
     def verify(
         self,
         *args: Any,
@@ -209,8 +274,8 @@ class ONNXProgram:
         atol: float | None = None,
         intermediates: bool = False,
         **kwargs: Any,
-    ) -> list[OutputVerification]:
-        """Run eager and ONNX Runtime on the same inputs and compare every output.
+    ) -> Verifications:
+        """Run eager and ONNX Runtime on the same inputs and compare every output (printed: one line each).
 
         `intermediates=True` also compares the value of every FX node with the ONNX value named after
         it and returns a :class:`fx2onnx.intermediates.Verification` (still the list of outputs) whose
@@ -245,7 +310,9 @@ class ONNXProgram:
         expected_tensors = [e for i, e in enumerate(expected_flat) if i not in nones]
         actual = [a for i, a in enumerate(actual_flat) if i not in nones]
         names = [v.name or f"output_{i}" for i, v in enumerate(self.model.graph.outputs)]
-        results = [compare(name, e, a, rtol=rtol, atol=atol) for name, e, a in zip(names, expected_tensors, actual)]
+        results = Verifications(
+            compare(name, e, a, rtol=rtol, atol=atol) for name, e, a in zip(names, expected_tensors, actual)
+        )
         if rtol is None and atol is None:  # tolerances given by the caller are the caller's verdict
             self._judge_rounding_noise(results, expected_tensors, actual, args, kwargs)
         return results
@@ -544,28 +611,49 @@ def _is_exact(tensor: torch.Tensor) -> bool:
     return not tensor.dtype.is_floating_point and not tensor.dtype.is_complex and tensor.dtype != torch.uint64
 
 
-def cpu_session(source: str | bytes, model: ir.Model) -> onnxruntime.InferenceSession:
-    """An ONNX Runtime CPU session of `model` (a path or serialized bytes of it), quiet, without the graph
-    optimizations that would change its numbers."""
+def cpu_session(
+    source: str | bytes, model: ir.Model | None = None, *, optimized: bool = True
+) -> onnxruntime.InferenceSession:
+    """An ONNX Runtime CPU session of a model (a path or its serialized bytes), quiet, otherwise with the options
+    a plain ``InferenceSession`` gets (every graph optimization on); ``optimized=False`` turns them off.
+
+    No optimizer is disabled: an exported model must compute the same in the session users get by default
+    (fx2onnx avoids the fusions that would not; ``docs/ort-defects.md``). `model` is accepted for compatibility.
+    """
     import onnxruntime
 
+    del model
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    return onnxruntime.InferenceSession(
-        source, options, providers=["CPUExecutionProvider"], disabled_optimizers=_rounding_optimizers(model)
-    )
+    if not optimized:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
-def _rounding_optimizers(model: ir.Model) -> list[str] | None:
-    """ONNX Runtime graph optimizations that would round the model's float64 numbers to float32.
+# (rtol, atol relative to the output's largest magnitude) between the outputs of a session with graph
+# optimizations on and one with them off: fusions reorder float arithmetic (a scale applied after a MatMul instead
+# of before, a fused LayerNorm's or Gelu's own kernel), which moves results by a few ulps, compounded through a
+# deep model; anything beyond is a fusion computing something else. Integer and bool outputs must be equal.
+OPTIMIZATION_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-10, 1e-12),
+    torch.float32: (1e-4, 1e-5),
+    torch.float16: (1e-2, 2e-3),
+    torch.bfloat16: (4e-2, 1e-2),
+    torch.complex64: (1e-4, 1e-5),
+    torch.complex128: (1e-10, 1e-12),
+}
 
-    MatMulScaleFusion folds a Mul by a scalar constant around a MatMul (``x @ w * 0.1``, attention's scale, addmm's
-    alpha) into FusedMatMul's alpha attribute, a float32: a float64 model would lose its scale's precision.
-    """
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if node.op_type == "MatMul" and node.domain in ("", "ai.onnx") and node.outputs[0].dtype == ir.DataType.DOUBLE:
-            return ["MatMulScaleFusion"]
-    return None
+
+def compare_optimized(name: str, unoptimized: torch.Tensor, optimized: torch.Tensor) -> OutputVerification:
+    """One output of the optimized session against the unoptimized one (:meth:`ONNXProgram.divergence`)."""
+    rtol, relative_atol = OPTIMIZATION_TOLERANCES.get(unoptimized.dtype, (0.0, 0.0))
+    magnitude = 0.0
+    if relative_atol and unoptimized.numel():
+        finite = unoptimized.detach().abs().to(torch.float64)
+        finite = finite[torch.isfinite(finite)]
+        magnitude = float(finite.max()) if finite.numel() else 0.0
+    atol = relative_atol * magnitude if magnitude else relative_atol * torch.finfo(torch.float64).tiny
+    return compare(name, unoptimized, optimized, rtol=rtol, atol=atol)
 
 
 def _to_ortvalue(onnxruntime: Any, tensor: torch.Tensor) -> Any:

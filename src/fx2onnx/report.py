@@ -212,9 +212,12 @@ class ExportReport:
         times = ", ".join(f"{k} {v:.2f}s" for k, v in self.stage_seconds.items())
         casts = collections.Counter(c.reason for c in self.all_casts())
         cast_text = ", ".join(f"{n} {r}" for r, n in casts.items()) or "none"
+        cast_matches = sum(1 for d in self.decisions if d.chosen is not None and not d.perfect)
+        failed = sum(1 for d in self.decisions if d.chosen is None)  # nothing could lower the node
+        matches = f"{cast_matches} cast matches" + (f", {failed} failed" if failed else "")
         return (
             f"{self.model_name}: {self.graph_nodes} FX nodes via {self.strategy or '?'}, "
-            f"{len(self.decisions)} dispatched ({sum(1 for d in self.decisions if not d.perfect)} cast matches), "
+            f"{len(self.decisions)} dispatched ({matches}), "
             f"Casts added: {cast_text}; {total:.2f}s ({times})"
         )
 

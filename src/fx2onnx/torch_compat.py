@@ -8,8 +8,8 @@
   fx2onnx does not make (a TorchScript export, a model without its weights, weights as graph inputs):
   they are refused with the reason. Options torch's dynamo path ignores (``training``,
   ``operator_export_type``, ``do_constant_folding``, ``custom_opsets``, ``export_modules_as_functions``,
-  ``autograd_inlining``, ``verbose``, ``profile``) are ignored here too, with a warning when not at
-  their defaults.
+  ``autograd_inlining``, ``profile``) are ignored here too, with a warning when not at their defaults.
+  ``verbose`` is read, as torch's dynamo path does: ``verbose=True`` shows the export's progress.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ DynamicAxes = Mapping[str, Mapping[int, str] | Sequence[int]]
 
 # torch.onnx.export's options that only its TorchScript exporter reads, with their defaults.
 IGNORED_OPTIONS: dict[str, Any] = {
-    "verbose": None,
     "profile": False,
     "training": torch.onnx.TrainingMode.EVAL,
     "operator_export_type": torch.onnx.OperatorExportTypes.ONNX,

@@ -90,7 +90,32 @@ def _check_fx2onnx(sample: PreparedSample, phase: Phase, signatures: list[dict[s
         actual = [a for a in program(*sample.fresh_inputs()) if a is not None]  # as eager's side (_flat_outputs)
     except Exception as error:
         return failure(sample, RUN_ERROR, error)
-    return compare_outputs(sample, actual)
+    outcome = compare_outputs(sample, actual)
+    if outcome.status == OK:
+        phase("differential")
+        outcome = _optimizations_change_nothing(sample, program, actual) or outcome
+    return outcome
+
+
+def _optimizations_change_nothing(
+    sample: PreparedSample, program: Any, optimized: Sequence[torch.Tensor]
+) -> SampleOutcome | None:
+    """A mismatch when ONNX Runtime's graph optimizations change the outputs of the default session (which
+    matched eager): the same inputs in a session with optimizations off, compared at rounding-noise tolerance
+    (:func:`fx2onnx.program.compare_optimized`); None when they agree."""
+    from fx2onnx.program import compare_optimized
+
+    try:
+        unoptimized = [a for a in program.run(sample.fresh_inputs(), optimized=False) if a is not None]
+    except Exception as error:
+        return failure(sample, RUN_ERROR, error)
+    for position, (reference, result) in enumerate(zip(unoptimized, optimized, strict=True)):
+        verdict = compare_optimized(f"output {position}", reference, result)
+        if not verdict.passed:
+            errors = f"max abs err {verdict.max_abs_error:.3g}, max rel err {verdict.max_rel_error:.3g}"
+            detail = f"output {position}: ONNX Runtime's graph optimizations change the values ({errors})"
+            return SampleOutcome(sample.index, MISMATCH, detail)
+    return None
 
 
 # --- the reference exporter ------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def crash_record(case: Case, phase: str, sample: int, why: str, samples_done: in
         status = check.EXPORT_ERROR
     elif phase == "check":
         status = check.INVALID_MODEL
-    elif phase in ("session", "run"):
+    elif phase in ("session", "run", "differential"):  # differential: a session with optimizations off
         status = check.RUN_ERROR
     else:
         status = check.EXCLUDED  # eager itself (sample preparation) crashed or hung

@@ -14,7 +14,7 @@ import contextvars
 import dataclasses
 import inspect
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -28,6 +28,7 @@ from fx2onnx.capture import CapturedGraph
 from fx2onnx.dispatch import DispatchDecision, Dispatcher, value_dtype
 from fx2onnx.emit.recorder import GraphRecorder
 from fx2onnx.errors import LoweringError, describe_value, source_line
+from fx2onnx.progress import ExportProgress
 from fx2onnx.registry import qualified_name
 
 TORCHLIB_OPSET = 18
@@ -63,7 +64,7 @@ class GraphEmitter:
         input_names: Sequence[str] | None = None,
         output_names: Sequence[str] | None = None,
         dim_names: Mapping[Any, str] | None = None,
-        progress: bool = False,
+        progress: ExportProgress | None = None,
     ) -> None:
         self.progress = progress
         self.captured = captured
@@ -85,11 +86,9 @@ class GraphEmitter:
 
     # --- driver ---------------------------------------------------------------------------------
     def run(self) -> EmitResult:
-        nodes = list(self.captured.graph.nodes)
-        if self.progress:
-            from tqdm import tqdm
-
-            nodes = tqdm(nodes, desc="fx2onnx: emit", unit="node", leave=False)
+        nodes: Iterable[torch.fx.Node] = self.captured.graph.nodes
+        if self.progress is not None:
+            nodes = self.progress.items(nodes, unit="node")
         for node in nodes:
             getattr(self, node.op)(node)
         model = ir.Model(

@@ -4,6 +4,8 @@
 - :mod:`~fx2onnx.legalize.tables`: the legal-types tables, generated from the installed runtime.
 - :mod:`~fx2onnx.legalize.widening`: which wider types keep eager's results.
 - :mod:`~fx2onnx.legalize.rewrite`: the pass, and the final check that the target runs every node.
+- :mod:`~fx2onnx.legalize.fusion_guards`: keeps ONNX Runtime's graph optimizer from fusing patterns into kernels
+  that compute something else (``docs/ort-defects.md``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import onnx_ir as ir
 
 from fx2onnx.emit.graph_builder import CastRecord
 from fx2onnx.errors import ExportError, source_line
+from fx2onnx.legalize.fusion_guards import guard_fusions
 from fx2onnx.legalize.rewrite import FX_NODE, Legalizer, Refusal
 from fx2onnx.legalize.targets import (
     KernelTableTarget,
@@ -41,6 +44,8 @@ def legalize_model(model: ir.Model, target: str | Target, *, fast_math: bool = F
     records = legalizer.run()
     if legalizer.refusals:
         raise _error(legalizer.refusals, resolved)
+    # Every target: a model exported for the spec is run in ONNX Runtime too, and the guards are plain ONNX.
+    guard_fusions(model)
     return records
 
 

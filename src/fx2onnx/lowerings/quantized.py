@@ -8,6 +8,8 @@ Runtime 1.31.1):
   point 128, which ONNX Runtime's kernels subtract exactly. Its uint8 x uint8 kernels are exact on every CPU;
   its uint8 x int8 kernel multiplies with VPMADDUBSW on x86 without VNNI, which saturates int16 partial sums,
   and its int8 x int8 kernel is a scalar loop there (10x slower than uint8 x uint8 on this machine).
+  ``legalize/fusion_guards.py`` keeps ONNX Runtime from fusing a MatMulInteger and the float rescale after it into
+  ``MatMulIntegerToFloat``, which computes a per-row (per-token) scale with its bias wrong (docs/ort-defects.md).
 - Every other ``out_dtype`` dispatches its inner op for the promoted dtype through the export's registry, like
   any FX node, then Casts to ``dtype``. Eager's float -> integer cast truncates toward zero through int32 and
   wraps (300.7 -> 44 in int8, 1e10 -> 0, NaN -> 0); it does not saturate. ONNX Runtime's Cast does the same.
