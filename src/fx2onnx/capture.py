@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import inspect
 import operator
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
@@ -30,6 +31,13 @@ from fx2onnx import torch_compat
 from fx2onnx.errors import CaptureError, user_frame
 from fx2onnx.fake_kernels import static_fake_kernels
 from fx2onnx.registry import Registry, qualified_name
+
+# torch.export is not thread-safe: its tracing modes (the proxy and fake modes, the module hierarchy it records) are
+# process-wide, and non-strict capture swaps the model's parameters for fake tensors while it traces. Two exports
+# at once in two threads fail inside torch.export, and one of the same model can leave it holding fake tensors.
+# Every export (capture through verification) holds this lock; so does the eager run of `ONNXProgram.verify`, so
+# that it never sees a model some other thread is tracing. Reentrant: `export(verify=True)` verifies inside.
+EXPORT_LOCK = threading.RLock()
 
 
 @dataclasses.dataclass

@@ -111,7 +111,7 @@ def export(
     )
     shown = ExportProgress(progress_wanted(progress, verbose))
     try:
-        with _collections_skip_older_objects():
+        with capture_stage.EXPORT_LOCK, _collections_skip_older_objects():
             program = _export(
                 model,
                 args,

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 from fx2onnx import complex_layout, dtypes
-from fx2onnx.capture import CapturedGraph, flatten_inputs, from_exported_program
+from fx2onnx.capture import CapturedGraph, from_exported_program
 from fx2onnx.errors import source_frame, source_line
 from fx2onnx.program import (
     EXTERNAL_DATA_THRESHOLD,
@@ -33,6 +33,7 @@ from fx2onnx.program import (
     _to_torch,
     compare,
     cpu_session,
+    match_inputs,
 )
 from fx2onnx.registry import qualified_name
 
@@ -136,7 +137,8 @@ def compare_intermediates(
 ) -> list[NodeComparison]:
     """Compare each FX node's eager value with its ONNX value, in topological order."""
     captured = _captured_graph(program)
-    flat = flatten_inputs(captured.in_spec, args, kwargs)
+    # In the exported order, nested dicts matched by key (as program(...) does), not in the caller's order.
+    flat = [value for _, value in match_inputs(captured.in_spec, args, dict(kwargs), program._module)]
     names = _onnx_names(captured, [v.name for v in program.model.graph.outputs])
     available = _available_values(program.model)
     wanted = {node: next((n for n in candidates if n in available), None) for node, candidates in names.items()}
@@ -232,7 +234,7 @@ def _onnx_names(captured: CapturedGraph, output_names: Sequence[str]) -> dict[to
         if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
             candidates.append(f"{node.args[0].name}_{node.args[1]}")  # an item of a multi-output node
         names[node] = candidates
-    for node, name in zip(captured.user_outputs, output_names):
+    for node, name in zip([o for o in captured.user_outputs if o is not None], output_names):  # Nones have none
         if isinstance(node, torch.fx.Node) and node in names:
             names[node].insert(0, name)  # outputs are renamed after the user's output names
     return names
@@ -271,7 +273,7 @@ def _run_onnx(program: ONNXProgram, names: Sequence[str], flat_inputs: Sequence[
         large = program.weight_bytes > EXTERNAL_DATA_THRESHOLD
         if large:  # protobuf cannot hold it: go through a file with external data
             path = os.path.join(folder, "model.onnx")
-            program.save(path, external_data=True)
+            program.save(path, external_data=True, durable=False)  # a temporary file
             proto = onnx.load(path, load_external_data=False)
         else:
             proto = program.model_proto

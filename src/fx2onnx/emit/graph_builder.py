@@ -82,6 +82,7 @@ class GraphEmitter:
         # Positions of graph inputs/outputs holding complex values as (..., 2) real tensors (complex_layout).
         self.complex_inputs: list[int] = []
         self.complex_outputs: list[int] = []
+        self.none_outputs: list[int] = []  # positions among the flat outputs of the Nones the model returns
 
     # --- driver ---------------------------------------------------------------------------------
     def run(self) -> EmitResult:
@@ -98,7 +99,7 @@ class GraphEmitter:
             functions=list(self.recorder.functions.values()),
         )
         self.graph.opset_imports.update(self.opset_imports)
-        complex_layout.record(model, self.complex_inputs, self.complex_outputs)
+        complex_layout.record(model, self.complex_inputs, self.complex_outputs, self.none_outputs)
         return EmitResult(model, self.dispatcher.decisions, self.casts)
 
     # --- node kinds -----------------------------------------------------------------------------
@@ -184,10 +185,18 @@ class GraphEmitter:
         outputs = self.captured.user_outputs
         from fx2onnx.capture import output_paths
 
-        names = self.output_names or output_paths(self.captured.out_spec, len(outputs))
+        # A None among the outputs has no ONNX output: `program(...)` puts None back at its position.
+        self.none_outputs = [index for index, arg in enumerate(outputs) if arg is None]
+        names = output_paths(self.captured.out_spec, len(outputs))
+        if self.output_names:  # the user's names go to the graph's outputs, in order
+            names = list(self.output_names) + [f"output_{i}" for i in range(len(self.output_names), len(outputs))]
+            for index in self.none_outputs:
+                names.insert(index, "")
         used: set[int] = set()
         with self.recorder.recording({f"{METADATA_PREFIX}.fx_node": "output"}):
             for index, arg in enumerate(outputs):
+                if arg is None:
+                    continue
                 value = self.env[arg] if isinstance(arg, torch.fx.Node) else self.recorder.constant(arg)
                 if not isinstance(value, ir.Value):
                     value = self.recorder.constant(value)
@@ -200,7 +209,7 @@ class GraphEmitter:
                 used.add(id(value))
                 name = names[index] if index < len(names) else f"output_{index}"
                 if isinstance(arg, torch.fx.Node) and _is_complex(arg.meta.get("val")):
-                    self.complex_outputs.append(index)
+                    self.complex_outputs.append(len(self.graph.outputs))
                 value.name = name
                 self.graph.outputs.append(value)
 
