@@ -2,13 +2,14 @@
 #   make demo   export the built-in TinyGPT, run it in ONNX Runtime, verify it against eager
 #   make test   run the test suite
 # Both create .venv and install fx2onnx with its pinned torch on first use.
+# `make test-torch-latest` runs the suite in a second venv with the newest torch release (see README).
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-nightly lint bench
+.PHONY: demo test test-nightly test-torch-latest lint bench
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +27,24 @@ test: $(STAMP)
 # The property-based tests with many more, randomised, examples (FX2ONNX_NIGHTLY=1), and their statistics.
 test-nightly: $(STAMP)
 	FX2ONNX_NIGHTLY=1 $(BIN)/python -m pytest -q --hypothesis-show-statistics
+
+# The suite against the newest torch on the package index (pip's requirement in TORCH_LATEST: pass
+# TORCH_LATEST=torch==2.15.0 to pin one), in its own venv: constraints.txt's pins except torch's. The venv
+# is reinstalled on every run, so that it follows new releases. On Linux the PyPI wheel is the CUDA build,
+# which pulls about 5.7 GB of CUDA libraries and runs on a CPU-only machine. PIP_CONSTRAINT replaces any
+# constraint file of pip's own configuration (a machine's may cap torch at the release it holds).
+TORCH_LATEST ?= torch
+LATEST_VENV ?= .venv-torch-latest
+LATEST_CONSTRAINTS := $(LATEST_VENV)/constraints-without-torch.txt
+
+test-torch-latest:
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	grep -v '^torch==' constraints.txt > $(LATEST_CONSTRAINTS)
+	PIP_CONSTRAINT=$(CURDIR)/$(LATEST_CONSTRAINTS) $(LATEST_VENV)/bin/python -m pip install --quiet --upgrade "$(TORCH_LATEST)"
+	PIP_CONSTRAINT=$(CURDIR)/$(LATEST_CONSTRAINTS) $(LATEST_VENV)/bin/python -m pip install --quiet -e ".[test]"
+	$(LATEST_VENV)/bin/python -c "import torch; print('torch', torch.__version__)"
+	$(LATEST_VENV)/bin/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

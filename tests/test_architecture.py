@@ -38,6 +38,8 @@ LAYERS: list[tuple[str, ...]] = [
         "fx2onnx._fake_kernels",
         "fx2onnx._torch_compat",
         "fx2onnx.examples",
+        "fx2onnx._safe_save",
+        "fx2onnx._progress",
     ),
     ("fx2onnx._capture",),
     ("fx2onnx._passes",),
@@ -50,7 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fx2onnx.legalize",),
     ("fx2onnx._intermediates", "fx2onnx.report"),
     ("fx2onnx.program",),
-    ("fx2onnx.export",),
+    ("fx2onnx._export",),
     ("fx2onnx", "fx2onnx.cli", "fx2onnx.coverage"),
 ]
 

@@ -55,6 +55,11 @@ FACTORIES = textwrap.dedent(
 
     def unsupported():
         return Unsupported(), torch.randn(3)
+
+
+    def with_keywords():
+        torch.manual_seed(0)
+        return Tagger(), (torch.randn(2, 4),), {"ids": torch.arange(2)}
     """
 )
 
@@ -65,7 +70,7 @@ def fx2onnx_cli(*arguments: str, cwd: pathlib.Path) -> subprocess.CompletedProce
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=3600,  # only a hung command reaches it (an export takes minutes at load 20 on 2 cores)
     )
 
 
@@ -186,3 +191,58 @@ def test_inspect_names_nodes_without_a_kernel(tmp_path: pathlib.Path) -> None:
     assert "ONNX Runtime session: fails to load" in shown.stdout
     spec = fx2onnx_cli("inspect", "bf16.onnx", "--target", "onnx", cwd=tmp_path)
     assert "every node has a kernel in onnx" in spec.stdout
+
+
+def test_help_and_version_answer_without_importing_torch(tmp_path: pathlib.Path) -> None:
+    """`fx2onnx --help` and `--version` are instant: the CLI's parser imports no torch (seconds of imports)."""
+    probe = (
+        "import sys\n"
+        "from fx2onnx.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'onnx', 'onnxruntime', 'onnxscript')))\n"
+    )
+    imported = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.strip() == "[]"
+
+    import fx2onnx
+
+    version = fx2onnx_cli("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == f"fx2onnx {fx2onnx.__version__}"
+    usage = fx2onnx_cli("--help", cwd=tmp_path)
+    assert usage.returncode == 0
+    for command in ("demo", "export", "inspect", "coverage", "--version"):
+        assert command in usage.stdout
+    export_usage = fx2onnx_cli("export", "--help", cwd=tmp_path)
+    assert "--opset OPSET ONNX opset of the model (default 18" in " ".join(export_usage.stdout.split())
+
+
+def test_the_package_api_loads_on_first_use() -> None:
+    """The lazily loaded names are the real objects; `fx2onnx.export` stays the function after its module loads."""
+    probe = (
+        "import fx2onnx._export, fx2onnx, fx2onnx.program\n"
+        "from fx2onnx._export import export\n"
+        "assert fx2onnx.export is export, fx2onnx.export\n"
+        "assert fx2onnx.ONNXProgram is fx2onnx.program.ONNXProgram\n"
+        "assert all(callable(getattr(fx2onnx, name)) for name in fx2onnx.__all__ if name != '__version__')\n"
+        "assert set(fx2onnx.__all__) == {*fx2onnx._PUBLIC, '__version__'}\n"
+        "from fx2onnx import *\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_dynamic_applies_to_keyword_inputs_of_a_factory(workdir: pathlib.Path) -> None:
+    done = fx2onnx_cli("export", "factories:with_keywords", "-o", "out/kw.onnx", "--dynamic", "batch", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    model = onnx.load(workdir / "out" / "kw.onnx")
+    dims = {v.name: v.type.tensor_type.shape.dim[0].dim_param for v in model.graph.input}
+    assert dims == {"x": "batch", "ids": "batch"}
+    namespace: dict = {}
+    exec(FACTORIES, namespace)
+    module, (_,), _ = namespace["with_keywords"]()
+    x, ids = torch.randn(5, 4), torch.arange(5)
+    session = onnxruntime.InferenceSession(str(workdir / "out" / "kw.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": x.numpy(), "ids": ids.numpy()})
+    with torch.no_grad():
+        np.testing.assert_allclose(got, module(x, ids=ids).numpy(), rtol=1e-6, atol=1e-6)

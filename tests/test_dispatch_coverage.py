@@ -56,6 +56,23 @@ def resolve(overload: str) -> torch._ops.OpOverload:
     return getattr(getattr(getattr(torch.ops, namespace), name), overload_name or "default")
 
 
+def recorded_with_this_torch() -> bool:
+    """Whether the discovery data was recorded with the installed torch release (local build tags aside)."""
+    with open(discovery.DATA_PATH, encoding="utf-8") as handle:
+        recorded = json.load(handle)["torch"]
+    return recorded.split("+")[0] == torch.__version__.split("+")[0]
+
+
+def in_this_torch(overload: str) -> bool:
+    """Whether the installed torch has `overload`: another release than the data's may have removed it
+    (torch 2.15 removed aten::cholesky; torch.cholesky now calls linalg_cholesky)."""
+    try:
+        resolve(overload)
+    except AttributeError:
+        return False
+    return True
+
+
 def build_node(overload: str, args: dict[str, Any]) -> torch.fx.Node:
     """The FX node for a recorded signature: placeholders with eager's dtypes, constants as recorded."""
     target = resolve(overload)
@@ -112,6 +129,9 @@ def dispatch_gaps(
     gaps: dict[str, str] = {}
     kinds: collections.Counter[str] = collections.Counter()
     for overload, entry in data.items():
+        if not in_this_torch(overload):
+            kinds["absent from this torch (skipped)"] += len(entry["signatures"])
+            continue
         for signature in entry["signatures"]:
             if any(t.startswith("c") for t in discovery.tensor_dtypes(signature["args"])):
                 kinds["complex (reported apart)"] += 1
@@ -146,11 +166,19 @@ def gaps_and_kinds() -> tuple[dict[str, str], collections.Counter[str]]:
 
 
 def test_discovery_data_is_current() -> None:
-    """Every recorded overload exists in this torch and every signature can be rebuilt as an FX node."""
+    """Every recorded overload exists in this torch and every signature can be rebuilt as an FX node.
+
+    Under another torch release than the data's, an overload that release removed is skipped (the data stays
+    that of the release `make test` installs); every other one must still build."""
     data = discovery.load()
     assert len(data) > 100, "the discovery data is nearly empty; run `fx2onnx coverage --write-docs`"
+    absent = [overload for overload in data if not in_this_torch(overload)]
+    if recorded_with_this_torch():
+        assert absent == []
+    assert len(absent) < len(data) // 20, f"this torch lacks many recorded overloads: {absent}"
     for overload, entry in data.items():
-        resolve(overload)
+        if overload in absent:
+            continue
         for signature in entry["signatures"]:
             build_node(overload, signature["args"])
             build_node(overload, signature.get("dispatched", signature["args"]))

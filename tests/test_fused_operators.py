@@ -59,13 +59,30 @@ def test_float_mask_at_opset_23_and_decomposed_at_18() -> None:
     assert op_counts(assert_exports_and_matches(model, args, opset_version=18))["Attention"] == 0
 
 
-def test_boolean_mask_keeps_zero_rows_of_eager() -> None:
-    """Eager gives zeros for a query row whose mask is all False; the decomposed lowering keeps that."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_boolean_mask_at_opset_23_keeps_zero_rows_of_eager(dtype: torch.dtype) -> None:
+    """A boolean mask (True: attend, as transformers' LLaMA and GPT-2 pass) becomes Attention's own mask at
+    opset 23; eager gives zeros for a query row whose mask is all False, and so do Attention and the
+    decomposed lowering below opset 23. Values at the dtype's extremes keep the softmax honest."""
     mask = torch.ones(4, 6, dtype=torch.bool)
     mask[1] = False
-    args = (randn(1, 2, 4, 8), randn(1, 2, 6, 8), randn(1, 2, 6, 8), mask)
+    mask[2, ::2] = False
+    query = randn(1, 2, 4, 8, dtype=dtype)
+    query[0, 0, 3] = torch.finfo(dtype).max / 1e4  # a score far beyond the others: one key takes all the weight
+    args = (query, randn(1, 2, 6, 8, dtype=dtype), randn(1, 2, 6, 8, dtype=dtype), mask)
     model = Call(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
-    assert_exports_and_matches(model, args, opset_version=23)
+    assert op_counts(assert_exports_and_matches(model, args, opset_version=23))["Attention"] == 1
+    assert op_counts(assert_exports_and_matches(model, args, opset_version=18))["Attention"] == 0
+
+
+def test_boolean_mask_of_grouped_query_and_3d_attention_at_opset_23() -> None:
+    grouped = Call(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True))
+    mask = torch.rand(1, 1, 5, 7, generator=torch.Generator().manual_seed(0)) > 0.3
+    args = (randn(1, 4, 5, 8), randn(1, 2, 7, 8), randn(1, 2, 7, 8), mask)
+    assert op_counts(assert_exports_and_matches(grouped, args, opset_version=23))["Attention"] == 1
+    plain = Call(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+    args = (randn(2, 5, 8), randn(2, 7, 8), randn(2, 7, 8), mask[0].expand(2, 5, 7))
+    assert op_counts(assert_exports_and_matches(plain, args, opset_version=23))["Attention"] == 1
 
 
 class RMSNormBlock(torch.nn.Module):

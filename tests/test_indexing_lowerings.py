@@ -193,3 +193,17 @@ def test_untyped_outputs_of_legalized_nodes_are_cast_back() -> None:
         for shape in [(2, 3), (2, 4), (5, 3, 4), (5,)]
     ]
     assert_exports_and_matches(bilinear, tuple(a.to(torch.int8) for a in args))
+
+
+class RepeatInterleaveByTensor(torch.nn.Module):
+    def forward(self, x: torch.Tensor, repeats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.repeat_interleave(repeats, dim=1), torch.repeat_interleave(repeats)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_repeat_interleave_by_a_tensor_of_repeats(dtype: torch.dtype) -> None:
+    """Data-dependent output size (the sum of repeats); zeros drop columns; all zeros give empty outputs."""
+    x = torch.tensor([[1.5, -2.0, 3.0, 0.0], [torch.finfo(torch.float32).max, -0.0, 7.0, 1e-30]]).to(dtype)
+    repeats = torch.tensor([2, 0, 3, 1])
+    runs = [((x, repeats), {}), ((x, torch.tensor([0, 0, 0, 5])), {}), ((x, torch.zeros(4, dtype=torch.int64)), {})]
+    assert_exports_and_matches(RepeatInterleaveByTensor(), (x, repeats), run_with=runs)

@@ -322,7 +322,8 @@ def test_int8_arithmetic_wraps_like_eager() -> None:
     b = torch.tensor([[127, 100, -128, 50], [90, 90, 90, 90]], dtype=torch.int8)
     w = torch.tensor([[127, 100, -128], [90, 90, 90], [-7, 3, 127], [1, 2, 3]], dtype=torch.int8)
     program = check(Int8Math(), (a, b, w))
-    assert any(c.reason == "legalize" for c in program.report.casts)
+    # ONNX Runtime has no int8 CumSum: the integer cumsum lowering adds in int32 and casts back (legalization did)
+    assert any(n.op_type == "CumSum" for n in program.model_proto.graph.node)
 
 
 class BoolLogic(torch.nn.Module):

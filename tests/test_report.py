@@ -158,6 +158,7 @@ def test_unsupported_operator_fails_with_report_and_no_model(tmp_path: pathlib.P
 
     text = md.read_text()
     assert "Export **FAILED** (UnsupportedOperatorError)" in text
+    assert "3 dispatched (0 cast matches, 1 failed)" in text  # the failed dispatch is no cast match
     assert "- node: `scale` (`fx2onnx_report_test::scale`)" in text
     assert f"test_report.py:{line} in forward" in text
     assert "remedy:" in text
@@ -241,3 +242,49 @@ def test_capture_failure_names_the_line_and_a_remedy(tmp_path: pathlib.Path) -> 
     assert "inputs: float32 (3,)" in message and "remedy:" in message
     (failure,) = results_of(validated_sarif(sarif), "FX2ONNX103")
     assert points_at(failure, line_of("branch"))
+
+
+# --- verify's results, as printed ------------------------------------------------------------------------------
+def test_verify_prints_one_line_per_output_with_the_criterion_that_decided() -> None:
+    class TwoOutputs(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.tanh(x), (x > 0).sum()
+
+    x = torch.randn(3, 4)
+    program = fx2onnx.export(TwoOutputs(), (x,))
+    results = program.verify(x)
+    assert results.passed and len(results) == 2
+    lines = str(results).splitlines()
+    assert len(lines) == 2 and "OutputVerification(" not in str(results)
+    assert lines[0].startswith(f"{results[0].name}: ok, dtype float32 (eager float32), shape [3, 4], max abs err ")
+    count = "dtype int64 (eager int64), shape [], max abs err 0, max rel err 0 (identical)"
+    assert lines[1] == f"{results[1].name}: ok, {count}"
+
+
+def test_verify_result_says_which_tolerance_held_or_broke() -> None:
+    from fx2onnx._verification import compare
+
+    eager = torch.tensor([1e-6, 1.0, -2.0, 1e4])
+    # 2.4 relative error on a value near zero: passes on atol, and says so.
+    near_zero = compare("y", eager, eager + torch.tensor([2.4e-6, 0.0, 0.0, 0.0]))
+    assert near_zero.passed and near_zero.max_rel_error == pytest.approx(2.4, rel=1e-3)
+    assert str(near_zero).startswith("y: ok, dtype float32 (eager float32), shape [4], max abs err 2.4e-06, max rel")
+    assert str(near_zero).endswith("(within atol 0.0001: the large relative error is on values near 0)")
+    # 0.5 off on 1e4: beyond atol, within rtol.
+    large = compare("y", eager, eager + torch.tensor([0.0, 0.0, 0.0, 0.5]))
+    assert large.passed and large.criterion == "within rtol 0.0001"
+    # Neither alone holds for every element, but each is within atol + rtol * |eager|.
+    both = compare("y", eager, eager + torch.tensor([5e-5, 0.0, 0.0, 0.5]))
+    assert both.passed and both.criterion == "within atol + rtol * |eager| = 0.0001 + 0.0001 * |eager|"
+    wrong = compare("y", eager, eager + torch.tensor([0.0, 0.01, 0.0, 0.0]))
+    assert not wrong.passed
+    assert str(wrong).startswith("y: MISMATCH, ")
+    assert wrong.criterion == "beyond atol + rtol * |eager| = 0.0001 + 0.0001 * |eager|"
+    assert compare("y", eager, eager).criterion == "identical"
+    assert compare("y", eager, eager.double()).criterion == "dtype differs from eager's"
+    assert compare("y", eager, eager[:2]).criterion == "shape differs from eager's [4]"
+    # Extremes: the same infinities and NaNs are identical, an infinity against a finite value is a mismatch.
+    special = torch.tensor([float("inf"), -float("inf"), float("nan"), torch.finfo(torch.float32).max])
+    assert compare("y", special, special.clone()).criterion == "identical"
+    overflow = compare("y", special, special.nan_to_num(posinf=0.0))
+    assert not overflow.passed and "MISMATCH" in str(overflow)

@@ -81,12 +81,14 @@ def test_saved_file_equals_protobuf_serialization(
     torch.testing.assert_close(torch.from_numpy(actual), model(x).detach(), rtol=1e-5, atol=1e-5)
 
 
-def test_direct_io_by_default_only_beyond_the_dirty_page_throttling_point() -> None:
+def test_direct_io_by_default_only_beyond_the_dirty_page_throttling_point(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not streaming.direct_io_by_default(streaming.DIRECT_IO_THRESHOLD_BYTES - 1)
     throttled_from = streaming._dirty_throttle_bytes()
     if throttled_from is None or not hasattr(os, "O_DIRECT"):
         pytest.skip("needs Linux's /proc/sys/vm and O_DIRECT")
     assert throttled_from > 0
+    # The limit follows MemAvailable, which other processes change between two reads: compare with this one.
+    monkeypatch.setattr(streaming, "_dirty_throttle_bytes", lambda: throttled_from)
     below = max(streaming.DIRECT_IO_THRESHOLD_BYTES, throttled_from)
     assert not streaming.direct_io_by_default(below)
     assert streaming.direct_io_by_default(below + 1)

@@ -125,15 +125,20 @@ def test_sym_sqrt_matches_python() -> None:
     assert torch.allclose(output, torch.full((10,), math.sqrt(10)))
 
 
-def test_dynamic_shapes_the_model_constrains_get_torchs_fix_in_the_remedy() -> None:
+def test_dynamic_shapes_the_model_constrains_get_torchs_fix_applied_with_a_warning() -> None:
     class NeedsFour(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x[:4] * 2  # guards x.shape[0] >= 4
+            return x.narrow(0, 0, 4) * 2  # guards x.shape[0] >= 4
 
-    with pytest.raises(fx2onnx.CaptureError) as raised:
-        fx2onnx.export(NeedsFour(), (torch.randn(6),), dynamic_shapes=({0: torch.export.Dim("n", min=1, max=50)},))
-    message = str(raised.value)
-    assert "Suggested fixes" in message and "Dim.AUTO" in message and "strict=True" not in message
+    # As torch.onnx's exporter: re-captured with torch.export's suggested fix, but never silently.
+    with pytest.warns(UserWarning, match=r"constrained by the model's code .*n = Dim\('n', min=4, max=50\)"):
+        program = fx2onnx.export(
+            NeedsFour(), (torch.randn(6),), dynamic_shapes=({0: torch.export.Dim("n", min=1, max=50)},)
+        )
+    assert any("min=4" in note for note in program.report.dynamic_dims)
+    assert "min=4" in program.report.to_markdown()
+    for size in (4, 9):
+        assert all(r.passed for r in program.verify(torch.randn(size)))
 
 
 class ReturnsNumbers(torch.nn.Module):

@@ -7,8 +7,10 @@ import warnings
 from typing import Any
 
 import onnx
+import onnxscript
 import pytest
 import torch
+from onnxscript import opset18 as op
 
 import fx2onnx
 
@@ -98,3 +100,145 @@ def test_report_true_and_dump_exported_program_write_to_artifacts_dir(tmp_path: 
     assert written == ["TwoInputs_exported_program.txt", "TwoInputs_fx2onnx_report.md"]
     with open(os.path.join(folder, "TwoInputs_exported_program.txt"), encoding="utf-8") as file:
         assert "ExportedProgram" in file.read()
+
+
+def _input_dims(program: fx2onnx.ONNXProgram) -> dict[str, list[str | int]]:
+    return {v.name: [d if isinstance(d, int) else str(d) for d in v.shape] for v in program.model.graph.inputs}
+
+
+@pytest.mark.parametrize(
+    "dynamic_shapes",
+    [
+        ({0: "batch", 1: "length"}, {0: "batch", 1: "length"}),
+        (("batch", "length", None), ("batch", "length")),
+        {"x": {0: "batch", 1: "length"}, "mask": ["batch", "length"]},
+    ],
+    ids=["dicts", "tuples", "by-name"],
+)
+def test_axis_names_as_strings_become_named_dynamic_dims(dynamic_shapes: Any) -> None:
+    program = fx2onnx.export(TwoInputs().eval(), _inputs(2, 5), dynamic_shapes=dynamic_shapes)
+    assert _input_dims(program) == {"x": ["batch", "length", 8], "mask": ["batch", "length"]}
+    for batch, length in [(1, 1), (3, 7)]:
+        assert all(r.passed for r in program.verify(*_inputs(batch, length))), (batch, length)
+
+
+class NestedInputs(torch.nn.Module):
+    def forward(self, pair: tuple[torch.Tensor, torch.Tensor], extra: dict[str, torch.Tensor]) -> torch.Tensor:
+        return pair[0] * pair[1] + extra["bias"]
+
+
+def test_axis_names_as_strings_in_nested_inputs() -> None:
+    x, y, bias = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
+    program = fx2onnx.export(
+        NestedInputs(), ((x, y), {"bias": bias}), {}, dynamic_shapes=((("n", None), {0: "n"}), {"bias": {0: "n"}})
+    )
+    assert [dims[0] for dims in _input_dims(program).values()] == ["n", "n", "n"]
+    x, y, bias = torch.randn(6, 4), torch.randn(6, 4), torch.randn(6, 4)
+    assert all(r.passed for r in program.verify((x, y), {"bias": bias}))
+
+
+class OptionalMask(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+        return x * scale if mask is None else x * mask.unsqueeze(-1) * scale
+
+
+def test_a_dict_last_in_args_holds_keyword_arguments_as_in_torch_onnx() -> None:
+    x, mask = _inputs(2, 5)
+    program = fx2onnx.export(
+        OptionalMask(),
+        (x, {"mask": mask, "scale": 2.0}),
+        input_names=["tokens", "keep"],
+        dynamic_axes={"tokens": {0: "batch"}, "keep": {0: "batch"}},
+    )
+    assert _input_dims(program) == {"tokens": ["batch", 5, 8], "keep": ["batch", 5]}
+    x, mask = _inputs(4, 5)
+    results = program.verify(x, mask=mask, scale=2.0)
+    assert all(r.passed for r in results) and results[0].expected_shape == (4, 5, 8)
+    # An empty dict last means "no keyword arguments"; a dict whose keys are no parameters is a positional input.
+    assert len(fx2onnx.export(OptionalMask(), (x, {})).model.graph.inputs) == 1
+    program = fx2onnx.export(NestedInputs(), ((x, x), {"bias": x}))
+    assert all(r.passed for r in program.verify((x, x), {"bias": x}))
+
+
+@pytest.mark.parametrize("size", [0, 1])
+def test_dynamic_dims_with_an_example_size_of_0_or_1_stay_dynamic(size: int) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval()
+    program = fx2onnx.export(model, (torch.randn(size, 8),), dynamic_shapes=({0: "batch"},))
+    assert _input_dims(program) == {"input": ["batch", 8]} or list(_input_dims(program).values()) == [["batch", 8]]
+    assert not program.report.dynamic_dims
+    for batch in (0, 1, 5):
+        assert all(r.passed for r in program.verify(torch.randn(batch, 8))), batch
+
+
+class SplitsInTwo(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(0, (2, -1)).sum(0)  # the size must be even
+
+
+class AddsSlices(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y[:, :3]  # x's dim 1 must be 3, y's dim 0 must be x's
+
+
+def test_a_dim_the_model_constrains_is_refined_with_a_warning_and_in_the_report() -> None:
+    dims = {"x": {0: torch.export.Dim("a"), 1: torch.export.Dim("b")}, "y": {0: torch.export.Dim("c")}}
+    with pytest.warns(UserWarning, match=r"constrained by the model's code"):
+        program = fx2onnx.export(AddsSlices(), (torch.randn(2, 3), torch.randn(2, 3)), dynamic_shapes=dims)
+    notes = program.report.dynamic_dims
+    assert any(note.endswith("b = 3") for note in notes) and any(note.endswith("c = a") for note in notes), notes
+    assert "c = a" in program.report.to_markdown()
+    assert _input_dims(program) == {"x": ["a", 3], "y": ["a", 3]}
+    for size in (1, 5):
+        assert all(r.passed for r in program.verify(torch.randn(size, 3), torch.randn(size, 3)))
+
+
+class BranchesOnExport(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.onnx.is_in_onnx_export():
+            return x + 1
+        return x - 1
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_is_in_onnx_export_is_true_while_capturing(strict: bool) -> None:
+    x = torch.zeros(3)
+    program = fx2onnx.export(BranchesOnExport(), (x,), strict=strict)
+    assert torch.equal(program(x)[0] if isinstance(program(x), (list, tuple)) else program(x), torch.ones(3))
+    assert not torch.onnx.is_in_onnx_export()  # and false again afterwards
+    assert torch.equal(BranchesOnExport()(x), -torch.ones(3))
+
+
+@onnxscript.script()
+def abs_float(self: onnxscript.FLOAT) -> onnxscript.FLOAT:
+    return op.Max(self, op.Neg(self))
+
+
+@onnxscript.script()
+def abs_int(self: onnxscript.INT64) -> onnxscript.INT64:
+    return op.Abs(self)
+
+
+def test_custom_translation_table_takes_a_list_chosen_by_dtype() -> None:
+    """torch.onnx's form: target -> [functions]; each node gets the one whose type constraints fit its dtypes
+    (torch 2.13's torch.onnx.export refuses a list: "should be a single callable, not a sequence")."""
+
+    class TwoAbs(torch.nn.Module):
+        def forward(self, x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x.abs(), n.abs()
+
+    x = torch.tensor([-1.5, 0.0, torch.finfo(torch.float32).max, -torch.finfo(torch.float32).max])
+    n = torch.tensor([torch.iinfo(torch.int64).max, -3, 0, torch.iinfo(torch.int64).min + 1])
+    for table in ([abs_int, abs_float], [abs_float, abs_int]):
+        program = fx2onnx.export(TwoAbs(), (x, n), custom_translation_table={torch.ops.aten.abs.default: table})
+        chosen = {d.node: d.chosen.implementation.name for d in program.report.decisions if d.target == "aten::abs"}
+        assert sorted(chosen.values()) == ["user:abs_float", "user:abs_int"], chosen
+        assert all(d.perfect for d in program.report.decisions if d.target == "aten::abs")
+        assert all(r.passed for r in program.verify(x, n))
+
+
+def test_assumptions_on_dynamic_dims_the_onnx_model_does_not_check_are_reported() -> None:
+    """Dim.AUTO lets torch.export defer its guards to runtime assertions, which ONNX drops: the warning says so."""
+    with pytest.warns(UserWarning, match=r"not checked by the ONNX model: .*Mod\(s\d+, 2\)"):
+        program = fx2onnx.export(SplitsInTwo(), (torch.randn(6, 3),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    assert any("Mod(" in note for note in program.report.dynamic_dims)
+    assert all(r.passed for r in program.verify(torch.randn(10, 3)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -109,3 +110,33 @@ def test_llama_decoding_step_with_cache_input_and_dynamic_sizes(dtype: torch.dty
             ((), llama_step_inputs(config, cache_name, b, n, p, dtype)) for b, n, p in [(3, 1, 7), (1, 4, 4), (2, 3, 5)]
         ],
     )
+
+
+@pytest.mark.parametrize("build", [gpt2, llama], ids=["gpt2", "llama"])
+def test_sdpa_with_boolean_mask_becomes_attention_at_opset_23(build: Callable[[], torch.nn.Module]) -> None:
+    """transformers' SDPA attention passes a boolean mask (causal and padding): at opset 23 each layer's
+    attention is one ONNX Attention, padded query rows (all False) included, in ONNX Runtime's CPU provider."""
+    model = build()
+    model.config._attn_implementation = "sdpa"
+    ids = torch.randint(0, 300, (2, 7), generator=torch.Generator().manual_seed(0))
+    padded = torch.ones(2, 7, dtype=torch.long)
+    padded[0, :3] = 0  # left padding: those query rows attend to nothing
+    batch, seq = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("seq", min=2, max=32)
+    inputs = {"input_ids": ids, "attention_mask": padded, "use_cache": False}
+    unpadded = {"input_ids": ids[:1, :4], "attention_mask": torch.ones(1, 4, dtype=torch.long), "use_cache": False}
+    program = check(
+        model,
+        (),
+        inputs,
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        opset_version=23,
+        run_with=[((), inputs), ((), unpadded)],
+    )
+    sdpa = [n for n in program.exported_program.graph.nodes if "scaled_dot_product_attention" in str(n.target)]
+    masks = [n.args[3] if len(n.args) > 3 else n.kwargs.get("attn_mask") for n in sdpa]
+    assert len(sdpa) == 2 and all(m is not None and m.meta["val"].dtype == torch.bool for m in masks)
+    op_types = [node.op_type for node in program.model.graph]
+    assert op_types.count("Attention") == model.config.num_hidden_layers
+    if build is llama:  # its rotary embeddings too, their caches expanded to the dynamic batch
+        assert op_types.count("RotaryEmbedding") == 2 * model.config.num_hidden_layers
+    assert "Softmax" not in op_types

@@ -11,22 +11,33 @@ express natively (``layer_norm``, ``scaled_dot_product_attention``, ``gelu``...)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import operator
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+import sympy
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+from fx2onnx import _torch_compat as torch_compat
 from fx2onnx._fake_kernels import static_fake_kernels
 from fx2onnx._records import qualified_name
 from fx2onnx.errors import CaptureError, user_frame
+
+# torch.export is not thread-safe: its tracing modes (the proxy and fake modes, the module hierarchy it records) are
+# process-wide, and non-strict capture swaps the model's parameters for fake tensors while it traces. Two exports
+# at once in two threads fail inside torch.export, and one of the same model can leave it holding fake tensors.
+# Every export (capture through verification) holds this lock; so does the eager run of `ONNXProgram.verify`, so
+# that it never sees a model some other thread is tracing. Reentrant: `export(verify=True)` verifies inside.
+EXPORT_LOCK = threading.RLock()
 
 
 @dataclasses.dataclass
@@ -48,6 +59,8 @@ class CapturedGraph:
     # rest is fx2onnx's own work around them, which issue 8 counts as the exporter's overhead.
     trace_seconds: float = 0.0
     decomposition_seconds: float = 0.0
+    # torch.export's suggested fixes applied to the user's `dynamic_shapes` (dims it found constrained or static)
+    shape_fixes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -217,16 +230,21 @@ class TorchExportExtractor:
     ) -> CapturedGraph:
         start = time.perf_counter()
         trace_seconds = 0.0
+        shape_fixes: list[str] = []
         if isinstance(model, ExportedProgram):
             program = model
         else:
             register_library_pytrees(model)
+            dynamic_shapes = torch_compat.axis_names_to_dims(dynamic_shapes)
             dynamic_shapes = complete_dynamic_shapes(model, args, kwargs, dynamic_shapes)
             try:
-                with static_fake_kernels():  # composite ops whose generic fake run is data-dependent
+                with (
+                    static_fake_kernels(),
+                    onnx_export_flag(),
+                ):  # static: composite ops whose fake run is data-dependent
                     traced_at = time.perf_counter()
-                    program = torch.export.export(
-                        model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=self.strict
+                    program, shape_fixes = _export_with_suggested_fixes(
+                        model, args, kwargs, dynamic_shapes, strict=self.strict
                     )
                     trace_seconds = time.perf_counter() - traced_at
             except Exception as error:
@@ -246,6 +264,7 @@ class TorchExportExtractor:
             captured = from_exported_program(program, self.name)
             captured.seconds = time.perf_counter() - start
             captured.trace_seconds = trace_seconds
+            captured.shape_fixes = shape_fixes
             return captured
         decomposed_at = time.perf_counter()
         with static_fake_kernels():
@@ -262,7 +281,74 @@ class TorchExportExtractor:
         captured.trace_seconds = trace_seconds
         captured.decomposition_seconds = decomposition_seconds
         captured.decomposed = sorted(before - after)
+        captured.shape_fixes = shape_fixes
         return captured
+
+
+@contextlib.contextmanager
+def onnx_export_flag() -> Iterator[None]:
+    """``torch.onnx.is_in_onnx_export()`` returns True while fx2onnx captures, as in torch's exporters.
+
+    The flag that function reads lives in ``torch.onnx._internal`` (no public setter in torch 2.13), which
+    fx2onnx does not import; the public function itself is replaced for the capture's duration instead, so
+    models calling ``torch.onnx.is_in_onnx_export()`` take their export branch.
+    """
+    import torch.onnx
+
+    original = torch.onnx.is_in_onnx_export
+    if getattr(original, "_fx2onnx_capturing", False):  # a nested export: already set
+        yield
+        return
+
+    def is_in_onnx_export() -> bool:
+        return True
+
+    is_in_onnx_export._fx2onnx_capturing = True  # type: ignore[attr-defined]
+    is_in_onnx_export.__doc__ = original.__doc__
+    torch.onnx.is_in_onnx_export = is_in_onnx_export
+    try:
+        yield
+    finally:
+        torch.onnx.is_in_onnx_export = original
+
+
+def _export_with_suggested_fixes(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any, *, strict: bool
+) -> tuple[ExportedProgram, list[str]]:
+    """``torch.export.export`` as torch.onnx's dynamo exporter runs it, and the fixes it needed.
+
+    Dynamic dims are traced size-obliviously (an example size of 0 or 1 stays dynamic, not specialized), guards on
+    them preferably deferred to runtime checks; when the
+    model's code constrains a dim more than `dynamic_shapes` says (a range, a relation, a constant), torch.export
+    fails with suggested fixes: they are applied and the capture retried once. The fixes are returned so that
+    the export warns and reports which dims became static or constrained.
+    """
+    from torch.fx.experimental import _config as symbolic_config
+
+    def run(shapes: Any) -> ExportedProgram:
+        with symbolic_config.patch(backed_size_oblivious=dynamic_shapes is not None):
+            return torch.export.export(
+                model,
+                args,
+                kwargs,
+                dynamic_shapes=shapes,
+                strict=strict,
+                # a guard on dynamic sizes the model's code needs becomes a runtime check, not a refusal
+                prefer_deferred_runtime_asserts_over_guards=dynamic_shapes is not None,
+            )
+
+    try:
+        return run(dynamic_shapes), []
+    except torch._dynamo.exc.UserError as error:
+        message = str(getattr(error, "msg", error))
+        if dynamic_shapes is None or "Suggested fixes:" not in message:
+            raise
+        try:
+            refined = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes(message, dynamic_shapes)
+        except Exception:
+            raise error from None
+    fixes = [line.strip() for line in message.split("Suggested fixes:")[1].strip().splitlines() if " = " in line]
+    return run(refined), fixes
 
 
 class SymbolicTraceExtractor:
@@ -458,13 +544,14 @@ def _spec_paths(spec: pytree.TreeSpec, prefix: list[str]) -> list[list[str]]:
     return paths
 
 
-def dim_names(
+def dynamic_dims(
     model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
-) -> dict[tuple[int, int], str]:
-    """(id of input tensor, dim) -> the name of the ``torch.export.Dim`` the user gave it."""
+) -> dict[tuple[int, int], Any]:
+    """(id of input tensor, dim) -> what `dynamic_shapes` asks for it (a Dim, a name, Dim.DYNAMIC/AUTO...),
+    for every dim not given as static."""
     if dynamic_shapes is None:
         return {}
-    names: dict[tuple[int, int], str] = {}
+    specs: dict[tuple[int, int], Any] = {}
 
     def walk(value: Any, spec: Any) -> None:
         if spec is None:
@@ -472,9 +559,8 @@ def dim_names(
         if isinstance(value, torch.Tensor):
             items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)
             for dim, dim_spec in items:
-                name = getattr(dim_spec, "__name__", None)
-                if name and not name.startswith("_"):
-                    names[(id(value), int(dim))] = name
+                if dim_spec is not None and not isinstance(dim_spec, int) and dim_spec is not torch.export.Dim.STATIC:
+                    specs[(id(value), int(dim) % max(value.dim(), 1))] = dim_spec
             return
         if isinstance(value, Mapping) and isinstance(spec, Mapping):
             for key in value:
@@ -483,6 +569,11 @@ def dim_names(
         elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
             for item, item_spec in zip(value, spec):
                 walk(item, item_spec)
+        else:  # a library container (a Hugging Face cache...) given a flat list of specs
+            leaves = [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
+            if isinstance(spec, (list, tuple)) and len(leaves) == len(spec):
+                for item, item_spec in zip(leaves, spec):
+                    walk(item, item_spec)
 
     if isinstance(dynamic_shapes, Mapping):
         forward = model.forward if isinstance(model, torch.nn.Module) else model
@@ -495,7 +586,52 @@ def dim_names(
                 walk(bound[key], spec)
     else:
         walk(tuple(args) + tuple(kwargs.values()), tuple(dynamic_shapes))
+    return specs
+
+
+def dim_names(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> dict[tuple[int, int], str]:
+    """(id of input tensor, dim) -> the name the user gave it: a ``torch.export.Dim``'s, or a string."""
+    names: dict[tuple[int, int], str] = {}
+    for key, spec in dynamic_dims(model, args, kwargs, dynamic_shapes).items():
+        name = spec if isinstance(spec, str) else getattr(spec, "__name__", None)
+        if name and not name.startswith("_"):
+            names[key] = name
     return names
+
+
+def static_dynamic_dims(
+    captured: CapturedGraph, requested: Mapping[tuple[int, int], Any], flat_inputs: list[Any]
+) -> list[str]:
+    """The dims `dynamic_shapes` asked to be dynamic that the captured graph has static or derived from others."""
+    paths = _input_paths(captured.in_spec, len(flat_inputs))
+    found = []
+    tensors = [(path, x) for path, x in zip(paths, flat_inputs) if isinstance(x, torch.Tensor)]
+    for node, (path, example) in zip(captured.user_inputs, tensors):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for index, size in enumerate(val.shape):
+            if (id(example), index) not in requested:
+                continue
+            if not isinstance(size, torch.SymInt):
+                found.append(f"static (the model's code specializes it): {path} dim {index} = {size}")
+            elif not isinstance(size.node.expr, sympy.Symbol):  # tied to other dims: an expression of them
+                found.append(f"derived from other dims by the model's code: {path} dim {index} = {size.node.expr}")
+    return found
+
+
+def _input_paths(in_spec: pytree.TreeSpec | None, count: int) -> list[str]:
+    if in_spec is None or in_spec.num_leaves != count:
+        return [f"input {i}" for i in range(count)]
+    paths = []
+    for path in _spec_paths(in_spec, []):
+        if path and path[0] == "0":  # positional: args[i]...
+            paths.append("args[" + "][".join(path[1:]) + "]" if len(path) > 1 else "args")
+        else:
+            paths.append(".".join(path[1:]) or "kwargs")
+    return paths
 
 
 def _overloads(graph_module: torch.fx.GraphModule) -> set[str]:

@@ -25,6 +25,8 @@ from fx2onnx import _dtypes as dtypes
 
 COMPLEX_INPUTS = "pkg.fx2onnx.complex_inputs"
 COMPLEX_OUTPUTS = "pkg.fx2onnx.complex_outputs"
+# Not about complex values, but recorded the same way: positions among the model's flat outputs of its Nones.
+NONE_OUTPUTS = "pkg.fx2onnx.none_outputs"
 
 _REAL_COMPONENT = {ir.DataType.COMPLEX64: ir.DataType.FLOAT, ir.DataType.COMPLEX128: ir.DataType.DOUBLE}
 
@@ -66,12 +68,17 @@ def from_complex_cast(value: ir.Value) -> ir.Value | None:
     return op.Concat(real, imag, axis=-1)
 
 
-def record(model: ir.Model, complex_inputs: Sequence[int], complex_outputs: Sequence[int]) -> None:
-    """Note in the model which graph inputs and outputs hold complex values in the real layout."""
+def record(
+    model: ir.Model, complex_inputs: Sequence[int], complex_outputs: Sequence[int], none_outputs: Sequence[int] = ()
+) -> None:
+    """Note in the model which graph inputs and outputs hold complex values in the real layout, and where among the
+    model's flat outputs a None was (it has no graph output)."""
     if complex_inputs:
         model.metadata_props[COMPLEX_INPUTS] = json.dumps(list(complex_inputs))
     if complex_outputs:
         model.metadata_props[COMPLEX_OUTPUTS] = json.dumps(list(complex_outputs))
+    if none_outputs:
+        model.metadata_props[NONE_OUTPUTS] = json.dumps(list(none_outputs))
 
 
 def positions(model: ir.Model, key: str) -> set[int]:
@@ -79,10 +86,13 @@ def positions(model: ir.Model, key: str) -> set[int]:
     return set(json.loads(text)) if text else set()
 
 
-def restore_outputs(model: ir.Model, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """ONNX Runtime's (..., 2) outputs back to the complex tensors eager returns."""
+def restore_outputs(model: ir.Model, outputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    """ONNX Runtime's (..., 2) outputs back to the complex tensors eager returns, and its Nones back in place."""
     wanted = positions(model, COMPLEX_OUTPUTS)
-    return [_as_complex(t) if i in wanted else t for i, t in enumerate(outputs)]
+    restored: list[torch.Tensor | None] = [_as_complex(t) if i in wanted else t for i, t in enumerate(outputs)]
+    for index in sorted(positions(model, NONE_OUTPUTS)):  # the Nones the model returns, where it returns them
+        restored.insert(index, None)
+    return restored
 
 
 def _as_complex(tensor: torch.Tensor) -> torch.Tensor:
@@ -92,4 +102,4 @@ def _as_complex(tensor: torch.Tensor) -> torch.Tensor:
     return torch.view_as_complex(tensor.contiguous())
 
 
-__all__ = ["COMPLEX_INPUTS", "COMPLEX_OUTPUTS", "as_real", "graph_dtype", "real_component", "record"]
+__all__ = ["COMPLEX_INPUTS", "COMPLEX_OUTPUTS", "NONE_OUTPUTS", "as_real", "graph_dtype", "real_component", "record"]

@@ -30,11 +30,21 @@ _TORCH_TO_ONNX: dict[torch.dtype, ir.DataType] = {
 }
 _ONNX_TO_TORCH = {v: k for k, v in _TORCH_TO_ONNX.items()}
 
+# The first ONNX opset whose operators (Cast, QuantizeLinear...) take these types; earlier opsets cannot hold them.
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
+MIN_OPSET: dict[torch.dtype, int] = dict.fromkeys(FLOAT8, 19)  # float4_e2m1fn_x2: see to_onnx
+
 
 def to_onnx(dtype: torch.dtype) -> ir.DataType:
     try:
         return _TORCH_TO_ONNX[dtype]
     except KeyError:
+        if dtype == torch.float4_e2m1fn_x2:
+            raise TypeError(
+                "torch.float4_e2m1fn_x2 packs two float4 values in each element, where ONNX's FLOAT4E2M1 (opset 23) "
+                "counts each value: fx2onnx does not map one onto the other yet; pass such tensors as uint8 "
+                "(tensor.view(torch.uint8)) and unpack them in the model"
+            ) from None
         raise TypeError(f"torch dtype {dtype} has no ONNX equivalent") from None
 
 
@@ -78,6 +88,11 @@ _FLOATS = {  # dtype -> (mantissa bits incl. implicit, max exponent)
     ir.DataType.BFLOAT16: (8, 127),
     ir.DataType.FLOAT: (24, 127),
     ir.DataType.DOUBLE: (53, 1023),
+    # float8: an implementation for them is rare; float16 holds each of their values exactly
+    ir.DataType.FLOAT8E4M3FN: (4, 8),
+    ir.DataType.FLOAT8E4M3FNUZ: (4, 7),
+    ir.DataType.FLOAT8E5M2: (3, 15),
+    ir.DataType.FLOAT8E5M2FNUZ: (3, 15),
 }
 _INTS = {  # dtype -> (signed, bits)
     ir.DataType.UINT8: (False, 8),

@@ -8,8 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import sys
-import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from fx2onnx import _capture as capture_stage
+from fx2onnx import _dtypes as dtypes
 from fx2onnx import _finalize as finalize_stage
 from fx2onnx import _passes as passes
 from fx2onnx import _torch_compat as torch_compat
@@ -24,8 +24,11 @@ from fx2onnx import legalize
 from fx2onnx._dispatch import Dispatcher
 from fx2onnx._emit import control_flow
 from fx2onnx._emit.graph_builder import GraphEmitter, symbol_names_for
+from fx2onnx._progress import ExportProgress, StageClock
+from fx2onnx._progress import wanted as progress_wanted
 from fx2onnx._records import BASE_OPSET
 from fx2onnx._registry import Registry, apply_translation_table, global_registry
+from fx2onnx.errors import ExportError, source_line
 from fx2onnx.program import ONNXProgram
 from fx2onnx.report import ExportReport, casts_inserted_by_passes
 
@@ -40,7 +43,7 @@ def export(
     dynamic_axes: torch_compat.DynamicAxes | None = None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
-    opset_version: int | None = None,
+    opset_version: int | str | None = None,
     registry: Registry | None = None,
     custom_translation_table: Mapping[Any, Any] | None = None,
     strict: bool = False,
@@ -53,7 +56,8 @@ def export(
     report: bool | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     artifacts_dir: str | os.PathLike[str] = ".",
     dump_exported_program: bool = False,
-    progress: bool = False,
+    progress: bool | None = None,
+    verbose: bool | None = None,
     dynamo: bool = True,
     export_params: bool = True,
     keep_initializers_as_inputs: bool = False,
@@ -69,8 +73,11 @@ def export(
     paths) to write the export report to: Markdown, or SARIF 2.1.0 for a ``.sarif`` path (``True``: a
     Markdown file in `artifacts_dir`, as torch does); it is written on failure too (and then no model is
     saved). `dump_exported_program=True` writes torch.export's program to `artifacts_dir`.
-    `opset_version` is 18 unless given. `progress=True` shows a progress bar over the stages and the
-    graph's nodes.
+    `opset_version` is 18 unless given; ``"min"`` is the lowest opset (18 or above) that every dtype of the graph
+    needs (float8 types: 19), otherwise a dtype the opset cannot hold is an error that names it. `progress=True`
+    (or `verbose=True`, as torch reads it) shows the stages and the emitted nodes on stderr, `progress=False`
+    (or `verbose=False`) never; by default they show once an export has taken two seconds, when stderr is a
+    terminal (:mod:`fx2onnx._progress`).
     """
     unknown = set(torchscript_options) - set(torch_compat.IGNORED_OPTIONS)
     if unknown:
@@ -84,7 +91,12 @@ def export(
     if not isinstance(args, tuple):
         args = (args,)
     f, kwargs = torch_compat.split_f_and_kwargs(f, kwargs)
-    opset_version = BASE_OPSET if opset_version is None else opset_version
+    if not isinstance(model, torch.export.ExportedProgram):
+        args, kwargs = torch_compat.split_kwargs_from_args(model, args, kwargs)
+    if opset_version is None:
+        opset_version = BASE_OPSET
+    elif opset_version != MIN_OPSET_THAT_WORKS:
+        finalize_stage.check_opset(opset_version)
     if report is True:
         os.makedirs(artifacts_dir, exist_ok=True)
         report = os.path.join(artifacts_dir, f"{type(model).__name__}_fx2onnx_report.md")
@@ -97,9 +109,12 @@ def export(
         dynamic_shapes, axis_names = torch_compat.dynamic_shapes_from_axes(
             model, args, kwargs, dynamic_axes, input_names
         )
-    export_report = ExportReport(model_name=type(model).__name__, opset=opset_version, target=target)
+    export_report = ExportReport(
+        model_name=type(model).__name__, opset=opset_version if isinstance(opset_version, int) else 0, target=target
+    )
+    shown = ExportProgress(progress_wanted(progress, verbose))
     try:
-        with _collections_skip_older_objects():
+        with capture_stage.EXPORT_LOCK, _collections_skip_older_objects():
             program = _export(
                 model,
                 args,
@@ -118,9 +133,10 @@ def export(
                 verify=verify,
                 target=target,
                 fast_math=fast_math,
-                progress=progress,
+                progress=shown,
             )
     except Exception as error:
+        shown.close()
         export_report.error = f"{type(error).__name__}: {error}"
         export_report.exception = error
         if report is not None:
@@ -134,8 +150,9 @@ def export(
         with open(path, "w", encoding="utf-8") as file:
             file.write(str(program.exported_program))
     if f is not None:
-        with _StageTimer(export_report.stage_seconds, progress)("save"):
+        with StageClock(export_report.stage_seconds, shown)("save"):
             program.save(f, external_data=external_data)
+    shown.close()  # the export is done: no line after it returns
     if report is not None:
         export_report.write(report)
     return program
@@ -151,7 +168,7 @@ def _export(
     axis_names: Mapping[tuple[int, int], str],
     input_names: Sequence[str] | None,
     output_names: Sequence[str] | None,
-    opset_version: int,
+    opset_version: int | str,
     registry: Registry | None,
     custom_translation_table: Mapping[Any, Any] | None,
     strict: bool,
@@ -160,10 +177,9 @@ def _export(
     verify: bool,
     target: str,
     fast_math: bool,
-    progress: bool,
+    progress: ExportProgress,
 ) -> ONNXProgram:
-    finalize_stage.check_opset(opset_version)
-    timer = _StageTimer(export_report.stage_seconds, progress)
+    timer = StageClock(export_report.stage_seconds, progress)
     with timer("registry"):  # the first export in a process builds the default registry
         registry = apply_translation_table(registry or global_registry(), dict(custom_translation_table or {}))
     if isinstance(extractor, str):
@@ -183,6 +199,12 @@ def _export(
         "decomposition": captured.decomposition_seconds,
     }
     export_report.decomposed = captured.decomposed
+    opset_version = opset_for_dtypes(captured, opset_version)
+    export_report.opset = opset_version
+    flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
+    _warn_about_dynamic_dims(
+        captured, capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes), flat_inputs, export_report
+    )
 
     with timer("fx passes"):
         nodes_before = passes.all_nodes(captured.graph_module)  # and those of control-flow bodies
@@ -190,8 +212,7 @@ def _export(
         export_report.fx_passes = passes.run_fx_passes(captured, registry)
         export_report.promotion_casts = casts_inserted_by_passes(captured.graph, nodes_before)
 
-    with timer("dispatch+emit"):
-        flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
+    with timer("dispatch+emit", f"{len(captured.graph.nodes)} FX nodes"):
         user_dims = {**capture_stage.dim_names(model, args, kwargs, dynamic_shapes), **axis_names}
         dispatcher = Dispatcher(registry, opset_version)
         emitter = GraphEmitter(
@@ -254,6 +275,70 @@ def _export(
     return program
 
 
+def _warn_about_dynamic_dims(
+    captured: capture_stage.CapturedGraph,
+    requested: Mapping[tuple[int, int], Any],
+    flat_inputs: list[Any],
+    export_report: ExportReport,
+) -> None:
+    """Say which dims asked to be dynamic the model's code made static or constrained (never silently)."""
+    static = capture_stage.static_dynamic_dims(captured, requested, flat_inputs)
+    notes = [
+        f"constrained by the model's code (torch.export's suggested fix applied): {fix}" for fix in captured.shape_fixes
+    ]
+    notes += static
+    if requested:  # torch.export's deferred guards: assumptions on the sizes that the ONNX model does not check
+        for module in captured.graph_module.modules():
+            for node in module.graph.nodes if isinstance(module, torch.fx.GraphModule) else []:
+                if node.target is torch.ops.aten._assert_scalar.default and len(node.args) > 1:
+                    expression = str(node.args[1]).removeprefix("Runtime assertion failed for expression ")
+                    notes.append(f"assumed by the model's code, not checked by the ONNX model: {expression}")
+    if notes:
+        export_report.dynamic_dims = notes
+        warnings.warn("dynamic_shapes asked for more than the model allows:\n  " + "\n  ".join(notes), stacklevel=3)
+
+
+MIN_OPSET_THAT_WORKS = "min"
+
+
+def opset_for_dtypes(captured: capture_stage.CapturedGraph, opset_version: int | str) -> int:
+    """The opset to export at: `opset_version`, or for ``"min"`` the lowest one every dtype of the graph needs.
+
+    Types newer than the opset (float8 needs 19) are refused with the dtype, the node and the way out, rather than
+    failing later as an ONNX node without a kernel.
+    """
+    needs: dict[torch.dtype, torch.fx.Node] = {}
+    for module in captured.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            values = node.meta.get("val")
+            for value in values if isinstance(values, (list, tuple)) else [values]:
+                if not isinstance(value, torch.Tensor):
+                    continue
+                if value.dtype == torch.float4_e2m1fn_x2:
+                    dtypes.to_onnx(value.dtype)  # raises, saying why
+                if value.dtype in dtypes.MIN_OPSET and "stack_trace" not in getattr(needs.get(value.dtype), "meta", {}):
+                    needs[value.dtype] = node  # the first node with a source line (an input has none)
+    required = max([BASE_OPSET, *(dtypes.MIN_OPSET[dtype] for dtype in needs)])
+    if opset_version == MIN_OPSET_THAT_WORKS:
+        finalize_stage.check_opset(required)
+        return required
+    assert isinstance(opset_version, int)
+    for dtype, node in needs.items():
+        if dtypes.MIN_OPSET[dtype] > opset_version:
+            trace = node.meta.get("stack_trace")
+            where = f"\n  from: {source_line(trace)}" if trace else ""
+            default = " (the default)" if opset_version == BASE_OPSET else ""
+            raise ExportError(
+                f"{dtype} needs ONNX opset {dtypes.MIN_OPSET[dtype]} or newer; "
+                f"opset_version is {opset_version}{default}: "
+                f"FX node `{node.name}` ({node.target}) makes it{where}\n"
+                f"  remedy: pass opset_version={required} (or opset_version='min': the lowest opset that works)"
+            )
+    return opset_version
+
+
 @contextlib.contextmanager
 def _collections_skip_older_objects() -> Iterator[None]:
     """Let the garbage collector skip, until the export ends, the objects that existed before it began.
@@ -272,19 +357,3 @@ def _collections_skip_older_objects() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-class _StageTimer:
-    def __init__(self, sink: dict[str, float], progress: bool) -> None:
-        self.sink = sink
-        self.progress = progress
-
-    @contextlib.contextmanager
-    def __call__(self, stage: str) -> Iterator[None]:
-        if self.progress:
-            print(f"fx2onnx: {stage}...", file=sys.stderr, flush=True)
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.sink[stage] = self.sink.get(stage, 0.0) + time.perf_counter() - start

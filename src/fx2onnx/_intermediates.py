@@ -25,9 +25,17 @@ import torch.fx
 from fx2onnx import _complex_layout as complex_layout
 from fx2onnx import _dtypes as dtypes
 from fx2onnx import _streaming as streaming
-from fx2onnx._capture import CapturedGraph, flatten_inputs, from_exported_program
-from fx2onnx._records import target_name
-from fx2onnx._verification import OutputVerification, compare, cpu_session, to_ortvalue, to_torch
+from fx2onnx._capture import CapturedGraph, from_exported_program
+from fx2onnx._records import qualified_name
+from fx2onnx._verification import (
+    OutputVerification,
+    Verifications,
+    compare,
+    cpu_session,
+    match_inputs,
+    to_ortvalue,
+    to_torch,
+)
 from fx2onnx.errors import source_frame, source_line
 
 if TYPE_CHECKING:
@@ -46,9 +54,7 @@ class ONNXProgram(Protocol):
     weight_bytes: int
     model_proto: onnx.ModelProto
 
-    def verify(self, *args: Any, **kwargs: Any) -> list[OutputVerification]: ...
-
-    def save(self, path: str | os.PathLike[str], *, external_data: bool | str | None = None) -> None: ...
+    def __getattr__(self, name: str) -> Any: ...
 
 
 @dataclasses.dataclass
@@ -93,7 +99,7 @@ class NodeComparison:
         return text
 
 
-class Verification(list):  # list[OutputVerification], as ``ONNXProgram.verify`` returns
+class Verification(Verifications):  # list[OutputVerification], as ``ONNXProgram.verify`` returns
     """The per-output comparison, plus the per-node comparison that locates the first difference."""
 
     def __init__(self, outputs: Sequence[OutputVerification], intermediates: Sequence[NodeComparison]) -> None:
@@ -144,7 +150,8 @@ def compare_intermediates(
 ) -> list[NodeComparison]:
     """Compare each FX node's eager value with its ONNX value, in topological order."""
     captured = _captured_graph(program)
-    flat = flatten_inputs(captured.in_spec, args, kwargs)
+    # In the exported order, nested dicts matched by key (as program(...) does), not in the caller's order.
+    flat = [value for _, value in match_inputs(captured.in_spec, args, dict(kwargs), program._module)]
     names = _onnx_names(captured, [v.name for v in program.model.graph.outputs])
     available = _available_values(program.model)
     wanted = {node: next((n for n in candidates if n in available), None) for node, candidates in names.items()}
@@ -154,7 +161,7 @@ def compare_intermediates(
     for index, (node, eager) in enumerate(_eager_values(captured, flat)):
         if node.op != "call_function" or not isinstance(eager, torch.Tensor):
             continue
-        target = target_name(node.target)
+        target = _target_name(node)
         trace = node.meta.get("stack_trace")
         name = wanted.get(node)
         if _is_random(node):
@@ -217,6 +224,13 @@ def _eager_values(captured: CapturedGraph, flat_inputs: Sequence[Any]) -> Iterat
                 interpreter.env.pop(used, None)
 
 
+def _target_name(node: torch.fx.Node) -> str:
+    try:
+        return qualified_name(node.target)
+    except TypeError:
+        return str(node.target)
+
+
 def _is_random(node: torch.fx.Node) -> bool:
     tags = getattr(node.target, "tags", ())
     return torch.Tag.nondeterministic_seeded in tags
@@ -233,7 +247,7 @@ def _onnx_names(captured: CapturedGraph, output_names: Sequence[str]) -> dict[to
         if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
             candidates.append(f"{node.args[0].name}_{node.args[1]}")  # an item of a multi-output node
         names[node] = candidates
-    for node, name in zip(captured.user_outputs, output_names):
+    for node, name in zip([o for o in captured.user_outputs if o is not None], output_names):  # Nones have none
         if isinstance(node, torch.fx.Node) and node in names:
             names[node].insert(0, name)  # outputs are renamed after the user's output names
     return names
@@ -272,7 +286,7 @@ def _run_onnx(program: ONNXProgram, names: Sequence[str], flat_inputs: Sequence[
         large = program.weight_bytes > streaming.EXTERNAL_DATA_THRESHOLD
         if large:  # protobuf cannot hold it: go through a file with external data
             path = os.path.join(folder, "model.onnx")
-            program.save(path, external_data=True)
+            program.save(path, external_data=True, durable=False)  # a temporary file
             proto = onnx.load(path, load_external_data=False)
         else:
             proto = program.model_proto

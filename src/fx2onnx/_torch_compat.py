@@ -1,6 +1,11 @@
 """torch.onnx.export's arguments that fx2onnx takes so that switching exporters is one line.
 
 - ``f`` is the third positional argument, as in torch (a mapping there is fx2onnx's older ``kwargs``).
+- A dict as the last element of ``args`` holds keyword arguments when no ``kwargs`` are given (torch's
+  convention: ``export(m, (x, {"mask": mask}))`` calls ``m(x, mask=mask)``; an empty dict last means none), unless
+  its keys are not parameters of ``forward`` (then it is a positional dict input, as fx2onnx always took it).
+- ``dynamic_shapes`` may name axes with strings (``{0: "batch"}``, ``("batch", None)``, nested too): each becomes
+  ``Dim.DYNAMIC`` for torch.export and the name its ONNX dim_param (as torch.onnx does).
 - ``dynamic_axes`` (TorchScript-era, still accepted by torch's dynamo path) becomes ``dynamic_shapes``:
   every listed axis is ``Dim.DYNAMIC``; an axis given a name gets it as its ONNX dim_param, on the
   inputs (and every value sharing that size) and on the outputs named in ``dynamic_axes``.
@@ -8,8 +13,8 @@
   fx2onnx does not make (a TorchScript export, a model without its weights, weights as graph inputs):
   they are refused with the reason. Options torch's dynamo path ignores (``training``,
   ``operator_export_type``, ``do_constant_folding``, ``custom_opsets``, ``export_modules_as_functions``,
-  ``autograd_inlining``, ``verbose``, ``profile``) are ignored here too, with a warning when not at
-  their defaults.
+  ``autograd_inlining``, ``profile``) are ignored here too, with a warning when not at their defaults.
+  ``verbose`` is read, as torch's dynamo path does: ``verbose=True`` shows the export's progress.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ DynamicAxes = Mapping[str, Mapping[int, str] | Sequence[int]]
 
 # torch.onnx.export's options that only its TorchScript exporter reads, with their defaults.
 IGNORED_OPTIONS: dict[str, Any] = {
-    "verbose": None,
     "profile": False,
     "training": torch.onnx.TrainingMode.EVAL,
     "operator_export_type": torch.onnx.OperatorExportTypes.ONNX,
@@ -48,6 +52,69 @@ def split_f_and_kwargs(
             raise TypeError("export() got keyword arguments twice: a mapping as third argument and kwargs=")
         return None, dict(f)
     return f, dict(kwargs or {})
+
+
+def split_kwargs_from_args(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """torch.onnx's convention: with no `kwargs`, a dict as the last element of `args` holds the keyword arguments.
+
+    torch.onnx applies it to every dict; fx2onnx also took a dict there as a positional input (a model whose
+    ``forward(self, inputs: dict)``): that reading is kept when the dict's keys do not bind as keyword arguments.
+    """
+    if kwargs or not args or not isinstance(args[-1], dict):
+        return args, kwargs
+    *positional, last = args
+    if not last:
+        return tuple(positional), {}  # torch's `(x, {...}, {})`: the empty dict says "no keyword arguments"
+    if not all(isinstance(key, str) for key in last):
+        return args, kwargs
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):
+        return tuple(positional), dict(last)
+    try:
+        signature.bind(*positional, **last)
+    except TypeError:
+        try:
+            signature.bind(*args)
+        except TypeError:
+            return tuple(positional), dict(last)  # neither binds: let capture name torch's reading's error
+        return args, kwargs
+    return tuple(positional), dict(last)
+
+
+def _is_axes(spec: Any) -> bool:
+    """Whether `spec` describes one tensor's axes (``{0: Dim}``, ``(Dim, None)``), not a container of inputs."""
+    axis_like = (str, int, torch.export.Dim, type(torch.export.Dim.DYNAMIC))
+    if isinstance(spec, Mapping):
+        return bool(spec) and all(
+            isinstance(k, int) and (v is None or isinstance(v, axis_like)) for k, v in spec.items()
+        )
+    if isinstance(spec, (list, tuple)):
+        return all(v is None or isinstance(v, axis_like) for v in spec)
+    return False
+
+
+def axis_names_to_dims(dynamic_shapes: Any) -> Any:
+    """`dynamic_shapes` for torch.export: every axis named by a string becomes ``Dim.DYNAMIC`` (the name is kept
+    apart, by :func:`fx2onnx._capture.dim_names`, for the ONNX dim_param)."""
+
+    def convert(spec: Any) -> Any:
+        if isinstance(spec, str):
+            return torch.export.Dim.DYNAMIC
+        if _is_axes(spec):
+            if isinstance(spec, Mapping):
+                return {axis: convert(dim) for axis, dim in spec.items()}
+            return type(spec)(convert(dim) for dim in spec)
+        if isinstance(spec, Mapping):
+            return {key: convert(value) for key, value in spec.items()}
+        if isinstance(spec, (list, tuple)) and type(spec) in (list, tuple):
+            return type(spec)(convert(item) for item in spec)
+        return spec
+
+    return convert(dynamic_shapes)
 
 
 def check_options(*, dynamo: bool, export_params: bool, keep_initializers_as_inputs: bool, **ignored: Any) -> None:
@@ -132,4 +199,11 @@ def name_output_axes(model: ir.Model, dynamic_axes: DynamicAxes) -> None:
         output.shape = ir.Shape(dims)
 
 
-__all__ = ["check_options", "dynamic_shapes_from_axes", "name_output_axes", "split_f_and_kwargs"]
+__all__ = [
+    "axis_names_to_dims",
+    "check_options",
+    "dynamic_shapes_from_axes",
+    "name_output_axes",
+    "split_f_and_kwargs",
+    "split_kwargs_from_args",
+]

@@ -24,6 +24,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import onnxruntime
 
+import collections
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch.utils._pytree as pytree
+
+if TYPE_CHECKING:
+    import onnxruntime
+
 
 # Default (rtol, atol) per dtype when comparing with eager: ONNX Runtime's kernels differ from
 # torch's in accumulation order, so float32 gets more room than torch.testing's defaults.
@@ -55,16 +66,46 @@ class OutputVerification:
     # exported model is within the dtype's rounding noise (then `passed`; see fx2onnx._rounding_noise).
     noise: rounding_noise.NoiseComparison | None = None
 
-    def __str__(self) -> str:
-        status = "ok" if self.passed else "MISMATCH"
-        text = (
-            f"{self.name}: {status} dtype {self.actual_dtype} (eager {self.expected_dtype}) shape "
-            f"{list(self.actual_shape)} max abs err {self.max_abs_error:.3g} max rel err {self.max_rel_error:.3g}"
-        )
+    @property
+    def criterion(self) -> str:
+        """Why the output passed or failed: which tolerance held (a large relative error on values near zero
+        passes within `atol`) or which was exceeded."""
+        if self.actual_shape != self.expected_shape:
+            return f"shape differs from eager's {list(self.expected_shape)}"
+        if self.actual_dtype != self.expected_dtype:
+            return "dtype differs from eager's"
         if self.noise is not None:
             verdict = "within" if self.noise.within_noise else "beyond"
-            text += f" ({verdict} {self.expected_dtype} rounding noise, {self.noise})"
-        return text
+            return f"{verdict} {self.expected_dtype} rounding noise: {self.noise}"
+        if self.max_abs_error == 0:
+            return "identical"
+        if self.passed and self.max_abs_error <= self.atol:
+            if self.max_rel_error > self.rtol:
+                return f"within atol {self.atol:g}: the large relative error is on values near 0"
+            return f"within atol {self.atol:g}"
+        if self.passed and self.max_rel_error <= self.rtol:
+            return f"within rtol {self.rtol:g}"
+        verdict = "within" if self.passed else "beyond"
+        return f"{verdict} atol + rtol * |eager| = {self.atol:g} + {self.rtol:g} * |eager|"
+
+    def __str__(self) -> str:
+        status = "ok" if self.passed else "MISMATCH"
+        return (
+            f"{self.name}: {status}, dtype {self.actual_dtype} (eager {self.expected_dtype}), shape "
+            f"{list(self.actual_shape)}, max abs err {self.max_abs_error:.3g}, max rel err {self.max_rel_error:.3g} "
+            f"({self.criterion})"
+        )
+
+
+class Verifications(list):  # list[OutputVerification]
+    """``ONNXProgram.verify``'s result: one :class:`OutputVerification` per output, printed one line each."""
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self)
+
+    def __str__(self) -> str:
+        return "\n".join(str(result) for result in self)
 
 
 def compare(
@@ -172,6 +213,10 @@ def to_ortvalue(onnxruntime: Any, tensor: torch.Tensor) -> Any:
         return onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
             tensor.view(torch.uint16).numpy(), onnx_element_type=int(ir.DataType.BFLOAT16)
         )
+    if tensor.dtype in dtypes.FLOAT8:  # no numpy type: the bytes, typed for ONNX Runtime
+        return onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            tensor.view(torch.uint8).numpy(), onnx_element_type=int(dtypes.to_onnx(tensor.dtype))
+        )
     return onnxruntime.OrtValue.ortvalue_from_numpy(tensor.numpy())
 
 
@@ -184,9 +229,13 @@ _ORT_TYPE_NAMES["tensor(float)"] = ir.DataType.FLOAT
 _ORT_TYPE_NAMES["tensor(double)"] = ir.DataType.DOUBLE
 
 
+# numpy has no such types (ONNX Runtime gives their bytes as uint8): copied bytewise into the torch dtype.
+_RAW_TYPES = frozenset({ir.DataType.BFLOAT16, *(dtypes.to_onnx(dtype) for dtype in dtypes.FLOAT8)})
+
+
 def to_torch(value: Any) -> torch.Tensor:
     dtype = _ORT_TYPE_NAMES.get(value.data_type())
-    if dtype is not None and dtype.numpy() is not None and dtype != ir.DataType.BFLOAT16:
+    if dtype is not None and dtype.numpy() is not None and dtype not in _RAW_TYPES:
         try:
             return torch.from_numpy(value.numpy())
         except (TypeError, RuntimeError):
@@ -203,3 +252,140 @@ def to_torch(value: Any) -> torch.Tensor:
 
 def summarize(results: Sequence[OutputVerification]) -> str:
     return "\n".join(str(r) for r in results)
+
+
+def match_inputs(
+    in_spec: pytree.TreeSpec | None, args: tuple[Any, ...], kwargs: dict[str, Any], module: Any
+) -> list[tuple[str, Any]]:
+    """A call's inputs flattened in the order of the exported ones, each with its path (``x``, ``d['a']``).
+
+    Inputs given by position or by name where the model was exported with the other are bound by the model's
+    signature; dicts are matched by key, whatever their order. Anything else is refused with what was expected.
+    """
+    if in_spec is None or in_spec.type is not tuple or in_spec.num_children != 2:
+        return [(f"input {i}", x) for i, x in enumerate(pytree.tree_leaves((tuple(args), dict(kwargs))))]
+    args_spec, kwargs_spec = in_spec.children()
+    keywords = list(kwargs_spec.context or [])
+    parameters = _parameter_names(module)
+    positional_names = [parameters[i] if i < len(parameters) else f"input {i}" for i in range(args_spec.num_children)]
+    if (
+        len(args) == args_spec.num_children + 1
+        and isinstance(args[-1], dict)
+        and args[-1]
+        and set(args[-1]) | set(kwargs) == set(keywords)
+    ):
+        args, kwargs = args[:-1], {**kwargs, **args[-1]}  # torch.onnx's convention: a last dict holds keywords
+    if len(args) != args_spec.num_children or set(kwargs) != set(keywords):
+        args, kwargs = _rebind(module, positional_names, keywords, args, kwargs)
+    leaves: list[tuple[str, Any]] = []
+    for name, value, spec in zip(positional_names, args, args_spec.children()):
+        leaves.extend(_flatten_like(spec, value, name))
+    for key, spec in zip(keywords, kwargs_spec.children()):
+        leaves.extend(_flatten_like(spec, kwargs[key], key))
+    return leaves
+
+
+def _parameter_names(module: Any) -> list[str]:
+    """The names of the model's positional-or-keyword parameters; none if it takes ``*args``/``**kwargs``."""
+    function = module.forward if isinstance(module, torch.nn.Module) else module
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return [p.name for p in parameters if p.kind not in variadic]
+
+
+def _rebind(
+    module: Any, positional: list[str], keywords: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's inputs in the exported form (the same inputs by position, the same by name), or a clear error."""
+    expected = ", ".join(positional + (["*"] if keywords and positional else []) + keywords)
+    exported = f"the model was exported with inputs ({expected})"
+    function = module.forward if isinstance(module, torch.nn.Module) else module
+    try:
+        signature = inspect.signature(function)
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError as error:  # an unknown or repeated keyword, too many positional inputs
+        raise ValueError(f"program(...) {error}: {exported}") from None
+    except ValueError:  # no signature: only the exported form is accepted
+        bound = None
+    variadic = any(
+        p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        for p in (signature.parameters.values() if bound is not None else [])
+    )
+    if bound is None or variadic:
+        unexpected = sorted(set(kwargs) - set(keywords))
+        raise ValueError(
+            f"got {len(args)} positional inputs and keywords {sorted(kwargs)}"
+            + (f" (unknown: {', '.join(unexpected)})" if unexpected else "")
+            + f": {exported}; pass them the same way"
+        )
+    unexpected = [name for name in bound if name not in positional and name not in keywords]
+    missing = [name for name in positional + keywords if name not in bound]
+    if unexpected or missing:
+        problems = ([f"unexpected input(s) {', '.join(unexpected)}"] if unexpected else []) + (
+            [f"missing input(s) {', '.join(missing)}"] if missing else []
+        )
+        raise ValueError(f"program(...): {'; '.join(problems)}: {exported}")
+    return tuple(bound[name] for name in positional), {key: bound[key] for key in keywords}
+
+
+def _flatten_like(spec: pytree.TreeSpec, value: Any, path: str) -> list[tuple[str, Any]]:
+    """`value`'s leaves in the order of `spec`'s, dicts matched by key; a clear error where the structures differ."""
+    if spec.is_leaf():
+        return [(path, value)]
+    if spec.type in (dict, collections.OrderedDict, collections.defaultdict):
+        keys = list(spec.context)
+        if not isinstance(value, Mapping):
+            raise ValueError(f"input {path} must be a dict with keys {keys} (as exported), got {_describe(value)}")
+        missing = [k for k in keys if k not in value]
+        unexpected = [k for k in value if k not in keys]
+        if missing or unexpected:
+            raise ValueError(
+                f"input {path} has keys {list(value)}, the model was exported with {keys}"
+                + (f": missing {missing}" if missing else "")
+                + (f"{';' if missing else ':'} unexpected {unexpected}" if unexpected else "")
+            )
+        return [
+            leaf
+            for key, child in zip(keys, spec.children())
+            for leaf in _flatten_like(child, value[key], f"{path}[{key!r}]")
+        ]
+    if spec.type in (tuple, list):
+        if not isinstance(value, (tuple, list)) or len(value) != spec.num_children:
+            raise ValueError(
+                f"input {path} must be a {spec.type.__name__} of {spec.num_children} items (as exported), got "
+                f"{_describe(value)}"
+            )
+        return [
+            leaf
+            for i, (item, child) in enumerate(zip(value, spec.children()))
+            for leaf in _flatten_like(child, item, f"{path}[{i}]")
+        ]
+    children, value_spec = pytree.tree_flatten(value, is_leaf=lambda item: item is not value)
+    if value_spec.type is not spec.type or value_spec.num_children != spec.num_children:
+        raise ValueError(f"input {path} must be a {spec.type.__name__} like the exported one, got {_describe(value)}")
+    keys, value_keys = spec.context, value_spec.context
+    if keys != value_keys and isinstance(keys, list) and isinstance(value_keys, list) and set(keys) == set(value_keys):
+        by_key = dict(zip(value_keys, children))
+        children = [by_key[key] for key in keys]
+    return [
+        leaf
+        for i, (item, child) in enumerate(zip(children, spec.children()))
+        for leaf in _flatten_like(child, item, f"{path}[{i}]")
+    ]
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {list(value.shape)}"
+    if isinstance(value, np.ndarray):
+        return f"a numpy {value.dtype} array of shape {list(value.shape)}"
+    if isinstance(value, (bool, int, float, complex, np.generic)) or value is None:
+        return repr(value)
+    if isinstance(value, Mapping):
+        return f"a {type(value).__name__} with keys {list(value)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__}"

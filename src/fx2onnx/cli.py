@@ -82,7 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fx2onnx import __version__  # the package's names load on first use: this imports no torch
+
     parser = argparse.ArgumentParser(prog="fx2onnx", description="Export PyTorch models to ONNX through FX.")
+    parser.add_argument("--version", action="version", version=f"fx2onnx {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for subcommand in subcommands():
         sub = commands.add_parser(subcommand.name, help=subcommand.help, description=subcommand.help)
@@ -179,10 +182,17 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="[DIM=]NAME",
-        help="make dimension DIM (0 when omitted) of every tensor input dynamic, named NAME; repeatable",
+        help="make dimension DIM (0 when omitted) of every tensor input (keyword and nested ones too) dynamic, "
+        "named NAME; repeatable",
     )
     parser.add_argument("--target", default="onnxruntime-cpu", help="runtime the model must run in (or 'onnx')")
-    parser.add_argument("--opset", type=int, default=BASE_OPSET)
+    parser.add_argument(
+        "--opset",
+        type=lambda text: text if text == "min" else int(text),
+        default=BASE_OPSET,
+        help="ONNX opset of the model (default 18, torchlib's own; 23 for the fused Attention, RMSNormalization "
+        "and RotaryEmbedding operators), or 'min': the lowest the model's dtypes need (float8: 19)",
+    )
     parser.add_argument("--fast-math", action="store_true", help="let legalized float ops skip rounding steps")
     parser.add_argument("--strict", action="store_true", help="capture with torch.export's strict mode")
     parser.add_argument("--extractor", default="torch.export", help="torch.export or symbolic_trace")
@@ -244,11 +254,16 @@ def _model_and_inputs(options: argparse.Namespace) -> tuple[Any, tuple[Any, ...]
     if options.dtype:
         dtype = _torch_dtype(options.dtype)
         model = model.to(dtype)
-        args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+        args, kwargs = torch.utils._pytree.tree_map_only(
+            torch.Tensor, lambda a: a.to(dtype) if a.is_floating_point() else a, (args, kwargs)
+        )
     return model, args, kwargs
 
 
-def _dynamic_shapes(options: argparse.Namespace, args: tuple[Any, ...]) -> Any:
+def _dynamic_shapes(options: argparse.Namespace, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``--dynamic`` for every tensor input: positional and keyword arguments, and tensors nested in them."""
+    import inspect
+
     import torch
 
     if not options.dynamic:
@@ -257,9 +272,25 @@ def _dynamic_shapes(options: argparse.Namespace, args: tuple[Any, ...]) -> Any:
     for item in options.dynamic:
         dim, _, name = item.rpartition("=")
         dims[int(dim) if dim else 0] = torch.export.Dim(name)
-    return tuple(
-        {d: spec for d, spec in dims.items() if d < a.dim()} if isinstance(a, torch.Tensor) else None for a in args
-    )
+
+    def spec(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return {d: dim_spec for d, dim_spec in dims.items() if d < value.dim()} or None
+        if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+            return type(value)(spec(item) for item in value)
+        if isinstance(value, dict):
+            return {key: spec(item) for key, item in value.items()}
+        return None
+
+    try:
+        parameters = inspect.signature(model.forward).parameters
+        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = None
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    if bound is None or any(parameters[name].kind in variadic for name in bound):
+        return tuple(spec(value) for value in (*args, *kwargs.values()))
+    return {name: spec(value) for name, value in bound.items()}
 
 
 def _export(options: argparse.Namespace) -> int:
@@ -271,7 +302,7 @@ def _export(options: argparse.Namespace) -> int:
         model.eval(),
         args,
         kwargs=kwargs,
-        dynamic_shapes=_dynamic_shapes(options, args),
+        dynamic_shapes=_dynamic_shapes(options, model, args, kwargs),
         opset_version=options.opset,
         target=options.target,
         fast_math=options.fast_math,

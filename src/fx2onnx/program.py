@@ -3,28 +3,34 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 import torch
 import torch.utils._pytree as pytree
 
 from fx2onnx import _complex_layout as complex_layout
+from fx2onnx import _dtypes as dtypes
 from fx2onnx import _rounding_noise as rounding_noise
+from fx2onnx import _safe_save as safe_save
 from fx2onnx import _streaming as streaming
-from fx2onnx._capture import flatten_inputs
+from fx2onnx._capture import EXPORT_LOCK, flatten_inputs
 from fx2onnx._intermediates import verify_with_intermediates
 from fx2onnx._verification import (
     TOLERANCES,
     OutputVerification,
+    Verifications,
+    _describe,
     compare,
     compare_optimized,
     cpu_session,
+    match_inputs,
     to_ortvalue,
     to_torch,
 )
@@ -55,6 +61,7 @@ class ONNXProgram:
         self.captured = captured  # the ATen graph that was emitted (for verify(intermediates=True))
         self._module = module
         self._in_spec = in_spec
+        self._input_layout = input_layout(captured, in_spec)
         self._session: onnxruntime.InferenceSession | None = None
         self._unoptimized_session: onnxruntime.InferenceSession | None = None
 
@@ -73,34 +80,47 @@ class ONNXProgram:
         *,
         external_data: bool | str | None = None,
         direct_io: bool | None = None,
-    ) -> None:
-        """Write the model; weights go to ``<name>.data`` when asked or above 1.5 GB.
+        durable: bool = True,
+    ) -> str | None:
+        """Write the model; weights go to ``<name>.data`` (or the file name `external_data` gives) when asked or
+        above 1.5 GB. Returns the weights' file name (relative to the model's folder), or None.
 
-        The write is atomic: files are written in a temporary folder beside `path` and moved into
-        place only once complete, so a failure leaves no partial file. ``direct_io=None`` writes files
-        larger than Linux's dirty-page throttling point (several GB on most machines) with direct I/O,
-        bypassing the page cache, and smaller ones buffered, so that they are in the page cache for
-        the next load; ``True`` always writes directly (faster where the page cache is slow to fill, as
-        on some VMs, but the next load then reads from the disk), ``False`` never.
+        The save never corrupts, loses or escapes: the files are written in a temporary folder beside `path`,
+        flushed to the disk, and swapped in, the weights under a name that nothing references yet, then the
+        ``.onnx`` file in one rename; the model previously at `path` stays whole until then, and its weights'
+        file is removed after (the folder holds exactly the files of the model saved). When a file of the
+        weights' name already exists (the replaced model's), the new weights get a fresh name beside it
+        (``model.onnx.3f9a1c2e.data``), which only the new model references. `external_data` must name a file
+        inside the model's folder (a subfolder is fine); a failure leaves no file behind, and temporary folders
+        of earlier saves that were killed are removed (fx2onnx/safe_save.py). The files and the folder are flushed
+        to the disk (fsync) before and after the renames, so that the swap survives a power loss;
+        ``durable=False`` skips that (faster where the disk is slow; the swap stays atomic if the process dies).
+
+        ``direct_io=None`` writes files larger than Linux's dirty-page throttling point (several GB on most
+        machines) with direct I/O, bypassing the page cache, and smaller ones buffered, so that they are in the
+        page cache for the next load; ``True`` always writes directly (faster where the page cache is slow to
+        fill, as on some VMs, but the next load then reads from the disk), ``False`` never.
         """
         path = os.path.abspath(os.fspath(path))
         directory, filename = os.path.split(path)
-        os.makedirs(directory, exist_ok=True)
+        if not filename:
+            raise ValueError(f"save() needs a file path, not the folder {path!r}")
         if external_data is None:
             external_data = self.weight_bytes > streaming.EXTERNAL_DATA_THRESHOLD
-        data_name = external_data if isinstance(external_data, str) else (f"{filename}.data" if external_data else None)
-        staging = tempfile.mkdtemp(prefix=".fx2onnx-", dir=directory)
-        try:
-            staged_model = os.path.join(staging, filename)
+        data_name: str | None = None
+        if isinstance(external_data, str):
+            data_name = safe_save.external_data_name(filename, external_data)
+        elif external_data:
+            data_name = f"{filename}.data"
+        os.makedirs(directory, exist_ok=True)
+
+        def write(staged_model: str, staged_data_name: str | None) -> None:
             if streaming.writes_protobuf(filename):  # weights go from the torch tensors to the file, uncopied
-                streaming.save_model(self.model, staged_model, external_data=data_name, direct_io=direct_io)
+                streaming.save_model(self.model, staged_model, external_data=staged_data_name, direct_io=direct_io)
             else:
-                ir.save(self.model, staged_model, external_data=data_name)
-            if data_name is not None:
-                os.replace(os.path.join(staging, data_name), os.path.join(directory, data_name))
-            os.replace(staged_model, path)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+                ir.save(self.model, staged_model, external_data=staged_data_name)
+
+        return safe_save.save_atomically(path, data_name, write, durable=durable)
 
     # --- running --------------------------------------------------------------------------------
     def session(self, *, optimized: bool = True) -> onnxruntime.InferenceSession:
@@ -113,7 +133,7 @@ class ONNXProgram:
         if self.weight_bytes > streaming.EXTERNAL_DATA_THRESHOLD:
             with tempfile.TemporaryDirectory() as folder:
                 path = os.path.join(folder, "model.onnx")
-                self.save(path, external_data=True)
+                self.save(path, external_data=True, durable=False)  # a temporary file: no fsync needed
                 created = cpu_session(path, optimized=optimized)
         else:
             created = cpu_session(self.model_proto.SerializeToString(), optimized=optimized)
@@ -123,27 +143,48 @@ class ONNXProgram:
             self._unoptimized_session = created
         return created
 
-    def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        """Run in ONNX Runtime; returns the flat list of outputs as torch tensors."""
+    def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
+        """Run in ONNX Runtime; returns the flat list of outputs as torch tensors (None where the model returns None).
+
+        Inputs are given as to the model (tensors, numpy arrays, or Python numbers for 0-d inputs), by position or
+        by name, and nested dicts are matched by key; an unknown, missing or repeated input is refused with the
+        inputs the model was exported with.
+        """
         return self.run(args, kwargs)
 
     def run(
         self, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *, optimized: bool = True
-    ) -> list[torch.Tensor]:
+    ) -> list[torch.Tensor | None]:
         """``program(*args, **kwargs)``, in the session with graph optimizations on (default) or off."""
         import onnxruntime
 
+        args, kwargs = tuple(args), dict(kwargs or {})
         session = self.session(optimized=optimized)
-        flat = [
-            x
-            for x in flatten_inputs(self._in_spec, tuple(args), kwargs or {})
-            if isinstance(x, (torch.Tensor, int, float, bool))
-        ]
+        graph_inputs = self.model.graph.inputs
+        if self._input_layout is None:  # no record of the capture: the tensors, in the order given
+            flat = flatten_inputs(self._in_spec, args, kwargs)
+            values = [(f"input {i}", x) for i, x in enumerate(v for v in flat if isinstance(v, _ARRAYS))]
+        else:
+            values = []
+            for (path, value), constant in zip(
+                match_inputs(self._in_spec, args, kwargs, self._module), self._input_layout
+            ):
+                if constant is None:
+                    values.append((path, value))
+                elif not _same_constant(value, constant.value):
+                    raise ValueError(
+                        f"input {path} was exported as the constant {constant.value!r} (torch.export specializes "
+                        f"Python numbers and None into the graph); got {_describe(value)}: export again with this "
+                        "value, or make it a tensor"
+                    )
+        if len(values) != len(graph_inputs):
+            wanted = ", ".join(_describe_input(v) for v in graph_inputs)
+            given = ", ".join(f"{path}={_describe(value)}" for path, value in values) or "none"
+            raise ValueError(
+                f"the model takes {len(graph_inputs)} tensor inputs ({wanted}); got {len(values)}: {given}"
+            )
+        tensors = [_input_tensor(path, value, graph_input) for (path, value), graph_input in zip(values, graph_inputs)]
         names = [i.name for i in session.get_inputs()]
-        # Complex tensors travel as (..., 2) real ones (fx2onnx._complex_layout).
-        tensors = [complex_layout.as_real(x) for x in flat if isinstance(x, torch.Tensor)]
-        if len(tensors) != len(names):
-            raise ValueError(f"the model takes {len(names)} tensor inputs ({names}), got {len(tensors)}")
         feed = {name: to_ortvalue(onnxruntime, tensor) for name, tensor in zip(names, tensors)}
         outputs = session.run_with_ort_values([o.name for o in session.get_outputs()], feed)
         return complex_layout.restore_outputs(self.model, [to_torch(value) for value in outputs])
@@ -159,6 +200,8 @@ class ONNXProgram:
         optimized = self.run(args, kwargs)
         unoptimized = self.run(args, kwargs, optimized=False)
         names = [v.name or f"output_{i}" for i, v in enumerate(self.model.graph.outputs)]
+        unoptimized = [value for value in unoptimized if value is not None]  # Nones have no graph output
+        optimized = [value for value in optimized if value is not None]
         return [
             compare_optimized(name, reference, result)
             for name, reference, result in zip(names, unoptimized, optimized, strict=True)
@@ -171,8 +214,8 @@ class ONNXProgram:
         atol: float | None = None,
         intermediates: bool = False,
         **kwargs: Any,
-    ) -> list[OutputVerification]:
-        """Run eager and ONNX Runtime on the same inputs and compare every output.
+    ) -> Verifications:
+        """Run eager and ONNX Runtime on the same inputs and compare every output (printed: one line each).
 
         `intermediates=True` also compares the value of every FX node with the ONNX value named after
         it and returns a :class:`fx2onnx._intermediates.Verification` (still the list of outputs) whose
@@ -184,22 +227,32 @@ class ONNXProgram:
         # Eager may update its inputs (a KV cache appends this step's keys): it gets its own copy, so that ONNX
         # Runtime, and the caller, see the inputs as they were given.
         eager_args, eager_kwargs = copy.deepcopy((args, kwargs))
-        with torch.no_grad():
+        with torch.no_grad(), EXPORT_LOCK:  # not while another thread traces the same model (capture.EXPORT_LOCK)
             expected = self._module(*eager_args, **eager_kwargs)
         # Python numbers the model returns (a size, a constant) are 0-d outputs of the graph: int64, bool, or float32
-        # (fx2onnx's type for symbolic floats), the dtypes torch.tensor gives them.
+        # (fx2onnx's type for symbolic floats), the dtypes torch.tensor gives them. A None has no graph output and
+        # comes back from ONNX Runtime as None, in its place.
         expected_flat = [
-            x if isinstance(x, torch.Tensor) else torch.tensor(x)
+            x if x is None or isinstance(x, torch.Tensor) else torch.tensor(x)
             for x in pytree.tree_leaves(expected)
-            if isinstance(x, (torch.Tensor, bool, int, float))
+            if x is None or isinstance(x, (torch.Tensor, bool, int, float))
         ]
-        actual = self(*args, **kwargs)
+        actual_flat = self(*args, **kwargs)
+        if len(actual_flat) != len(expected_flat):
+            raise AssertionError(f"ONNX gives {len(actual_flat)} outputs, eager {len(expected_flat)}")
+        nones = [i for i, (e, a) in enumerate(zip(expected_flat, actual_flat)) if e is None or a is None]
+        mismatched = [i for i in nones if (expected_flat[i] is None) != (actual_flat[i] is None)]
+        if mismatched:
+            only = "eager" if expected_flat[mismatched[0]] is None else "ONNX Runtime"
+            raise AssertionError(f"output {mismatched[0]} is None in {only}'s results only")
+        expected_tensors = [e for i, e in enumerate(expected_flat) if i not in nones]
+        actual = [a for i, a in enumerate(actual_flat) if i not in nones]
         names = [v.name or f"output_{i}" for i, v in enumerate(self.model.graph.outputs)]
-        if len(actual) != len(expected_flat):
-            raise AssertionError(f"ONNX gives {len(actual)} outputs, eager {len(expected_flat)}")
-        results = [compare(name, e, a, rtol=rtol, atol=atol) for name, e, a in zip(names, expected_flat, actual)]
+        results = Verifications(
+            compare(name, e, a, rtol=rtol, atol=atol) for name, e, a in zip(names, expected_tensors, actual)
+        )
         if rtol is None and atol is None:  # tolerances given by the caller are the caller's verdict
-            self._judge_rounding_noise(results, expected_flat, actual, args, kwargs)
+            self._judge_rounding_noise(results, expected_tensors, actual, args, kwargs)
         return results
 
     def _judge_rounding_noise(
@@ -220,7 +273,8 @@ class ONNXProgram:
         ]
         if not failed:
             return
-        reference = rounding_noise.float32_outputs(self._module, *copy.deepcopy((args, kwargs)))
+        with EXPORT_LOCK:  # runs the user's model (capture.EXPORT_LOCK)
+            reference = rounding_noise.float32_outputs(self._module, *copy.deepcopy((args, kwargs)))
         if reference is None or len(reference) != len(expected):
             return
         for i in failed:
@@ -229,3 +283,76 @@ class ONNXProgram:
             if noise is not None:
                 results[i].noise = noise
                 results[i].passed = noise.within_noise
+
+
+# --- matching a call's inputs with the exported ones ---------------------------------------------------------------
+# What `program(...)` takes where the model took a tensor: torch tensors, numpy arrays and numpy scalars.
+_ARRAYS = (torch.Tensor, np.ndarray, np.generic)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Constant:
+    """A flat input that torch.export specialized into the graph (a Python number, None): no graph input."""
+
+    value: Any
+
+
+def input_layout(captured: CapturedGraph | None, in_spec: pytree.TreeSpec | None) -> list[_Constant | None] | None:
+    """Per flat input, in the order of `in_spec`'s leaves: None for a graph input, or the constant it became."""
+    if captured is None or in_spec is None:
+        return None
+    graph_inputs = set(captured.user_inputs)
+    layout: list[_Constant | None] = []
+    for node in captured.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        if node in graph_inputs:
+            layout.append(None)
+        elif node in captured.constant_inputs:
+            layout.append(_Constant(captured.constant_inputs[node]))
+    return layout if len(layout) == in_spec.num_leaves else None
+
+
+def _same_constant(value: Any, constant: Any) -> bool:
+    if value is None or constant is None or isinstance(value, _ARRAYS):
+        return value is constant
+    if isinstance(value, float) and isinstance(constant, float) and value != value and constant != constant:
+        return True  # both NaN
+    try:
+        return bool(value == constant)
+    except Exception:  # an object without a plain equality: not ours to judge
+        return True
+
+
+def _input_tensor(path: str, value: Any, graph_input: ir.Value) -> torch.Tensor:
+    """A call's input as the torch tensor the graph input takes (complex in the real layout), or a clear error."""
+    expected = graph_input.dtype
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    elif isinstance(value, (np.ndarray, np.generic)):
+        try:
+            tensor = torch.from_numpy(np.ascontiguousarray(value))
+        except TypeError as error:
+            raise TypeError(f"input {path}: numpy array of dtype {value.dtype} has no torch dtype ({error})") from None
+    elif (
+        isinstance(value, (bool, int, float, complex))
+        and expected is not None
+        and dtypes.to_torch(expected) is not None
+    ):
+        tensor = torch.tensor(value, dtype=dtypes.to_torch(expected))
+    else:
+        raise TypeError(f"input {path} is {_describe(value)}: the model takes {_describe_input(graph_input)}")
+    tensor = complex_layout.as_real(tensor)
+    if expected is not None and dtypes.to_onnx(tensor.dtype) != expected:
+        raise TypeError(
+            f"input {path} is {_describe(value)}: the model takes {_describe_input(graph_input)}; convert it "
+            f"(.to({dtypes.to_torch(expected)}))"
+        )
+    return tensor
+
+
+def _describe_input(value: ir.Value) -> str:
+    torch_dtype = dtypes.to_torch(value.dtype) if value.dtype is not None else None
+    dtype = str(torch_dtype).removeprefix("torch.") if torch_dtype is not None else "?"
+    shape = "[" + ", ".join(str(d) for d in value.shape) + "]" if value.shape is not None else "?"
+    return f"{value.name}: {dtype} tensor of shape {shape}"

@@ -140,6 +140,8 @@ class ExportReport:
     target: str = ""
     exception: BaseException | None = None
     promotion_casts: list[CastRecord] = dataclasses.field(default_factory=list)  # FX casts the passes inserted
+    # Dims `dynamic_shapes` asked to be dynamic that the model's code made static or constrained.
+    dynamic_dims: list[str] = dataclasses.field(default_factory=list)
 
     def all_casts(self) -> list[CastRecord]:
         """Every Cast the export added: by FX promotion, by dispatch, back to eager's dtype, by legalization."""
@@ -214,9 +216,12 @@ class ExportReport:
         times = ", ".join(f"{k} {v:.2f}s" for k, v in self.stage_seconds.items())
         casts = collections.Counter(c.reason for c in self.all_casts())
         cast_text = ", ".join(f"{n} {r}" for r, n in casts.items()) or "none"
+        cast_matches = sum(1 for d in self.decisions if d.chosen is not None and not d.perfect)
+        failed = sum(1 for d in self.decisions if d.chosen is None)  # nothing could lower the node
+        matches = f"{cast_matches} cast matches" + (f", {failed} failed" if failed else "")
         return (
             f"{self.model_name}: {self.graph_nodes} FX nodes via {self.strategy or '?'}, "
-            f"{len(self.decisions)} dispatched ({sum(1 for d in self.decisions if not d.perfect)} cast matches), "
+            f"{len(self.decisions)} dispatched ({matches}), "
             f"Casts added: {cast_text}; {total:.2f}s ({times})"
         )
 
@@ -253,6 +258,9 @@ class ExportReport:
         lines += [f"Decompositions applied: {decomposed}", ""]
         passes = ", ".join(f"`{p}`" for p in self.fx_passes) or "none"
         lines += [f"FX passes that changed the graph: {passes}", ""]
+        if self.dynamic_dims:
+            lines += ["Dynamic dims the model's code made static or constrained:", ""]
+            lines += [f"- {_md(note)}" for note in self.dynamic_dims] + [""]
         return lines
 
     def _markdown_dispatch(self) -> list[str]:

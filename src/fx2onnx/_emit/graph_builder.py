@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -27,6 +27,7 @@ from fx2onnx._capture import CapturedGraph
 from fx2onnx._dispatch import DispatchDecision, Dispatcher, value_dtype
 from fx2onnx._emit.context import LoweringContext, context_rule
 from fx2onnx._emit.recorder import GraphRecorder
+from fx2onnx._progress import ExportProgress
 from fx2onnx._records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, target_name
 from fx2onnx._version import __version__
 from fx2onnx.errors import LoweringError, describe_value, source_line
@@ -54,7 +55,7 @@ class GraphEmitter:
         input_names: Sequence[str] | None = None,
         output_names: Sequence[str] | None = None,
         dim_names: Mapping[Any, str] | None = None,
-        progress: bool = False,
+        progress: ExportProgress | None = None,
         higher_order: Mapping[Any, HigherOrderEmitter] | None = None,
     ) -> None:
         self.progress = progress
@@ -75,14 +76,13 @@ class GraphEmitter:
         # Positions of graph inputs/outputs holding complex values as (..., 2) real tensors (complex_layout).
         self.complex_inputs: list[int] = []
         self.complex_outputs: list[int] = []
+        self.none_outputs: list[int] = []  # positions among the flat outputs of the Nones the model returns
 
     # --- driver ---------------------------------------------------------------------------------
     def run(self) -> EmitResult:
-        nodes = list(self.captured.graph.nodes)
-        if self.progress:
-            from tqdm import tqdm
-
-            nodes = tqdm(nodes, desc="fx2onnx: emit", unit="node", leave=False)
+        nodes: Iterable[torch.fx.Node] = self.captured.graph.nodes
+        if self.progress is not None:
+            nodes = self.progress.items(nodes, unit="node")
         for node in nodes:
             getattr(self, node.op)(node)
         model = ir.Model(
@@ -93,7 +93,7 @@ class GraphEmitter:
             functions=list(self.recorder.functions.values()),
         )
         self.graph.opset_imports.update(self.opset_imports)
-        complex_layout.record(model, self.complex_inputs, self.complex_outputs)
+        complex_layout.record(model, self.complex_inputs, self.complex_outputs, self.none_outputs)
         return EmitResult(model, self.dispatcher.decisions, self.casts)
 
     # --- node kinds -----------------------------------------------------------------------------
@@ -178,10 +178,18 @@ class GraphEmitter:
         outputs = self.captured.user_outputs
         from fx2onnx._capture import output_paths
 
-        names = self.output_names or output_paths(self.captured.out_spec, len(outputs))
+        # A None among the outputs has no ONNX output: `program(...)` puts None back at its position.
+        self.none_outputs = [index for index, arg in enumerate(outputs) if arg is None]
+        names = output_paths(self.captured.out_spec, len(outputs))
+        if self.output_names:  # the user's names go to the graph's outputs, in order
+            names = list(self.output_names) + [f"output_{i}" for i in range(len(self.output_names), len(outputs))]
+            for index in self.none_outputs:
+                names.insert(index, "")
         used: set[int] = set()
         with self.recorder.recording({FX_NODE: "output"}):
             for index, arg in enumerate(outputs):
+                if arg is None:
+                    continue
                 value = self.env[arg] if isinstance(arg, torch.fx.Node) else self.recorder.constant(arg)
                 if not isinstance(value, ir.Value):
                     value = self.recorder.constant(value)
@@ -194,7 +202,7 @@ class GraphEmitter:
                 used.add(id(value))
                 name = names[index] if index < len(names) else f"output_{index}"
                 if isinstance(arg, torch.fx.Node) and _is_complex(arg.meta.get("val")):
-                    self.complex_outputs.append(index)
+                    self.complex_outputs.append(len(self.graph.outputs))
                 value.name = name
                 self.graph.outputs.append(value)
 

@@ -15,6 +15,7 @@ import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from fx2onnx import _dtypes as dtypes
 from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
 from fx2onnx.errors import ExportError, InvalidModelError, source_line
 
@@ -27,6 +28,7 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
 def finalize_passes(opset_version: int, *, optimize: bool) -> ir.passes.Sequential:
     """The passes of :func:`finalize`, in order."""
     steps: list[ir.passes.PassBase] = [common_passes.InlinePass(), common_passes.RemoveUnusedFunctionsPass()]
+    steps.append(Float8CastsPass())
     if optimize:
         steps.append(OptimizePass())
     if opset_version != BASE_OPSET:
@@ -39,6 +41,14 @@ def finalize_passes(opset_version: int, *, optimize: bool) -> ir.passes.Sequenti
         StampOpsetPass(opset_version),
     ]
     return ir.passes.Sequential(*steps)
+
+
+class Float8CastsPass(ir.passes.InPlacePass):
+    """Casts to float8 as torch casts (no saturation but for float8_e4m3fn)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        _float8_casts_do_not_saturate(model)
+        return ir.passes.PassResult(model, modified=True)
 
 
 class OptimizePass(ir.passes.InPlacePass):
@@ -190,3 +200,17 @@ def check_opset(opset_version: int) -> None:
             f"opset_version={opset_version!r} is not supported: choose from {BASE_OPSET} to {max_opset()} "
             f"(the newest opset both onnx {onnx.__version__} and the installed onnxruntime accept)"
         )
+
+
+_FLOAT8_TYPES = frozenset(dtypes.to_onnx(dtype) for dtype in dtypes.FLOAT8)
+
+
+def _float8_casts_do_not_saturate(model: ir.Model) -> None:
+    """Casts to float8 as torch casts: out of range gives NaN (inf for e5m2), where ONNX's default clamps to the
+    largest value; torch clamps only float8_e4m3fn (1e9 -> 448), which keeps ONNX's default."""
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.op_type not in ("Cast", "CastLike") or node.domain not in ("", "ai.onnx"):
+            continue
+        dtype = node.outputs[0].dtype
+        if dtype in _FLOAT8_TYPES and dtype != ir.DataType.FLOAT8E4M3FN and "saturate" not in node.attributes:
+            node.attributes["saturate"] = ir.AttrInt64("saturate", 0)

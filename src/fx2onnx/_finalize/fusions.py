@@ -37,6 +37,24 @@ _MAX_PROOF_DEPTH = 24
 _ROTARY_DTYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 
 
+def fuse_with_onnxscript(model: ir.Model) -> None:
+    """onnxscript's opset-23 fusions (RMSNormalization, GQA) without its RotaryEmbedding rule.
+
+    That rule hands RotaryEmbedding ``Cos(freqs)`` as its caches: [1, S, D/2] when the batch shares its positions
+    (transformers' LLaMA), where the operator wants x's batch, and ONNX Runtime refuses a dynamic batch above 1.
+    :func:`fuse_rotary_embeddings` matches that form too and expands the caches to [B, S, D/2].
+    """
+    try:
+        from onnxscript.rewriter.rules.fusion import _gqa, _rms_normalization
+    except ImportError:  # onnxscript moved its rules: all of its fusions, then ours on what they leave
+        from onnxscript.rewriter import onnx_fusions
+
+        onnx_fusions.fuse(model)
+        return
+    _rms_normalization.fuse_rms_normalization(model)
+    _gqa.fuse_gqa(model)
+
+
 def fuse_rotary_embeddings(model: ir.Model) -> int:
     """Rewrite rotary-embedding patterns of an opset-23 model into ``RotaryEmbedding``; returns how many."""
     if model.graph.opset_imports.get("", 0) != ROTARY_OPSET:

@@ -13,6 +13,25 @@ from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 from fx2onnx._lowerings.rules import lowering
 
 
+@lowering("aten::scaled_dot_product_attention", opset=(23, None))
+def scaled_dot_product_attention_bool_mask_onnx23(
+    query: TFloat,
+    key: TFloat,
+    value: TFloat,
+    attn_mask: BOOL,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> TFloat:
+    """ONNX's own Attention (opset 23+) with a boolean mask (True: attend), as transformers' LLaMA and GPT-2
+    pass. Attention gives zeros for a query row whose mask is all False, as eager does (the spec's errata;
+    ONNX Runtime 1.32's CPU kernel does so). Dropout is an identity at inference.
+    """
+    del dropout_p, is_causal  # torch refuses is_causal together with an explicit mask
+    return _onnx_attention(query, key, value, attn_mask, scale)
+
+
 @lowering("aten::scaled_dot_product_attention")
 def scaled_dot_product_attention_bool_mask(
     query: TFloat,
@@ -60,15 +79,32 @@ def scaled_dot_product_attention_onnx23(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> TFloat:
-    """ONNX's own Attention (opset 23+) with no mask, a float mask, or a causal mask (boolean masks keep
-    the lowering above: eager gives zeros for a fully masked row).
+    """ONNX's own Attention (opset 23+) with no mask, a float mask, or a causal mask (boolean masks: the
+    lowering above).
 
     ONNX's causal mask is aligned bottom-right and torch's top-left: they agree when queries and keys
     are equally many; otherwise the top-left mask is built and passed as a boolean mask (no row of it is
-    fully masked). Grouped-query inputs (fewer key/value heads) are what Attention broadcasts natively.
-    3-D inputs get a heads axis of 1. Dropout is an identity at inference.
+    fully masked). Dropout is an identity at inference.
     """
     del dropout_p, enable_gqa
+    if not is_causal:
+        return _onnx_attention(query, key, value, attn_mask, scale)
+    queries, keys = query.shape[-2], key.shape[-2]
+    if isinstance(queries, int) and isinstance(keys, int) and queries == keys:
+        return _onnx_attention(query, key, value, attn_mask, scale, is_causal=True)
+    return _onnx_attention(query, key, value, _causal_mask(query, key), scale)
+
+
+def _onnx_attention(
+    query: TFloat,
+    key: TFloat,
+    value: TFloat,
+    mask: TFloat | BOOL | None,
+    scale: float | None,
+    is_causal: bool = False,
+) -> TFloat:
+    """ONNX Attention on 3-D (a heads axis of 1 is added) or 4-D inputs. Grouped-query inputs (fewer key/value
+    heads) are what Attention broadcasts natively."""
     rank = len(query.shape)
     if rank == 3:
         heads_axis = op.Constant(value_ints=[1])
@@ -77,20 +113,15 @@ def scaled_dot_product_attention_onnx23(
             op.Unsqueeze(key, heads_axis),
             op.Unsqueeze(value, heads_axis),
         )
-        if attn_mask is not None and len(attn_mask.shape) == 3:
-            attn_mask = op.Unsqueeze(attn_mask, heads_axis)
+        if mask is not None and len(mask.shape) == 3:
+            mask = op.Unsqueeze(mask, heads_axis)
     elif rank != 4:
         raise NotImplementedError("ONNX Attention takes 3-D or 4-D inputs")
     attributes: dict[str, float | int] = {}
     if scale is not None:
         attributes["scale"] = float(scale)
-    mask = attn_mask
     if is_causal:
-        queries, keys = query.shape[-2], key.shape[-2]
-        if isinstance(queries, int) and isinstance(keys, int) and queries == keys:
-            attributes["is_causal"] = 1
-        else:
-            mask = _causal_mask(query, key)
+        attributes["is_causal"] = 1
     result = opset23.Attention(query, key, value, mask, **attributes)
     return op.Squeeze(result, op.Constant(value_ints=[1])) if rank == 3 else result
 

@@ -10,7 +10,21 @@ from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64
+from onnxscript import (
+    BFLOAT16,
+    BOOL,
+    DOUBLE,
+    FLOAT,
+    FLOAT16,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    UINT8,
+    UINT16,
+    UINT32,
+    UINT64,
+)
 from onnxscript import opset18 as op
 
 _NUMPY = {ir.DataType.FLOAT: np.float32, ir.DataType.DOUBLE: np.float64}
@@ -131,6 +145,27 @@ def _double(value: float) -> DOUBLE:
 
 # Every integer dtype eager rounds and classifies (isfinite & co. take bool too).
 TIntegral = TypeVar("TIntegral", INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64)
+
+
+_BITS = {
+    ir.DataType.INT8: 8, ir.DataType.INT16: 16, ir.DataType.INT32: 32, ir.DataType.INT64: 64,
+    ir.DataType.UINT8: 8, ir.DataType.UINT16: 16, ir.DataType.UINT32: 32, ir.DataType.UINT64: 64,
+}  # fmt: skip
+
+
+def _wide(dtype: ir.DataType) -> ir.DataType:
+    """The dtype integer arithmetic of `dtype` runs in: int64 for int64, int32 below (exact modulo 2**bits)."""
+    return ir.DataType.INT64 if _BITS[dtype] == 64 else ir.DataType.INT32
+
+
+def _cast(value: ir.Value, dtype: ir.DataType) -> ir.Value:
+    return op.Cast(value, to=dtype) if value.dtype != dtype else value
+
+
+def _int_const(value: int, dtype: ir.DataType) -> ir.Value:
+    """A Python int as a 0-d constant of `dtype`, wrapped into its range as eager wraps a number it is given."""
+    numpy_dtype = ir.DataType(dtype).numpy()
+    return op.Constant(value=ir.tensor(np.array(value).astype(np.uint64).astype(numpy_dtype)))
 
 
 # Weights and indices are typed apart from the data they go with (frequency weights are integers).

@@ -9,22 +9,37 @@ from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript import BOOL, DOUBLE, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64
+from onnxscript import (
+    BOOL,
+    DOUBLE,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    UINT8,
+    UINT16,
+    UINT32,
+    UINT64,
+)
 from onnxscript import opset18 as op
 
 from fx2onnx._lowerings.builders import (
+    _BITS,
     TFloat,
     TIndex,
     TInt,
     TIntegral,
     TReal,
     _back,
+    _cast,
     _const,
     _double,
     _in_float32,
+    _int_const,
     _is_float,
     _p_norm,
     _scaled_sum,
+    _wide,
     _widened,
     expm1,
     log1p,
@@ -161,6 +176,86 @@ def signbit(self: TReal) -> BOOL:
         return negative
     negative_zero = op.And(op.Equal(self, zero), op.Less(op.Reciprocal(self), zero))
     return op.Or(negative, negative_zero)
+
+
+@lowering("aten::sign", "aten::sgn")
+def sign_float(self: TFloat) -> TFloat:
+    """-1, 0 or 1; eager's kernel computes (0 < x) - (x < 0), which is 0 for NaN (ONNX's Sign gives NaN) and +0
+    for -0."""
+    zero = _const(0.0, self)
+    return op.Sub(op.CastLike(op.Less(zero, self), self), op.CastLike(op.Less(self, zero), self))
+
+
+# --- floor division and remainder of floats, as eager's kernels (BinaryOpsKernel.cpp, div_floor_floating_vec) ---
+# torchlib's Floor(a / b) gave inf for inf // 2 (eager: NaN, from fmod(inf, 2)) and its a - floor(a / b) * b
+# remainder lost the small remainders of large values: (-128.0) % 0.001 gave 0, eager 6.08e-06 (from fmod, which is
+# exact). float16/bfloat16 (measured on torch 2.13): a tensor divisor's floor/trunc quotient rounds in the dtype
+# after each step (as these nodes do, legalized one by one); a number divisor is read as a float32 and the quotient
+# computed in float32, rounded once; remainder rounds the number to the dtype (then the steps are exact or round once).
+def _remainder_float(a: TFloat, b: TFloat) -> TFloat:
+    """fmod(a, b), plus b where it is non-zero and its sign differs from b's."""
+    mod = op.Mod(a, b, fmod=1)
+    zero = _const(0.0, a)
+    wrong_side = op.And(op.Not(op.Equal(mod, zero)), op.Xor(op.Less(b, zero), op.Less(mod, zero)))
+    return op.Where(wrong_side, op.Add(mod, b), mod)
+
+
+def _floor_divide_float(a: TFloat, b: TFloat) -> TFloat:
+    zero, one = _const(0.0, a), _const(1.0, a)
+    quotient = op.Div(a, b)
+    mod = op.Mod(a, b, fmod=1)
+    # a - mod is exactly divisible; where a / b overflows with a finite, eager divides a itself.
+    overflows = op.And(op.IsInf(quotient), op.Not(op.IsInf(a)))
+    divided = op.Div(op.Where(overflows, a, op.Sub(a, mod)), b)
+    wrong_side = op.And(op.Not(op.Equal(mod, zero)), op.Xor(op.Less(b, zero), op.Less(mod, zero)))
+    divided = op.Where(wrong_side, op.Sub(divided, one), divided)
+    floored = op.Floor(divided)
+    floored = op.Where(op.Greater(op.Sub(divided, floored), _const(0.5, a)), op.Add(floored, one), floored)
+    signed_zero = op.Where(_negative_or_negative_zero(quotient), _const(-0.0, a), zero)
+    floored = op.Where(op.Equal(divided, zero), signed_zero, floored)
+    return op.Where(op.Equal(b, zero), quotient, floored)
+
+
+def _negative_or_negative_zero(x: TFloat) -> BOOL:
+    zero = _const(0.0, x)
+    return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Reciprocal(x), zero)))
+
+
+def _truncated(x: TFloat) -> TFloat:
+    """Rounded toward zero (ONNX has no Trunc): -floor(-x) below 0, floor(x) elsewhere (-0.5 gives -0, as C)."""
+    return op.Where(op.Less(x, _const(0.0, x)), op.Neg(op.Floor(op.Neg(x))), op.Floor(x))
+
+
+def _rounded_quotient(self: TFloat, other: TFloat | float, rounding_mode: str | None) -> TFloat:
+    if isinstance(other, ir.Value):
+        a, b = self, other
+    else:  # a number: float32 (float64 for float64) and unrounded, the quotient rounded once
+        a = _in_float32(self)
+        b = _const(float(other), a)
+    if rounding_mode == "floor":
+        return _back(_floor_divide_float(a, b), self)
+    quotient = op.Div(a, b)
+    return _back(_truncated(quotient) if rounding_mode == "trunc" else quotient, self)
+
+
+@lowering("aten::div.Tensor_mode", "aten::div.Scalar_mode")
+def div_mode_float(self: TFloat, other: TFloat, rounding_mode: str | None = None) -> TFloat:
+    return _rounded_quotient(self, other, rounding_mode)
+
+
+@lowering("aten::floor_divide", "aten::floor_divide.Scalar")
+def floor_divide_float(self: TFloat, other: TFloat) -> TFloat:
+    return _rounded_quotient(self, other, "floor")
+
+
+@lowering("aten::remainder.Tensor", "aten::remainder.Scalar", "prims::remainder")
+def remainder_float(self: TFloat, other: TFloat) -> TFloat:
+    return _remainder_float(self, other if isinstance(other, ir.Value) else _const(float(other), self))
+
+
+@lowering("aten::remainder.Scalar_Tensor")
+def remainder_scalar_tensor_float(self: float, other: TFloat) -> TFloat:
+    return _remainder_float(_const(float(self), other), other)
 
 
 @lowering("aten::addr")
@@ -516,6 +611,185 @@ def bitwise_or_operator(self: TIntegralOrBool, other: TIntegralOrBool) -> TInteg
 @lowering("aten::__xor__.Tensor", "prims::bitwise_xor")
 def bitwise_xor_operator(self: TIntegralOrBool, other: TIntegralOrBool) -> TIntegralOrBool:
     return op.Xor(self, other) if self.dtype == ir.DataType.BOOL else op.BitwiseXor(self, other)
+
+
+TSigned = TypeVar("TSigned", INT8, INT16, INT32, INT64)
+
+
+_UNSIGNED = (ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64)
+
+
+def _operand(value: ir.Value | int | float | bool, dtype: ir.DataType) -> ir.Value:
+    """A tensor operand, or a Python number (the Scalar overloads) as a constant of `dtype`."""
+    return value if isinstance(value, ir.Value) else _int_const(int(value), dtype)
+
+
+def _is_signed(dtype: ir.DataType) -> bool:
+    return dtype not in _UNSIGNED
+
+
+# --- division with a rounding mode ----------------------------------------------------------------------------------
+def _floor_divided(self: TInt, other: TInt) -> TInt:
+    """Truncating Div, minus one where the remainder is non-zero and the operands' signs differ (eager's rule)."""
+    quotient = op.Div(self, other)
+    if not _is_signed(self.dtype):
+        return quotient
+    zero = _int_const(0, self.dtype)
+    inexact = op.Not(op.Equal(op.Mod(self, other, fmod=1), zero))
+    signs_differ = op.Xor(op.Less(self, zero), op.Less(other, zero))
+    return op.Sub(quotient, op.Cast(op.And(inexact, signs_differ), to=self.dtype))
+
+
+@lowering("aten::div.Tensor_mode", "aten::div.Scalar_mode")
+def div_mode_integer(self: TInt, other: TInt, rounding_mode: str | None = None) -> TInt:
+    """Integer division rounded toward zero (ONNX's integer Div) or down; without a mode, eager divides in float
+    (promotion has made the operands float then, and this rule is not reached)."""
+    other = _operand(other, self.dtype)
+    if rounding_mode == "trunc":
+        return op.Div(self, other)
+    if rounding_mode == "floor":
+        return _floor_divided(self, other)
+    raise NotImplementedError(f"integer div with rounding_mode={rounding_mode!r}: eager divides in float")
+
+
+@lowering("aten::floor_divide", "aten::floor_divide.Scalar")
+def floor_divide_integer(self: TInt, other: TInt) -> TInt:
+    return _floor_divided(self, _operand(other, self.dtype))
+
+
+# --- powers ----------------------------------------------------------------------------------------------------
+def _negative_power(base: ir.Value, exponent: ir.Value) -> ir.Value:
+    """Eager's integer power for a negative exponent: 1 for base 1, +-1 for base -1 (by the exponent's parity), else 0
+    (0 ** -3 included)."""
+    one, minus_one, zero = (_int_const(v, base.dtype) for v in (1, -1, 0))
+    odd = op.Equal(op.BitwiseAnd(exponent, _int_const(1, exponent.dtype)), _int_const(1, exponent.dtype))
+    at_minus_one = op.Where(odd, minus_one, one)
+    return op.Where(op.Equal(base, one), one, op.Where(op.Equal(base, minus_one), at_minus_one, zero))
+
+
+def _power_by_squaring(base: ir.Value, exponent: int) -> ir.Value:
+    """base ** exponent (>= 0) by squaring, in base's dtype (wrapping as eager's multiplications do)."""
+    result: ir.Value | None = None
+    square = base
+    while exponent:
+        if exponent & 1:
+            result = square if result is None else op.Mul(result, square)
+        exponent >>= 1
+        if exponent:
+            square = op.Mul(square, square)
+    return result if result is not None else op.Expand(_int_const(1, base.dtype), op.Shape(base))
+
+
+def _integer_power(base: TInt, exponent: TInt | int, dtype: ir.DataType) -> TInt:
+    wide = _wide(dtype)
+    wide_base = _cast(base, wide)
+    if not isinstance(exponent, ir.Value):
+        if exponent < 0:
+            raise NotImplementedError(
+                f"{ir.DataType(dtype).name.lower()} tensor ** {exponent}: eager refuses it "
+                '("Integers to negative integer powers are not allowed"); raise a float tensor to the power'
+            )
+        return _cast(_power_by_squaring(wide_base, exponent), dtype)
+    wide_exponent = _cast(exponent, wide)
+    # Square-and-multiply over every bit the exponent's dtype can set (the sign bit aside): log2 steps, unrolled.
+    one, zero = _int_const(1, wide), _int_const(0, wide)
+    result = op.Expand(one, op.Shape(op.Add(wide_base, op.Mul(wide_exponent, zero))))
+    square = wide_base
+    bits = _BITS[exponent.dtype] - (1 if _is_signed(exponent.dtype) else 0)
+    for bit in range(bits):
+        mask = _int_const(1 << bit, wide)
+        is_set = op.Not(op.Equal(op.BitwiseAnd(wide_exponent, mask), zero))
+        result = op.Where(is_set, op.Mul(result, square), result)
+        if bit + 1 < bits:
+            square = op.Mul(square, square)
+    if _is_signed(exponent.dtype):
+        result = op.Where(op.Less(wide_exponent, zero), _negative_power(wide_base, wide_exponent), result)
+    return _cast(result, dtype)
+
+
+@lowering("aten::pow.Tensor_Tensor", "aten::pow.Tensor_Scalar")
+def pow_integer(self: TInt, exponent: TInt) -> TInt:
+    """Integer powers by squaring, wrapping on overflow like eager (int8 3 ** 100 is -47); eager's results for
+    negative exponents (only 1 and -1 give non-zero). ONNX Runtime's integer Pow goes through double."""
+    return _integer_power(self, exponent, self.dtype)
+
+
+@lowering("aten::pow.Scalar")
+def pow_scalar_integer(self: int, exponent: TInt) -> TInt:
+    """An integer number raised to an integer tensor (`3 ** x`): the result has the tensor's dtype."""
+    base = op.Expand(_int_const(int(self), exponent.dtype), op.Shape(exponent))
+    return _integer_power(base, exponent, exponent.dtype)
+
+
+# --- shifts ----------------------------------------------------------------------------------------------------
+# Eager (BinaryOpsKernel.cpp): a shift by a negative amount or by the bit width or more gives 0 to the left; to the
+# right, the sign fill (0 or -1; 0 for unsigned) — ONNX's BitShift, on unsigned types only, leaves them undefined.
+_UNSIGNED_OF = {ir.DataType.INT32: ir.DataType.UINT32, ir.DataType.INT64: ir.DataType.UINT64}
+
+
+def _shift_amount_in_range(amount: ir.Value, dtype: ir.DataType, limit: int) -> ir.Value:
+    """0 <= amount < limit (amount in `dtype`; an unsigned amount whose sign bit is set counts as negative)."""
+    if _is_signed(dtype):
+        return op.And(op.GreaterOrEqual(amount, _int_const(0, dtype)), op.Less(amount, _int_const(limit, dtype)))
+    return op.Less(amount, _int_const(min(limit, 1 << (_BITS[dtype] - 1)), dtype))
+
+
+def _logical_shift(value: ir.Value, amount: ir.Value, direction: str) -> ir.Value:
+    """BitShift of a non-negative int32/int64 `value` (or any uint8) by an in-range amount, in value's dtype."""
+    if value.dtype == ir.DataType.UINT8:
+        return op.BitShift(value, _cast(amount, ir.DataType.UINT8), direction=direction)
+    unsigned = _UNSIGNED_OF[value.dtype]
+    shifted = op.BitShift(op.Cast(value, to=unsigned), op.Cast(amount, to=unsigned), direction=direction)
+    return op.Cast(shifted, to=value.dtype)
+
+
+@lowering(
+    "aten::__lshift__.Tensor", "aten::__lshift__.Scalar", "aten::bitwise_left_shift.Tensor",
+    "aten::bitwise_left_shift.Tensor_Scalar",
+)  # fmt: skip
+def left_shift_integer(self: TInt, other: TInt) -> TInt:
+    dtype = self.dtype
+    amount = _operand(other, dtype)
+    valid = _shift_amount_in_range(amount, dtype, _BITS[dtype])
+    work = ir.DataType.UINT8 if dtype == ir.DataType.UINT8 else _wide(dtype)
+    safe_amount = op.Where(valid, _cast(amount, work), _int_const(0, work))
+    shifted = _cast(_logical_shift(_cast(self, work), safe_amount, "LEFT"), dtype)
+    return op.Where(valid, shifted, _int_const(0, dtype))
+
+
+@lowering("aten::bitwise_left_shift.Scalar_Tensor")
+def left_shift_scalar_integer(self: int, other: TInt) -> TInt:
+    return left_shift_integer.func(op.Expand(_int_const(int(self), other.dtype), op.Shape(other)), other)
+
+
+@lowering(
+    "aten::__rshift__.Tensor", "aten::__rshift__.Scalar", "aten::bitwise_right_shift.Tensor",
+    "aten::bitwise_right_shift.Tensor_Scalar",
+)  # fmt: skip
+def right_shift_integer(self: TInt, other: TInt) -> TInt:
+    dtype = self.dtype
+    amount = _operand(other, dtype)
+    if not _is_signed(dtype):
+        valid = _shift_amount_in_range(amount, dtype, _BITS[dtype])
+        safe_amount = op.Where(valid, amount, _int_const(0, dtype))
+        shifted = _cast(_logical_shift(_cast(self, ir.DataType.UINT8), safe_amount, "RIGHT"), dtype)
+        return op.Where(valid, shifted, _int_const(0, dtype))
+    # Arithmetic shift: a negative x >> n is ~(~x >> n), ~x being non-negative; amounts out of range shift by
+    # bits - 1 (the sign fill), as eager does.
+    limit = _BITS[dtype] - 1
+    wide = _wide(dtype)
+    valid = _shift_amount_in_range(amount, dtype, limit)
+    safe_amount = op.Where(valid, _cast(amount, wide), _int_const(limit, wide))
+    value = _cast(self, wide)
+    negative = op.Less(value, _int_const(0, wide))
+    magnitude_bits = op.Where(negative, op.BitwiseNot(value), value)
+    shifted = _logical_shift(magnitude_bits, safe_amount, "RIGHT")
+    return _cast(op.Where(negative, op.BitwiseNot(shifted), shifted), dtype)
+
+
+@lowering("aten::bitwise_right_shift.Scalar_Tensor")
+def right_shift_scalar_integer(self: int, other: TInt) -> TInt:
+    return right_shift_integer.func(op.Expand(_int_const(int(self), other.dtype), op.Shape(other)), other)
 
 
 _SEGMENT_IDENTITY = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}

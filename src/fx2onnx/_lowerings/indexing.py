@@ -195,6 +195,14 @@ def _compute_type(value: TReal) -> TReal:
     return _widened(value)
 
 
+def floor_divide_by_positive(total: TReal, counts: TReal) -> TReal:
+    """Integer floor division by positive counts, in integers (through float64, int64 sums above 2**53 rounded):
+    truncating Div, minus one where a negative total leaves a remainder."""
+    zero = op.CastLike(0, total)
+    inexact_negative = op.And(op.Less(total, zero), op.Not(op.Equal(op.Mod(total, counts, fmod=1), zero)))
+    return op.Sub(op.Div(total, counts), op.CastLike(inexact_negative, total))
+
+
 def _identity_for(reduce: str, like: TReal) -> TReal:
     value = _IDENTITY[reduce]
     if like.dtype in (ir.DataType.INT32, ir.DataType.INT64) and reduce in ("amax", "amin"):
@@ -235,8 +243,9 @@ def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str
             counts = op.ScatterElements(ones, positions, zeros_at, axis=axis)
         counts = op.ScatterElements(counts, positions, ones_at, axis=axis, reduction="add")
         if base.dtype in (ir.DataType.INT32, ir.DataType.INT64):
-            quotient = op.Div(op.Cast(result, to=DOUBLE.dtype), op.Cast(counts, to=DOUBLE.dtype))
-            result = op.Cast(op.Floor(quotient), to=base.dtype)
+            # The sum wraps in self's dtype before the division, as eager's index_add does.
+            total = op.Cast(op.Cast(result, to=self.dtype), to=result.dtype) if result.dtype != self.dtype else result
+            result = floor_divide_by_positive(total, counts)
         else:
             result = op.Div(result, counts)
     if scalar:
@@ -443,8 +452,8 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
             counts, positions, op.Expand(op.CastLike(1, base), op.Shape(positions)), axis=axis, reduction="add"
         )
         if self.dtype in _INTEGERS:  # the sum wraps in self's dtype before the floor division, as in eager
-            total = op.Cast(op.Cast(result, to=self.dtype), to=DOUBLE.dtype)
-            result = op.Floor(op.Div(total, op.Cast(counts, to=DOUBLE.dtype)))
+            total = op.Cast(op.Cast(result, to=self.dtype), to=result.dtype)
+            result = floor_divide_by_positive(total, counts)
         else:
             result = op.Div(result, counts)
     if scalar:
@@ -678,6 +687,24 @@ def pixel_unshuffle(self: TReal, downscale_factor: int) -> TReal:
     x = op.Transpose(x, perm=[*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3])
     merged = op.Concat(batch, _times(channels, r * r), _over(height, r), _over(width, r), axis=0)
     return op.Reshape(x, merged, allowzero=1)
+
+
+# --- repeat_interleave with a tensor of repeats ----------------------------------------------------------------
+@lowering("aten::repeat_interleave.Tensor")
+def repeat_interleave_tensor(repeats: INT64, output_size: int | None = None) -> INT64:
+    """``torch.repeat_interleave(repeats)``: index i written repeats[i] times (x.repeat_interleave(r, dim)
+    decomposes to it and an index_select). torchlib's implementation takes `self` where ATen gives `repeats`.
+
+    The output's length is data-dependent (sum of repeats): position p holds the count of cumulative sums <= p.
+    """
+    repeats = op.Cast(repeats, to=INT64.dtype)
+    ends = op.CumSum(repeats, op.Constant(value_int=0))  # (n,)
+    total = op.ReduceSum(repeats, keepdims=0) if output_size is None else op.Constant(value_int=output_size)
+    positions = op.Range(op.Constant(value_int=0), total, op.Constant(value_int=1))  # (total,)
+    passed = op.LessOrEqual(
+        op.Unsqueeze(ends, op.Constant(value_ints=[0])), op.Unsqueeze(positions, op.Constant(value_ints=[1]))
+    )
+    return op.ReduceSum(op.Cast(passed, to=INT64.dtype), op.Constant(value_ints=[1]), keepdims=0)
 
 
 # --- data-dependent indexing ---------------------------------------------------------------------------------

@@ -12,7 +12,21 @@ from typing import TypeVar
 import numpy as np
 import onnx_ir as ir
 import torch
-from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64
+from onnxscript import (
+    BFLOAT16,
+    BOOL,
+    DOUBLE,
+    FLOAT,
+    FLOAT16,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    UINT8,
+    UINT16,
+    UINT32,
+    UINT64,
+)
 from onnxscript import opset18 as op
 
 from fx2onnx._lowerings.builders import (
@@ -197,9 +211,18 @@ def cov(self: TReal, correction: int = 1, fweights: TOther | None = None, aweigh
     if aweights is not None:
         scaled = op.Cast(aweights, to=compute)
         weights = scaled if weights is None else op.Mul(weights, scaled)
+    integral = self.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
     if weights is None:
         total = op.Constant(value=ir.tensor(float(observations), dtype=compute))
         mean = op.ReduceMean(x, columns, keepdims=True)
+        if integral and isinstance(observations, int) and observations > 0:
+            # Eager sums integers exactly (int64) and divides the sum in float32: a float32 sum rounds above 2**24.
+            exact = op.CumSum(
+                op.Cast(self if rank == 2 else op.Reshape(self, op.Constant(value_ints=[1, -1])), to=ir.DataType.INT64),
+                op.Constant(value=ir.tensor(1, dtype=ir.DataType.INT64)),
+            )
+            row_sums = op.Slice(exact, op.Constant(value_ints=[-1]), op.Constant(value_ints=[observations]), columns)
+            mean = op.Div(op.Cast(row_sums, to=compute), total)
     else:
         total = op.ReduceSum(weights, keepdims=False)
         mean = op.Div(op.ReduceSum(op.Mul(x, weights), columns, keepdims=True), total)

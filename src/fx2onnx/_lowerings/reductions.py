@@ -7,24 +7,36 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript import BOOL, INT32, INT64, UINT8
+from onnxscript import (
+    BOOL,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    UINT8,
+)
 from onnxscript import opset18 as op
 
 from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.builders import (
+    _BITS,
     _NARROW_INTS,
     _NUMPY,
     TFloat,
     TReal,
     _back,
+    _cast,
     _const,
     _flat,
     _in_float32,
+    _int_const,
     _is_float,
     _p_norm,
+    _wide,
     log1p,
 )
 from fx2onnx._lowerings.rules import lowering
@@ -123,10 +135,21 @@ def _truth(self: TReal, dim: Sequence[int] | int | None, keepdim: bool, every: b
     truth = op.Cast(self, to=BOOL.dtype) if self.dtype != ir.DataType.BOOL else self
     if len(self.shape) == 0:
         return op.Identity(truth)
-    as_int = op.Cast(truth, to=INT32.dtype)
-    axes = _axes(dim)
-    reduced = op.ReduceMin(as_int, axes, keepdims=keepdim) if every else op.ReduceMax(as_int, axes, keepdims=keepdim)
-    return op.Cast(reduced, to=BOOL.dtype)
+    # all(x) is not any(not x): a max of 0/1 values compared with 0, since ONNX Runtime's ReduceMax over an
+    # empty dim gives the lowest int32 (any() of nothing was True; eager: False, and all() of nothing True).
+    as_int = op.Cast(op.Not(truth) if every else truth, to=INT32.dtype)
+    found = op.Greater(op.ReduceMax(as_int, _axes(dim), keepdims=keepdim), op.Constant(value_int=0))
+    return op.Not(found) if every else found
+
+
+@lowering("aten::all")
+def all_elements(self: TReal) -> BOOL:
+    return _truth(self, None, False, every=True)
+
+
+@lowering("aten::any")
+def any_element(self: TReal) -> BOOL:
+    return _truth(self, None, False, every=False)
 
 
 @lowering("aten::all.dim")
@@ -226,6 +249,30 @@ def cumprod(self: TReal, dim: int, dtype: int | None = None) -> TReal:
     axis, _, x_j, mask, _ = _prefix_layout(x, dim)
     factors = op.Where(mask, x_j, op.CastLike(1, x))
     return op.ReduceProd(factors, op.Constant(value_ints=[axis + 1]), keepdims=False)
+
+
+# --- means: NaN over nothing ---------------------------------------------------------------------------------
+def _mean(self: TFloat, dims: Sequence[int] | None, keepdim: bool, dtype: int | None) -> TFloat:
+    """ReduceMean, NaN where it reduced no element (ONNX Runtime gives 0): a non-empty input has no empty
+    reduction, and an empty one has only those (or no output element)."""
+    x = op.Cast(self, to=dtype) if dtype is not None else self
+    if len(x.shape) == 0:
+        return op.Identity(x)
+    mean = op.ReduceMean(x, _axes(dims), keepdims=keepdim)
+    empty = op.Equal(op.Size(x), op.Constant(value_int=0))
+    return op.Where(empty, op.CastLike(float("nan"), mean), mean)
+
+
+@lowering("aten::mean")
+def mean_float(self: TFloat, dtype: int | None = None) -> TFloat:
+    return _mean(self, None, False, dtype)
+
+
+@lowering("aten::mean.dim")
+def mean_dim_float(
+    self: TFloat, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
+) -> TFloat:
+    return _mean(self, dim, keepdim, dtype)
 
 
 @lowering("aten::prod.dim_int")
@@ -351,6 +398,150 @@ def mode(self: TReal, dim: int = -1, keepdim: bool = False) -> tuple[TReal, INT6
         squeeze = op.Constant(value_ints=[axis])
         value, index = op.Squeeze(value, squeeze), op.Squeeze(index, squeeze)
     return (op.Cast(value, to=dtype) if value.dtype != dtype else value), index
+
+
+# --- sums and products -----------------------------------------------------------------------------------------
+# ONNX Runtime's CumSum adds integers exactly (wrapping); its ReduceSum and ReduceProd of int64 go through double.
+# A sum is the last element of a CumSum along the dim, a product the last of a running product built in ceil(log2 n)
+# doubling steps (Hillis-Steele: step k multiplies each element by the one 2**k places before it); both start from
+# the identity padded in front, so an empty dim gives 0 (1). Several dims reduce one after the other: wrapping
+# addition and multiplication are associative, so the order does not change the result.
+TAccumulable = TypeVar("TAccumulable", BOOL, INT8, INT16, INT32, INT64, UINT8)
+
+
+def _running_product_step(value: ir.Value, shift: ir.Value | int, axis: int) -> ir.Value:
+    """Each element times the one `shift` places before it along `axis` (1 before the start)."""
+    rank = len(value.shape)
+    if isinstance(shift, int):
+        pads = op.Constant(
+            value_ints=[shift if a == axis else 0 for a in range(rank)]
+            + [-shift if a == axis else 0 for a in range(rank)]
+        )
+    else:
+        zeros = op.Constant(value_ints=[0] * rank)
+        at_axis = op.Constant(value_ints=[1 if a == axis else 0 for a in range(rank)])
+        before = op.Mul(at_axis, op.Reshape(shift, op.Constant(value_ints=[1])))
+        pads = op.Concat(op.Add(zeros, before), op.Neg(before), axis=0)
+    earlier = op.Pad(value, pads, _int_const(1, value.dtype))
+    return op.Mul(value, earlier)
+
+
+def _running_product(ctx: LoweringContext, value: ir.Value, axis: int, length: int | ir.SymbolicDim | None) -> ir.Value:
+    """cumprod along `axis` (of `length`, when known at export) in value's (int32/int64) dtype, exact with wrapping."""
+    if isinstance(length, int):
+        shift = 1
+        while shift < length:
+            value = _running_product_step(value, shift, axis)
+            shift *= 2
+        return value
+    return _running_product_loop(ctx, value, axis)
+
+
+def _running_product_loop(ctx: LoweringContext, value: ir.Value, axis: int) -> ir.Value:
+    """The doubling steps for a dim whose length is known only at run time: an ONNX Loop while 2**k < length."""
+    length = op.Squeeze(op.Shape(value, start=axis, end=axis + 1))
+
+    def body(iteration: ir.Value, carried: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]]:
+        shift, running = carried
+        stepped = _running_product_step(running, shift, axis)
+        doubled = op.Add(shift, shift)
+        return op.Less(doubled, length), [doubled, stepped]
+
+    one = op.Constant(value=ir.tensor(1, dtype=ir.DataType.INT64))
+    _, result = ctx.loop(length, op.Less(one, length), [one, value], body, name="product", carried_shapes=True)
+    result.shape = ir.Shape(value.shape)
+    return result
+
+
+def _accumulator(result_dtype: ir.DataType) -> ir.DataType | None:
+    """The integer dtype eager's integer accumulation into `result_dtype` runs in (bool: int64, nonzero is True);
+    None for a float `dtype=`, which computes in that float."""
+    if result_dtype == ir.DataType.BOOL:
+        return ir.DataType.INT64
+    return _wide(result_dtype) if result_dtype in _BITS else None
+
+
+def _reduced(
+    ctx: LoweringContext, self: ir.Value, dims: list[int], keepdim: bool, dtype: int | None, product: bool
+) -> ir.Value:
+    result_dtype = ir.DataType(dtype) if dtype is not None else ir.DataType.INT64
+    accumulator = _accumulator(result_dtype)
+    rank = len(self.shape)
+    if accumulator is None:
+        x = _cast(self, result_dtype)
+        axes = op.Constant(value_ints=dims) if dims and rank else None
+        return (op.ReduceProd if product else op.ReduceSum)(x, axes, keepdims=keepdim) if rank else x
+    value = _cast(_cast(self, result_dtype), accumulator)
+    if rank == 0:
+        return _cast(value, result_dtype)
+    axes = sorted({d % rank for d in dims}) if dims else list(range(rank))
+    identity = _int_const(1 if product else 0, value.dtype)
+    for axis in axes:
+        pads = op.Constant(value_ints=[1 if a == axis else 0 for a in range(rank)] + [0] * rank)
+        padded = op.Pad(value, pads, identity)
+        if product:
+            length = value.shape[axis]
+            running = _running_product(ctx, padded, axis, length + 1 if isinstance(length, int) else None)
+        else:
+            running = op.CumSum(padded, op.Constant(value=ir.tensor(axis, dtype=ir.DataType.INT64)))
+        value = op.Slice(
+            running, op.Constant(value_ints=[-1]), op.Constant(value_ints=[2**62]), op.Constant(value_ints=[axis])
+        )
+    if not keepdim:
+        value = op.Squeeze(value, op.Constant(value_ints=axes))
+    return _cast(value, result_dtype)
+
+
+@lowering("aten::sum", context=True)
+def sum_integer(ctx: LoweringContext, self: TAccumulable, dtype: int | None = None) -> INT64:
+    return _reduced(ctx, self, [], False, dtype, product=False)
+
+
+@lowering("aten::sum.dim_IntList", context=True)
+def sum_dim_integer(
+    ctx: LoweringContext,
+    self: TAccumulable,
+    dim: Sequence[int] | None = None,
+    keepdim: bool = False,
+    dtype: int | None = None,
+) -> INT64:
+    return _reduced(ctx, self, list(dim or []), keepdim, dtype, product=False)
+
+
+@lowering("aten::prod", context=True)
+def prod_integer(ctx: LoweringContext, self: TAccumulable, dtype: int | None = None) -> INT64:
+    return _reduced(ctx, self, [], False, dtype, product=True)
+
+
+@lowering("aten::prod.dim_int", variant="integer", context=True)
+def prod_dim_integer(
+    ctx: LoweringContext, self: TAccumulable, dim: int, keepdim: bool = False, dtype: int | None = None
+) -> INT64:
+    return _reduced(ctx, self, [dim], keepdim, dtype, product=True)
+
+
+@lowering("aten::cumsum")
+def cumsum_integer(self: TAccumulable, dim: int, dtype: int | None = None) -> INT64:
+    """Eager accumulates integers and bools in int64 (returned) unless `dtype` is given; ONNX Runtime's CumSum has
+    int32/int64 kernels, which wrap like eager's."""
+    result_dtype = ir.DataType(dtype) if dtype is not None else ir.DataType.INT64
+    value = _cast(_cast(self, result_dtype), _accumulator(result_dtype) or result_dtype)
+    if len(value.shape) == 0:
+        return _cast(value, result_dtype)
+    summed = op.CumSum(value, op.Constant(value=ir.tensor(dim % len(value.shape), dtype=ir.DataType.INT64)))
+    return _cast(summed, result_dtype)
+
+
+@lowering("aten::cumprod", variant="integer", context=True)
+def cumprod_integer(ctx: LoweringContext, self: TAccumulable, dim: int, dtype: int | None = None) -> INT64:
+    result_dtype = ir.DataType(dtype) if dtype is not None else ir.DataType.INT64
+    if _accumulator(result_dtype) is None:  # a float dtype=: the float lowering, on the converted input
+        return cumprod.func(_cast(self, result_dtype), dim)
+    value = _cast(_cast(self, result_dtype), _accumulator(result_dtype))
+    if len(value.shape) == 0:
+        return _cast(value, result_dtype)
+    axis = dim % len(value.shape)
+    return _cast(_running_product(ctx, value, axis, value.shape[axis]), result_dtype)
 
 
 @lowering("aten::unique_consecutive")

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from fx2onnx.coverage.cases import Case
@@ -35,7 +35,12 @@ class _Worker:
     samples_done: int = 0
     deadline: float = 0.0
     cases_run: int = 0
-    ready: bool = False  # imports done: from then on a case gets `timeout` seconds, not `startup_timeout`
+    ready: bool = False  # imports done: from then on a case gets its timeout, not `startup_timeout`
+
+
+# Seconds a sample may take, for every case or per case (the self-test that hangs gets a short one, so a
+# test of the pool does not make the other cases race a clock).
+Timeout = float | Callable[[Case], float]
 
 
 class WorkerPool:
@@ -44,10 +49,10 @@ class WorkerPool:
     def __init__(
         self,
         workers: int = 2,
-        timeout: float = 90.0,
+        timeout: Timeout = 90.0,
         log_dir: str | None = None,
         max_cases_per_worker: int = 300,
-        startup_timeout: float = 180.0,
+        startup_timeout: float = 600.0,  # importing torch and OpInfo: seconds, minutes on a loaded machine
     ) -> None:
         self.size = max(1, workers)
         self.timeout = timeout  # seconds per sample (the clock restarts at each finished sample)
@@ -88,7 +93,7 @@ class WorkerPool:
                     if record is not None:
                         yield record
                 elif time.monotonic() > worker.deadline:
-                    yield self._replace(worker, f"timeout: no result after {self.timeout:g}s")
+                    yield self._replace(worker, f"timeout: no result after {self._timeout(worker):g}s")
 
     # --- one worker ---------------------------------------------------------------------------------
     def _start(self) -> _Worker:
@@ -118,9 +123,13 @@ class WorkerPool:
         receiver = multiprocessing.connection.Connection(from_worker_read, writable=False)
         return _Worker(process, sender, receiver)
 
+    def _timeout(self, worker: _Worker) -> float:
+        assert worker.case is not None
+        return self.timeout(worker.case) if callable(self.timeout) else self.timeout
+
     def _assign(self, worker: _Worker, case: Case) -> None:
         worker.case, worker.phase, worker.sample, worker.samples_done = case, "start", -1, 0
-        worker.deadline = time.monotonic() + (self.timeout if worker.ready else self.startup_timeout)
+        worker.deadline = time.monotonic() + (self._timeout(worker) if worker.ready else self.startup_timeout)
         with contextlib.suppress(OSError):  # a dead worker shows up in run() as a crash
             worker.sender.send(dataclasses.asdict(case))
 
@@ -129,7 +138,7 @@ class WorkerPool:
             kind, payload = worker.connection.recv()
         except (EOFError, OSError):
             try:
-                code = worker.process.wait(timeout=5)
+                code = worker.process.wait(timeout=60)  # its pipe closed: it is exiting (a core dump may be slow)
             except subprocess.TimeoutExpired:
                 code = None
             if not worker.ready:
@@ -141,14 +150,15 @@ class WorkerPool:
             return self._replace(worker, f"worker crashed ({_describe_exit(code)})")
         if kind == "ready":
             worker.ready = True
-            worker.deadline = time.monotonic() + self.timeout
+            if worker.case is not None:
+                worker.deadline = time.monotonic() + self._timeout(worker)
             return None
         if kind == "phase":
             worker.phase, worker.sample = payload["phase"], payload["sample"]
             return None
         if kind == "sample":
             worker.samples_done += 1
-            worker.deadline = time.monotonic() + self.timeout
+            worker.deadline = time.monotonic() + self._timeout(worker)
             return None
         if kind != "done":
             return None  # a message this version does not know

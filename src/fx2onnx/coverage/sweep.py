@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fx2onnx.coverage.cases import Case
-from fx2onnx.coverage.pool import WorkerPool
+from fx2onnx.coverage.pool import Timeout, WorkerPool
 from fx2onnx.coverage.runner import dumps
 
 Record = dict[str, Any]
@@ -47,7 +47,8 @@ def run_sweep(
     results_path: str | None,
     *,
     workers: int = 2,
-    timeout: float = 90.0,
+    timeout: Timeout = 90.0,
+    startup_timeout: float = 600.0,
     rerun: bool = False,
     progress: bool = True,
     on_record: Callable[[Record], None] | None = None,
@@ -60,7 +61,9 @@ def run_sweep(
         log_dir = os.path.join(os.path.dirname(os.path.abspath(results_path)), "logs") if results_path else None
         handle = _open_results(results_path)
         try:
-            with WorkerPool(workers=min(workers, len(todo)), timeout=timeout, log_dir=log_dir) as pool:
+            with WorkerPool(
+                workers=min(workers, len(todo)), timeout=timeout, startup_timeout=startup_timeout, log_dir=log_dir
+            ) as pool:
                 for record in _with_progress(pool.run(todo), len(todo), len(finished), progress):
                     finished[record_key(record)] = record
                     if handle is not None:

@@ -1,0 +1,635 @@
+"""Drop-in compatibility: the same ``torch.onnx.export(..., dynamo=True)`` call through both exporters.
+
+Each case is one call, written as a user of torch.onnx would write it (args/kwargs forms, dynamic_shapes and
+dynamic_axes forms, input/output names, opsets, custom translation tables, dtypes, control flow). It runs through
+torch.onnx.export and through fx2onnx.export with the same arguments; each resulting model runs in ONNX Runtime
+on the example inputs (and on inputs of other sizes where dims are dynamic) and is compared with eager. The
+assertion: every call the reference completes with a correct model, fx2onnx completes with a correct model too.
+The counts for both exporters are printed at the end of the module (``pytest -m dropin -s`` runs it alone).
+
+Nothing is cached across cases: each builds its model and inputs afresh, for each exporter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import onnxscript
+import pytest
+import torch
+import torch.utils._pytree as pytree
+from onnxscript import opset18 as op
+
+import fx2onnx
+
+pytestmark = pytest.mark.dropin
+
+Dim = torch.export.Dim
+
+
+# --- models -------------------------------------------------------------------------------------------------
+class Linear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.proj(x))
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * y + x
+
+
+class OptionalMask(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+        y = self.proj(x) * scale
+        return y if mask is None else y * mask.unsqueeze(-1)
+
+
+class DictInput(torch.nn.Module):
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return inputs["a"] - inputs["b"] * 2
+
+
+class ListInput(torch.nn.Module):
+    def forward(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack(xs).sum(0)
+
+
+class TupleOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.sin(), x.cos()
+
+
+class DictOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"mean": x.mean(-1), "max": x.amax(-1)}
+
+
+class Convolution(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.adaptive_avg_pool2d(torch.relu(self.norm(self.conv(x))), 1).flatten(1)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(batch, length, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.nn.functional.gelu(out.transpose(1, 2).reshape(batch, length, 16))
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(20, 6)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.embed(ids), -1)
+
+
+class IntegerOps(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return x.cumsum(0), x.argmax(-1), (x % 3 == 0)
+
+
+class BoolMask(torch.nn.Module):
+    def forward(self, x: torch.Tensor, threshold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = x > threshold
+        return mask, torch.where(mask, x, torch.zeros_like(x))
+
+
+class Cond(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: t - 1, (x,))
+
+
+class ShapeBranch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] > 4:  # resolved at capture: the example's size decides
+            return x[..., :4]
+        return x * 2
+
+
+class ExportFlag(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.onnx.is_in_onnx_export():
+            return x + 1
+        return x - 1
+
+
+class Recurrent(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = torch.nn.GRU(4, 6, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gru(x)[0]
+
+
+class Reductions(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x.sum(1), x.var(0), x.norm(dim=-1), torch.logsumexp(x, -1)
+
+
+class Indexing(torch.nn.Module):
+    def forward(self, x: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x[index], torch.gather(x, 1, index.unsqueeze(1).expand(-1, x.shape[1]))
+
+
+class Reshapes(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(0, 1).reshape(x.shape[1], -1).flip(0).unsqueeze(0).contiguous()
+
+
+class Interpolate(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+
+
+class Elementwise(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x).exp() + torch.sigmoid(x) * x.abs().sqrt() - x.clamp(-0.5, 0.5)
+
+
+class Factories(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.arange(x.shape[-1], dtype=x.dtype) + torch.ones_like(x) * torch.full((1,), 0.5)
+
+
+class TopK(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        values, indices = x.topk(2, dim=-1)
+        return values, indices
+
+
+class Scan(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumprod(x, 0) + torch.cummax(x, 0).values
+
+
+class RepeatInterleave(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.repeat_interleave(2, dim=0)
+
+
+def custom_relu(self: Any) -> Any:  # a custom translation: relu as max(x, 0)
+    return op.Max(self, op.CastLike(op.Constant(value_float=0.0), self))
+
+
+@onnxscript.script()
+def scripted_gelu(self: onnxscript.FLOAT, approximate: str = "none") -> onnxscript.FLOAT:
+    return op.Mul(self, op.Sigmoid(op.Mul(self, op.Constant(value_float=1.702))))
+
+
+class Gelu(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x)
+
+
+# --- cases ----------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Case:
+    name: str
+    model: Callable[[], torch.nn.Module]
+    # Builds (args, kwargs-for-the-exporters), freshly for each exporter. The options are passed as they are.
+    inputs: Callable[[], tuple[Any, dict[str, Any]]]
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Calls to compare with eager: (args, kwargs) as the model takes them; the export call's inputs when empty.
+    runs: Callable[[], list[tuple[tuple[Any, ...], dict[str, Any]]]] | None = None
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    # Eager's reference outputs computed with torch.onnx.is_in_onnx_export() True (models that branch on it).
+    eager_as_if_exporting: bool = False
+
+
+def r(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape).to(dtype)
+
+
+def ids(*shape: int) -> torch.Tensor:
+    return torch.randint(0, 20, shape)
+
+
+def one(args: tuple[Any, ...], **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    return args, kwargs
+
+
+CASES: list[Case] = [
+    # args forms
+    Case("args-a-tensor", Linear, lambda: one(r(2, 8))),
+    Case("args-a-tuple", Linear, lambda: one((r(2, 8),))),
+    Case("args-two-tensors", TwoInputs, lambda: one((r(3, 4), r(3, 4)))),
+    Case("kwargs-keyword", OptionalMask, lambda: one((r(2, 5, 8),), kwargs={"mask": r(2, 5)})),
+    Case(
+        "kwargs-last-dict",
+        OptionalMask,
+        lambda: one((r(2, 5, 8), {"mask": r(2, 5)})),
+        runs=lambda: [((r(2, 5, 8),), {"mask": r(2, 5)})],
+    ),
+    Case(
+        "kwargs-last-dict-with-a-number",
+        OptionalMask,
+        lambda: one((r(2, 5, 8), {"mask": r(2, 5), "scale": 3.0})),
+        runs=lambda: [((r(2, 5, 8),), {"mask": r(2, 5), "scale": 3.0})],
+    ),
+    Case("kwargs-optional-left-out", OptionalMask, lambda: one((r(2, 5, 8),))),
+    Case("kwargs-only", TwoInputs, lambda: one((), kwargs={"x": r(3), "y": r(3)})),
+    Case(
+        "input-a-dict",
+        DictInput,
+        lambda: one(({"a": r(3, 2), "b": r(3, 2)}, {})),
+        runs=lambda: [(({"a": r(3, 2), "b": r(3, 2)},), {})],
+    ),
+    Case("input-a-list", ListInput, lambda: one(([r(4), r(4), r(4)],))),
+    Case("output-a-tuple", TupleOutput, lambda: one((r(5),))),
+    Case("output-a-dict", DictOutput, lambda: one((r(3, 6),))),
+    # dynamic_shapes forms
+    Case(
+        "dynamic-dim-by-name",
+        Linear,
+        lambda: one((r(2, 8),), dynamic_shapes={"x": {0: Dim("batch")}}),
+        runs=lambda: [((r(2, 8),), {}), ((r(7, 8),), {})],
+    ),
+    Case(
+        "dynamic-dim-tuple",
+        TwoInputs,
+        lambda: one((r(3, 4), r(3, 4)), dynamic_shapes=({0: Dim("n")}, {0: Dim("n")})),
+        runs=lambda: [((r(6, 4), r(6, 4)), {})],
+    ),
+    Case(
+        "dynamic-dim-list-form",
+        TwoInputs,
+        lambda: one((r(3, 4), r(3, 4)), dynamic_shapes=[[Dim("n"), None], [Dim("n"), None]]),
+        runs=lambda: [((r(5, 4), r(5, 4)), {})],
+    ),
+    Case(
+        "dynamic-string-names",
+        TwoInputs,
+        lambda: one((r(3, 4), r(3, 4)), dynamic_shapes={"x": {0: "batch", 1: "width"}, "y": {0: "batch", 1: "width"}}),
+        runs=lambda: [((r(5, 2), r(5, 2)), {})],
+    ),
+    Case(
+        "dynamic-string-tuple",
+        Linear,
+        lambda: one((r(2, 8),), dynamic_shapes=(("batch", None),)),
+        runs=lambda: [((r(9, 8),), {})],
+    ),
+    Case(
+        "dynamic-auto",
+        Linear,
+        lambda: one((r(2, 8),), dynamic_shapes={"x": {0: Dim.AUTO}}),
+        runs=lambda: [((r(4, 8),), {})],
+    ),
+    Case(
+        "dynamic-dynamic",
+        Linear,
+        lambda: one((r(2, 8),), dynamic_shapes={"x": {0: Dim.DYNAMIC}}),
+        runs=lambda: [((r(4, 8),), {})],
+    ),
+    Case(
+        "dynamic-example-size-1",
+        Linear,
+        lambda: one((r(1, 8),), dynamic_shapes={"x": {0: Dim("batch")}}),
+        runs=lambda: [((r(1, 8),), {}), ((r(6, 8),), {})],
+    ),
+    Case(
+        "dynamic-example-size-1-string",
+        Attention,
+        lambda: one((r(1, 1, 16),), dynamic_shapes=({0: "b", 1: "s"},)),
+        runs=lambda: [((r(1, 1, 16),), {}), ((r(2, 5, 16),), {})],
+        atol=1e-4,
+    ),
+    Case(
+        "dynamic-two-dims",
+        Attention,
+        lambda: one((r(2, 5, 16),), dynamic_shapes=({0: Dim("b"), 1: Dim("s")},)),
+        runs=lambda: [((r(3, 7, 16),), {})],
+        atol=1e-4,
+    ),
+    Case(
+        "dynamic-kwargs",
+        OptionalMask,
+        lambda: one(
+            (r(2, 5, 8),),
+            kwargs={"mask": r(2, 5)},
+            dynamic_shapes={"x": {0: Dim("b"), 1: Dim("s")}, "mask": {0: Dim("b"), 1: Dim("s")}},
+        ),
+        runs=lambda: [((r(3, 4, 8),), {"mask": r(3, 4)})],
+    ),
+    Case(
+        "dynamic-nested-dict",
+        DictInput,
+        lambda: one(({"a": r(3, 2), "b": r(3, 2)}, {}), dynamic_shapes=({"a": {0: "n"}, "b": {0: "n"}},)),
+        runs=lambda: [(({"a": r(5, 2), "b": r(5, 2)},), {})],
+    ),
+    Case(
+        "dynamic-nested-list",
+        ListInput,
+        lambda: one(([r(4), r(4)],), dynamic_shapes=([{0: Dim("n")}, {0: Dim("n")}],)),
+        runs=lambda: [(([r(7), r(7)],), {})],
+    ),
+    Case(
+        "dynamic-constrained-by-the-model",
+        Attention,
+        lambda: one((r(2, 4, 16),), dynamic_shapes=({0: Dim("b", min=1, max=64), 1: Dim("s", min=1, max=64)},)),
+        runs=lambda: [((r(3, 6, 16),), {})],
+        atol=1e-4,
+    ),
+    Case(
+        "dynamic-conv-batch-and-size",
+        Convolution,
+        lambda: one((r(2, 3, 8, 8),), dynamic_shapes=({0: Dim("b"), 2: Dim("h"), 3: Dim("w")},)),
+        runs=lambda: [((r(1, 3, 5, 9),), {})],
+    ),
+    Case(
+        "dynamic-embedding-ids",
+        Embedding,
+        lambda: one((ids(2, 5),), dynamic_shapes=({0: "batch", 1: "sequence"},)),
+        runs=lambda: [((ids(3, 9),), {})],
+    ),
+    # dynamic_axes (TorchScript-era) forms, with input/output names
+    Case(
+        "dynamic-axes-list", Linear, lambda: one((r(2, 8),), dynamic_axes={"x": [0]}), runs=lambda: [((r(5, 8),), {})]
+    ),
+    Case(
+        "dynamic-axes-named",
+        Linear,
+        lambda: one(
+            (r(2, 8),),
+            input_names=["features"],
+            output_names=["scores"],
+            dynamic_axes={"features": {0: "batch"}, "scores": {0: "batch"}},
+        ),
+        runs=lambda: [((r(5, 8),), {})],
+    ),
+    Case(
+        "dynamic-axes-two-inputs",
+        TwoInputs,
+        lambda: one((r(3, 4), r(3, 4)), input_names=["a", "b"], dynamic_axes={"a": {0: "n"}, "b": {0: "n"}}),
+        runs=lambda: [((r(6, 4), r(6, 4)), {})],
+    ),
+    Case(
+        "dynamic-axes-kwargs-last-dict",
+        OptionalMask,
+        lambda: one(
+            (r(2, 5, 8), {"mask": r(2, 5)}),
+            input_names=["x", "mask"],
+            dynamic_axes={"x": {0: "batch"}, "mask": {0: "batch"}},
+        ),
+        runs=lambda: [((r(4, 5, 8),), {"mask": r(4, 5)})],
+    ),
+    Case(
+        "dynamic-axes-attention",
+        Attention,
+        lambda: one((r(2, 5, 16),), input_names=["hidden"], dynamic_axes={"hidden": {0: "batch", 1: "length"}}),
+        runs=lambda: [((r(3, 2, 16),), {})],
+        atol=1e-4,
+    ),
+    # names
+    Case("input-names", TwoInputs, lambda: one((r(3), r(3)), input_names=["left", "right"])),
+    Case("output-names", TupleOutput, lambda: one((r(5),), output_names=["sine", "cosine"])),
+    Case("input-and-output-names", Linear, lambda: one((r(2, 8),), input_names=["in"], output_names=["out"])),
+    # opsets
+    Case("opset-18", Attention, lambda: one((r(2, 3, 16),), opset_version=18), atol=1e-4),
+    Case("opset-20", Attention, lambda: one((r(2, 3, 16),), opset_version=20), atol=1e-4),
+    Case("opset-21", Convolution, lambda: one((r(1, 3, 6, 6),), opset_version=21)),
+    Case("opset-23", Attention, lambda: one((r(2, 3, 16),), opset_version=23), atol=1e-4),
+    Case("opset-default-conv", Convolution, lambda: one((r(2, 3, 6, 6),))),
+    # custom translation tables
+    Case(
+        "custom-traced-function",
+        Linear,
+        lambda: one((r(2, 8),), custom_translation_table={torch.ops.aten.relu.default: custom_relu}),
+    ),
+    Case(
+        "custom-onnxscript-function",
+        Gelu,
+        lambda: one((r(2, 8),), custom_translation_table={torch.ops.aten.gelu.default: scripted_gelu}),
+        atol=0.03,  # x * sigmoid(1.702 x) is within 0.021 of gelu
+    ),
+    # dtypes
+    Case("float16", Elementwise, lambda: one((r(3, 4, dtype=torch.float16),)), rtol=1e-2, atol=1e-2),
+    Case(
+        "bfloat16-linear",
+        lambda: Linear().to(torch.bfloat16),
+        lambda: one((r(2, 8, dtype=torch.bfloat16),)),
+        rtol=2e-2,
+        atol=2e-2,
+    ),
+    Case("float64", Reductions, lambda: one((r(3, 5, dtype=torch.float64),)), rtol=1e-9, atol=1e-9),
+    Case("int64-ops", IntegerOps, lambda: one((torch.randint(-50, 50, (4, 5)),))),
+    Case("int32-ops", IntegerOps, lambda: one((torch.randint(-50, 50, (4, 5), dtype=torch.int32),))),
+    Case("bool-outputs", BoolMask, lambda: one((r(3, 4), torch.tensor(0.1)))),
+    Case(
+        "uint8-image-resize",
+        Interpolate,
+        lambda: one((torch.randint(0, 256, (1, 2, 4, 4), dtype=torch.uint8),)),
+        atol=1,
+    ),
+    Case("int-indices", Indexing, lambda: one((r(5, 3), torch.tensor([2, 0, 1])))),
+    Case("embedding-int64", Embedding, lambda: one((ids(2, 5),))),
+    # control flow and export-time branches
+    Case("torch-cond", Cond, lambda: one((r(4),)), runs=lambda: [((torch.ones(4),), {}), ((-torch.ones(4),), {})]),
+    Case(
+        "torch-cond-dynamic",
+        Cond,
+        lambda: one((r(4),), dynamic_shapes=({0: Dim("n")},)),
+        runs=lambda: [((torch.ones(6),), {}), ((-torch.ones(3),), {})],
+    ),
+    Case("shape-branch", ShapeBranch, lambda: one((r(2, 6),))),
+    Case(
+        "is-in-onnx-export",
+        ExportFlag,
+        lambda: one((r(3),)),
+        runs=lambda: [((torch.zeros(3),), {})],
+        eager_as_if_exporting=True,
+    ),
+    # a variety of ops
+    Case("gru", Recurrent, lambda: one((r(2, 5, 4),)), atol=1e-4),
+    Case("reductions", Reductions, lambda: one((r(4, 6),))),
+    Case("reshapes", Reshapes, lambda: one((r(3, 4),))),
+    Case(
+        "reshapes-dynamic",
+        Reshapes,
+        lambda: one((r(3, 4),), dynamic_shapes=({0: Dim("a"), 1: Dim("b")},)),
+        runs=lambda: [((r(5, 2),), {})],
+    ),
+    Case("interpolate", Interpolate, lambda: one((r(1, 2, 4, 4),))),
+    Case("elementwise", Elementwise, lambda: one((r(3, 4),))),
+    Case("factories", Factories, lambda: one((r(2, 5),))),
+    Case(
+        "factories-dynamic",
+        Factories,
+        lambda: one((r(2, 5),), dynamic_shapes=({1: Dim("n")},)),
+        runs=lambda: [((r(2, 9),), {})],
+    ),
+    Case("topk", TopK, lambda: one((r(3, 6),))),
+    Case("cumulative", Scan, lambda: one((r(5, 3),))),
+    Case("repeat-interleave", RepeatInterleave, lambda: one((r(3, 2),))),
+    Case("conv-batchnorm", Convolution, lambda: one((r(2, 3, 8, 8),))),
+    Case("attention-causal", Attention, lambda: one((r(2, 6, 16),)), atol=1e-4),
+    Case("kwargs-explicit-none", OptionalMask, lambda: one((r(2, 5, 8),), kwargs={"mask": None})),
+]
+
+
+# --- running a call through an exporter and checking its model -------------------------------------------------
+@dataclasses.dataclass
+class Outcome:
+    status: str  # "correct", "wrong" (ran, differs from eager) or "failed" (export or run raised)
+    detail: str = ""
+
+
+def _flat_outputs(value: Any) -> list[torch.Tensor]:
+    leaves = pytree.tree_leaves(value)
+    return [leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf) for leaf in leaves if leaf is not None]
+
+
+def _compare(got: list[Any], want: list[torch.Tensor], case: Case) -> str:
+    if len(got) != len(want):
+        return f"{len(got)} outputs, eager has {len(want)}"
+    for index, (actual, expected) in enumerate(zip(got, want)):
+        actual = torch.as_tensor(actual)
+        if actual.dtype != expected.dtype or tuple(actual.shape) != tuple(expected.shape):
+            return (
+                f"output {index}: {actual.dtype} {tuple(actual.shape)}, eager {expected.dtype} {tuple(expected.shape)}"
+            )
+        if expected.dtype.is_floating_point:
+            close = torch.allclose(actual.double(), expected.double(), rtol=case.rtol, atol=case.atol, equal_nan=True)
+        else:
+            close = bool((actual.long() - expected.long()).abs().max() <= case.atol) if expected.numel() else True
+        if not close:
+            return f"output {index} differs from eager"
+    return ""
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+@contextlib.contextmanager
+def _as_if_exporting() -> Iterator[None]:
+    original = torch.onnx.is_in_onnx_export
+    torch.onnx.is_in_onnx_export = lambda: True
+    try:
+        yield
+    finally:
+        torch.onnx.is_in_onnx_export = original
+
+
+def run_call(exporter: str, case: Case, folder: str) -> Outcome:
+    torch.manual_seed(0)
+    model = case.model().eval()
+    args, options = case.inputs()
+    path = os.path.join(folder, f"{exporter}.onnx")
+    try:
+        with _quiet():
+            if exporter == "torch.onnx":
+                program = torch.onnx.export(model, args, path, dynamo=True, external_data=False, **options)
+            else:
+                program = fx2onnx.export(model, args, path, dynamo=True, external_data=False, **options)
+    except Exception as error:
+        return Outcome("failed", f"export: {type(error).__name__}: {str(error).strip().splitlines()[0][:200]}")
+    if not os.path.exists(path):
+        return Outcome("failed", "no file written")
+    torch.manual_seed(1)
+    if case.runs is not None:
+        runs = case.runs()
+    else:
+        call_args = args if isinstance(args, tuple) else (args,)
+        call_kwargs = dict(options.get("kwargs") or {})
+        if call_args and isinstance(call_args[-1], dict) and not call_kwargs:  # torch.onnx's convention
+            call_args, call_kwargs = call_args[:-1], call_args[-1]
+        runs = [(call_args, call_kwargs)]
+    for call_args, call_kwargs in runs:
+        with torch.no_grad(), _as_if_exporting() if case.eager_as_if_exporting else contextlib.nullcontext():
+            expected = _flat_outputs(model(*call_args, **call_kwargs))
+        try:
+            with _quiet():
+                got = program(*call_args, **call_kwargs)
+        except Exception as error:
+            return Outcome("failed", f"run: {type(error).__name__}: {str(error).strip().splitlines()[0][:200]}")
+        got = [g.cpu() if isinstance(g, torch.Tensor) else torch.as_tensor(g) for g in got]
+        mismatch = _compare(got, expected, case)
+        if mismatch:
+            return Outcome("wrong", mismatch)
+    return Outcome("correct")
+
+
+TALLY: dict[str, dict[str, list[str]]] = {"torch.onnx": {}, "fx2onnx": {}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def counts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Print both exporters' counts once the module's cases ran."""
+    yield
+    ran = sum(len(names) for names in TALLY["fx2onnx"].values())
+    lines = [f"drop-in compatibility: {ran} of {len(CASES)} calls run through both exporters"]
+    for exporter, outcomes in TALLY.items():
+        by_status = {status: sorted(names) for status, names in outcomes.items()}
+        summary = ", ".join(f"{len(names)} {status}" for status, names in sorted(by_status.items()))
+        lines.append(f"  {exporter}: {summary}")
+        for status in ("wrong", "failed"):
+            if by_status.get(status):
+                lines.append(f"    {status}: {', '.join(by_status[status])}")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        print("\n" + "\n".join(lines), flush=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_a_call_the_reference_exports_correctly_fx2onnx_exports_correctly(case: Case, tmp_path: Any) -> None:
+    reference = run_call("torch.onnx", case, str(tmp_path))
+    ours = run_call("fx2onnx", case, str(tmp_path))
+    TALLY["torch.onnx"].setdefault(reference.status, []).append(case.name)
+    TALLY["fx2onnx"].setdefault(ours.status, []).append(case.name)
+    if reference.status == "correct":
+        assert ours.status == "correct", f"torch.onnx exports {case.name} correctly, fx2onnx: {ours.detail}"
+
+
+def test_the_corpus_covers_at_least_60_calls() -> None:
+    assert len(CASES) >= 60
+    assert len({case.name for case in CASES}) == len(CASES)
+
+
+def test_every_overload_torch_onnx_lowers_is_handled_or_listed_with_a_reason() -> None:
+    """benchmarks/reference_op_gaps.py's classification: a gap without a reason in its table fails here."""
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import reference_op_gaps
+    finally:
+        sys.path.pop(0)
+    groups = reference_op_gaps.classify()
+    assert "aten::repeat_interleave.Tensor" in groups["lowered"]
+    unexplained = [name for name in groups["gap"] if name.removesuffix(" (complex)") not in reference_op_gaps.REASONS]
+    assert not unexplained, f"lower these or give the reason in benchmarks/reference_op_gaps.py: {unexplained}"
+    listed = reference_op_gaps.DOC.read_text(encoding="utf-8")
+    assert all(f"`{name}`" in listed for name in groups["gap"]), "rerun benchmarks/reference_op_gaps.py"

@@ -1,0 +1,212 @@
+"""Calling an exported program: inputs matched by name and by key (never by the caller's order), numpy arrays and
+Python numbers accepted, unknown/missing/repeated inputs refused; Nones among the outputs stay None; exports
+from several threads at once all succeed and leave the user's model intact."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+import fx2onnx
+
+from conftest import assert_exports_and_matches as check
+
+
+def _assert_outputs_match(actual: list[Any], expected: list[Any]) -> None:
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        if e is None:
+            assert a is None
+        else:
+            torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+# --- keywords -----------------------------------------------------------------------------------------------------
+class Difference(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None, scale: float = 2.0) -> torch.Tensor:
+        return x - y * scale
+
+
+X = torch.tensor([1.0, -2.5, 3.25, torch.finfo(torch.float32).max / 4])
+Y = torch.tensor([0.5, 4.0, -1.0, torch.finfo(torch.float32).max / 8])
+
+
+@pytest.fixture(scope="module")
+def keyword_program() -> fx2onnx.ONNXProgram:
+    return check(Difference(), (X,), {"y": Y})
+
+
+def test_an_input_exported_by_keyword_can_be_given_by_position_or_by_name(
+    keyword_program: fx2onnx.ONNXProgram,
+) -> None:
+    expected = [Difference()(X, y=Y)]
+    _assert_outputs_match(keyword_program(X, y=Y), expected)
+    _assert_outputs_match(keyword_program(X, Y), expected)
+    _assert_outputs_match(keyword_program(x=X, y=Y), expected)
+    _assert_outputs_match(keyword_program(X, {"y": Y}), expected)  # torch.onnx's convention: a last dict of keywords
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "problem"),
+    [
+        ((X,), {"z": Y}, "unexpected keyword argument 'z'"),  # ran silently with z as y
+        ((X,), {}, "missing input"),
+        ((X, Y), {"y": Y}, "multiple values for argument 'y'"),
+        ((X,), {"y": Y, "scale": 3.0}, "unexpected input"),  # not an input of the exported graph
+        ((X, Y, 3.0, 4.0), {}, "too many positional arguments"),
+    ],
+    ids=["unknown", "missing", "repeated", "not-exported", "too-many"],
+)
+def test_unknown_missing_and_repeated_inputs_are_refused_naming_the_expected_ones(
+    keyword_program: fx2onnx.ONNXProgram, args: tuple, kwargs: dict, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem) as caught:
+        keyword_program(*args, **kwargs)
+    assert "exported with inputs (x, *, y)" in str(caught.value)
+
+
+# --- numpy arrays, Python numbers, constants -----------------------------------------------------------------------
+class Scaled(torch.nn.Module):
+    def forward(self, x: torch.Tensor, scale: torch.Tensor, offset: int) -> torch.Tensor:
+        return x * scale + offset
+
+
+def test_numpy_arrays_and_python_numbers_are_accepted_as_inputs() -> None:
+    x = torch.tensor([[1, -128, 127], [0, 5, -7]], dtype=torch.int32)
+    scale = torch.tensor(3, dtype=torch.int32)
+    model = Scaled()
+    program = check(model, (x, scale, 4))
+    expected = [model(x, scale, 4)]
+    _assert_outputs_match(program(x.numpy(), scale.numpy(), 4), expected)  # "takes 1 tensor inputs, got 0" before
+    _assert_outputs_match(program(x.numpy(), np.int32(3), 4), expected)
+    _assert_outputs_match(program(x, 3, 4), expected)  # a Python number for a 0-d tensor input
+
+
+def test_wrong_dtypes_other_objects_and_changed_constants_are_refused_with_what_was_expected() -> None:
+    x = torch.tensor([[1.5, -2.0]], dtype=torch.float32)
+    program = fx2onnx.export(Scaled(), (x, torch.tensor(2.0), 1))
+    with pytest.raises(
+        TypeError, match=r"input x is a numpy float64 array of shape \[1, 2\]: the model takes x: float32"
+    ):
+        program(x.double().numpy(), torch.tensor(2.0), 1)
+    with pytest.raises(TypeError, match="input x is a list of 2 items"):
+        program([1.5, -2.0], torch.tensor(2.0), 1)
+    with pytest.raises(ValueError, match=r"input offset was exported as the constant 1 .*got 5"):
+        program(x, torch.tensor(2.0), 5)
+
+
+# --- nested inputs by key -----------------------------------------------------------------------------------------
+class Nested(torch.nn.Module):
+    def forward(self, inputs: dict[str, Any]) -> torch.Tensor:
+        return inputs["a"] - 2 * inputs["b"] + inputs["c"]["d"] * inputs["c"]["e"][1]
+
+
+def _nested(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, e: torch.Tensor) -> dict[str, Any]:
+    return {"a": a, "b": b, "c": {"d": d, "e": [e, e * 3]}}
+
+
+def test_nested_dict_inputs_are_matched_by_key_not_by_the_callers_order() -> None:
+    a, b, d, e = (torch.randn(2, 3) for _ in range(4))
+    model = Nested()
+    program = check(model, (_nested(a, b, d, e),))
+    a2, b2, d2, e2 = (torch.randn(2, 3) for _ in range(4))
+    shuffled = {"c": {"e": [e2, e2 * 3], "d": d2}, "b": b2, "a": a2}  # silently wrong before: matched in this order
+    _assert_outputs_match(program(shuffled), [model(shuffled)])
+    assert all(r.passed for r in program.verify(shuffled))
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda n: {k: v for k, v in n.items() if k != "b"}, r"missing \['b'\]"),
+        (lambda n: {**n, "z": n["a"]}, r"unexpected \['z'\]"),
+        (lambda n: {**n, "c": {"d": n["c"]["d"]}}, r"input inputs\['c'\] has keys \['d'\].*missing \['e'\]"),
+        (lambda n: {**n, "c": n["a"]}, r"input inputs\['c'\] must be a dict"),
+        (lambda n: {**n, "c": {**n["c"], "e": n["c"]["e"][:1]}}, r"must be a list of 2 items"),
+    ],
+    ids=["missing-key", "extra-key", "nested-missing", "tensor-for-dict", "short-list"],
+)
+def test_a_nested_input_of_another_structure_is_refused(change: Any, problem: str) -> None:
+    a, b, d, e = (torch.randn(2, 3) for _ in range(4))
+    program = fx2onnx.export(Nested(), (_nested(a, b, d, e),))
+    with pytest.raises(ValueError, match=problem):
+        program(change(_nested(a, b, d, e)))
+
+
+# --- None among the outputs ---------------------------------------------------------------------------------------
+class ReturnsNone(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[Any, ...]:
+        return x + 1, None, x * 2, {"k": None, "v": torch.view_as_complex(torch.stack([x, -x], -1))}
+
+
+def test_a_none_output_stays_none_and_has_no_onnx_output(tmp_path: Any) -> None:
+    x = torch.tensor([1.0, -0.0, float("inf"), -3.5])
+    model = ReturnsNone()
+    program = check(model, (x,))  # verify crashed ("ONNX gives 5 outputs, eager 3")
+    expected = [x + 1, None, x * 2, None, torch.view_as_complex(torch.stack([x, -x], -1))]
+    _assert_outputs_match(program(x), expected)  # a float32 NaN stood for each None
+    saved = tmp_path / "model.onnx"
+    program.save(saved)
+    outputs = onnx.load(saved).graph.output
+    assert [o.name for o in outputs] == ["output_0", "output_2", "output_3_v"]
+
+
+def test_output_names_go_to_the_outputs_that_are_not_none() -> None:
+    x = torch.tensor([2.0, -1.0])
+    program = fx2onnx.export(ReturnsNone(), (x,), output_names=["plus", "twice", "complex"])
+    assert [o.name for o in program.model.graph.outputs] == ["plus", "twice", "complex"]
+    assert all(r.passed for r in program.verify(x))
+
+
+# --- threads --------------------------------------------------------------------------------------------------------
+def test_concurrent_exports_succeed_and_leave_the_users_models_intact() -> None:
+    """torch.export's tracing state is process-wide: two exports at once failed inside it, and one of the same
+    model could leave it holding fake tensors."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten()).eval()
+    jobs = [
+        (mlp, torch.randn(2, 16)),
+        (mlp, torch.randn(3, 16)),
+        (conv, torch.randn(1, 3, 8, 8)),
+        (mlp, torch.randn(1, 16)),
+    ]
+    states = {id(m): {k: v.clone() for k, v in m.state_dict().items()} for m in (mlp, conv)}
+    start = threading.Barrier(len(jobs))
+    results: dict[int, Any] = {}
+
+    def export(index: int, model: torch.nn.Module, x: torch.Tensor) -> None:
+        start.wait()
+        try:
+            program = fx2onnx.export(model, (x,))
+            results[index] = [r.passed for r in program.verify(x)]
+        except Exception as error:  # reported below, with the others
+            results[index] = f"{type(error).__name__}: {error}"
+
+    threads = [threading.Thread(target=export, args=(i, m, x)) for i, (m, x) in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {i: [True] for i in range(len(jobs))}
+    for model in (mlp, conv):
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            assert type(tensor) is torch.nn.Parameter or type(tensor) is torch.Tensor, name
+            assert not isinstance(tensor.data, FakeTensor), name
+            torch.testing.assert_close(tensor.data, states[id(model)][name], rtol=0, atol=0)
+    check(mlp, (torch.randn(5, 16),))  # and the models still export and run in eager
+
+
+def test_intermediate_values_are_compared_with_nested_inputs_given_in_another_order() -> None:
+    a, b, d, e = (torch.randn(2, 3) for _ in range(4))
+    program = fx2onnx.export(Nested(), (_nested(a, b, d, e),))
+    shuffled = {"c": {"e": [e, e * 3], "d": d}, "b": b, "a": a}
+    verification = program.verify(shuffled, intermediates=True)
+    assert verification.first_mismatch is None
+    assert all(r.passed for r in verification)
