@@ -138,6 +138,8 @@ def cast_cost(src: ir.DataType, dst: ir.DataType) -> float:
         return 0.0
     if dst == ir.DataType.BOOL or is_complex(src) != is_complex(dst):
         return IMPOSSIBLE
+    if dst not in _FLOATS and dst not in _INTS and not is_complex(dst):
+        return IMPOSSIBLE  # strings (a type variable allowing every type): no numeric cast reaches them
     size_step = max(dst.itemsize - src.itemsize, 0) / 64  # among equals, the narrowest sufficient type
     if src not in _FLOATS and dst in _FLOATS and dst != ir.DataType.FLOAT:
         # Integers and bools become eager's default float (float32) first: a narrower float would round
