@@ -35,7 +35,7 @@ def examples(regular: int, nightly: int) -> settings:
         deadline=None,
         database=settings.default.database if NIGHTLY else None,
         phases=[Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if NIGHTLY else []),
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
 
 
@@ -164,12 +164,15 @@ LOW_PRECISION_ORDER = {"prod"}
 # Defects found by these tests and not fixed yet: left out of the property tests, each pinned by an expected
 # failure below (test_open_defect) so that a fix shows.
 OPEN_DEFECTS = {
-    "copysign": "the sign of a -0.0 `other` is ignored, and a -0.0 result comes back +0.0",
+    "copysign": "a -0.0 result comes back +0.0 (ONNX Runtime's Abs(-0.0) is -0.0, Neg makes it +0.0)",
     "var": "E[x**2] - E[x]**2 overflows to inf for values near the dtype's max (eager: two passes, 0.0)",
     "std": "as var",
     "remainder": "wrong for infinite and huge divisors, -0.0 and subnormals (NaN or inf where eager is finite)",
     "floor_divide": "-0.0 where eager gives -1 (a negative quotient that underflows)",
     "div_trunc": "+0.0 where eager gives -0.0 (0.0 / -1.0)",
+    "argmax": "ONNX Runtime's ArgMax skips NaN (eager: the first NaN's index)",
+    "argmin": "as argmax",
+    "log_softmax": "finite where a NaN in the row makes eager's whole row NaN",
     "logsumexp_low_precision": "inf in float16/bfloat16 for values near the dtype's max (eager: the max itself)",
 }
 # Sums whose order decides between inf and NaN once the partial sums overflow both ways: not compared there.
@@ -362,12 +365,15 @@ def _eager_vs_onnx(function: Callable[..., torch.Tensor], *args: torch.Tensor) -
 
 
 OPEN_DEFECT_CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]] = {
-    "copysign": (torch.copysign, (torch.tensor([1.0, -0.0]), torch.tensor([-0.0, -1.0]))),
+    "copysign": (torch.copysign, (torch.tensor([-0.0, 0.0]), torch.tensor([-1.0, -2.0]))),
     "var": (lambda x: x.var(-1), (torch.full((2, 3), torch.finfo(torch.float32).max),)),
     "std": (lambda x: x.std(-1), (torch.full((2, 3), 1e30),)),
     "remainder": (torch.remainder, (torch.tensor([0.0, 1.0]), torch.tensor([math.inf, math.inf]))),
     "floor_divide": (torch.floor_divide, (torch.tensor([1.1754943508222875e-38]), torch.tensor([-3.0e38]))),
     "div_trunc": (lambda x, y: torch.div(x, y, rounding_mode="trunc"), (torch.tensor([0.0]), torch.tensor([-1.0]))),
+    "argmax": (lambda x: x.argmax(-1), (torch.tensor([[0.0, math.nan, 1.0]]),)),
+    "argmin": (lambda x: x.argmin(-1), (torch.tensor([[0.0, math.nan, -1.0]]),)),
+    "log_softmax": (lambda x: torch.log_softmax(x, -1), (torch.tensor([[0.0, math.nan, math.nan]]),)),
     "logsumexp_low_precision": (
         lambda x: torch.logsumexp(x, -1),
         (torch.full((2, 3), 3.3895313892515355e38, dtype=torch.bfloat16),),
@@ -404,6 +410,7 @@ def test_known_defect(function: Callable[..., torch.Tensor], args: tuple[torch.T
         (torch.isposinf, (torch.tensor([1e300, math.inf, -math.inf], dtype=torch.float64),)),
         (torch.isneginf, (torch.tensor([-1e300, math.inf, -math.inf], dtype=torch.float64),)),
         (torch.trunc, (torch.tensor([-0.0, -0.5, 0.5, -2.5, math.nan, -math.inf]),)),
+        (torch.copysign, (torch.tensor([1.0, -1.5, 2.0, -3.0]), torch.tensor([-0.0, -1.0, 0.0, math.inf]))),
         (torch.frac, (torch.tensor([-0.0, 0.0, -0.5, -2.0, 2.5]),)),
         (lambda x: x.amin(-1), (torch.tensor([[1.0, math.nan, -2.0], [1.0, 2.0, -2.0]]),)),
         (lambda x: x.amax(0), (torch.tensor([[1.0, math.nan, -2.0], [1.0, 2.0, -2.0]], dtype=torch.float16),)),
@@ -415,6 +422,7 @@ def test_known_defect(function: Callable[..., torch.Tensor], args: tuple[torch.T
         "isposinf_f64",
         "isneginf_f64",
         "trunc",
+        "copysign",
         "frac",
         "amin_nan",
         "amax_nan_f16",

@@ -331,6 +331,27 @@ def squeeze_dim(self: TReal, dim: int) -> TReal:
     return _squeezed(self, [dim])
 
 
+def _shape_value(shape: Sequence[int | INT64]) -> INT64:
+    """A 1-D INT64 shape from torch's sizes (constants, or symbolic sizes as 0-d values)."""
+    if all(isinstance(d, int) for d in shape):
+        return op.Constant(value_ints=list(shape))
+    parts = []
+    for d in shape:
+        part = op.Constant(value_ints=[d]) if isinstance(d, int) else op.Reshape(d, op.Constant(value_ints=[-1]))
+        if part.dtype is None:
+            part.dtype = ir.DataType.INT64  # for Concat's type inference
+        parts.append(part)
+    return op.Concat(*parts, axis=0)
+
+
+@lowering("aten::reshape", "aten::view", "aten::_unsafe_view")
+def reshape(self: TReal, shape: Sequence[INT64]) -> TReal:
+    """torch's sizes are literal: a 0 is an empty dim (allowzero=1), never ONNX's "copy the input's dim"
+    (torchlib's Reshape of a (1, 1, 0) tensor to (1, 0) fails the checker)."""
+    literal_zero = any(isinstance(d, int) and d == 0 for d in shape)
+    return op.Reshape(self, _shape_value(shape), allowzero=1 if literal_zero else 0)
+
+
 @lowering("aten::cat")
 def cat(tensors: Sequence[TReal], dim: int = 0) -> TReal:
     """Concat, without the 1-D empty tensors eager ignores beside tensors of any rank; a cat of only those is
@@ -413,6 +434,16 @@ def signbit(self: TReal) -> BOOL:
         return negative
     negative_zero = op.And(op.Equal(self, zero), op.Less(op.Reciprocal(self), zero))
     return op.Or(negative, negative_zero)
+
+
+@lowering("aten::copysign.Tensor")
+def copysign(self: TFloat, other: TFloat) -> TFloat:
+    """|self| with the sign bit of `other`, -0.0 included (torchlib's Less(other, 0) misses it). copysign(-0.0, -1)
+    still gives +0.0: ONNX Runtime's Abs(-0.0) is -0.0 (and a -0.0 constant is folded into +0.0)."""
+    magnitude = op.Abs(self)
+    zero = op.CastLike(0, other)
+    negative = op.Or(op.Less(other, zero), op.And(op.Equal(other, zero), op.Less(op.Reciprocal(other), zero)))
+    return op.Where(op.Not(negative), magnitude, op.Neg(magnitude))
 
 
 # --- integer matrix products with a scaled addend ------------------------------------------------------------
