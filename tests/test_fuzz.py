@@ -107,6 +107,12 @@ FIXED_EXPORT_ERRORS = {
     "cat_legacy_empty": Program(
         -1, [torch.empty((0,)), torch.ones(2, 3)], [Step("cat", (0, 1), "torch.cat([{0}, {1}], dim=1)")]
     ),
+    "stack_bfloat16_int64": Program(  # seed 746: the bfloat16 values were cast to int64 (0.75 off)
+        -1,
+        [torch.tensor([-2.25, 1.5, 3.75], dtype=torch.bfloat16), torch.tensor([4, -4, 5])],
+        [Step("stack", (0, 1), "torch.stack([{0}, {1}], dim=-1)")],
+    ),
+    "reshape_literal_zero": _program([torch.empty((1, 1, 0), dtype=torch.int8)], "{0}.reshape((1, 0))"),
     "amin_nan": _program([torch.tensor([[1.0, math.nan], [2.0, -3.0]], dtype=torch.float64)], "torch.amin({0}, dim=0)"),
     "isinf_float64": _program([torch.tensor([1e300, -math.inf], dtype=torch.float64)], "torch.isinf({0})"),
 }

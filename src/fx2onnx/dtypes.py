@@ -155,6 +155,10 @@ def cast_cost(src: ir.DataType, dst: ir.DataType) -> float:
         else:
             base = 4.0
         return base + size_step
+    if src in _FLOATS and dst not in _FLOATS:
+        # A float made an integer loses its fraction; an integer made a float only rounds beyond its mantissa:
+        # stack([bfloat16, int64]) computes in bfloat16, as eager does, not in int64.
+        size_step += 0.5
     return LOSSY + size_step
 
 
