@@ -159,14 +159,51 @@ def _axes(dim: Sequence[int] | int | None) -> INT64 | None:
 def amax(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
     if len(self.shape) == 0:
         return op.Identity(self)
-    return op.ReduceMax(self, _axes(dim), keepdims=keepdim)
+    return _nan_propagated(self, op.ReduceMax(self, _axes(dim), keepdims=keepdim), dim, keepdim)
 
 
 @lowering("aten::amin")
 def amin(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
     if len(self.shape) == 0:
         return op.Identity(self)
-    return op.ReduceMin(self, _axes(dim), keepdims=keepdim)
+    return _nan_propagated(self, op.ReduceMin(self, _axes(dim), keepdims=keepdim), dim, keepdim)
+
+
+def _nan_propagated(self: TReal, reduced: TReal, dim: Sequence[int] | int | None, keepdim: bool) -> TReal:
+    """NaN where the reduced slice holds a NaN, as eager's amax/amin (ONNX Runtime's ReduceMax/ReduceMin skip it)."""
+    if self.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return reduced
+    has_nan = op.ReduceMax(op.Cast(op.IsNaN(self), to=INT32.dtype), _axes(dim), keepdims=keepdim)
+    return op.Where(op.Cast(has_nan, to=BOOL.dtype), op.CastLike(math.nan, reduced), reduced)
+
+
+def _extreme_along(self: TReal, dim: int, keepdim: bool, largest: bool) -> tuple[TReal, INT64]:
+    """max.dim/min.dim: the value and the index of its first occurrence; a slice holding a NaN gives NaN and
+    the first NaN's index, as eager (ONNX Runtime's ReduceMax/ArgMax skip NaN)."""
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(np.array(0, dtype=np.int64)))
+    axes = op.Constant(value_ints=[dim])
+    if largest:
+        values, indices = op.ReduceMax(self, axes, keepdims=keepdim), op.ArgMax(self, axis=dim, keepdims=keepdim)
+    else:
+        values, indices = op.ReduceMin(self, axes, keepdims=keepdim), op.ArgMin(self, axis=dim, keepdims=keepdim)
+    if self.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return values, indices
+    nan = op.Cast(op.IsNaN(self), to=INT32.dtype)
+    has_nan = op.Cast(op.ReduceMax(nan, axes, keepdims=keepdim), to=BOOL.dtype)
+    values = op.Where(has_nan, op.CastLike(math.nan, values), values)
+    indices = op.Where(has_nan, op.ArgMax(nan, axis=dim, keepdims=keepdim), indices)
+    return values, indices
+
+
+@lowering("aten::max.dim")
+def max_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]:
+    return _extreme_along(self, dim, keepdim, largest=True)
+
+
+@lowering("aten::min.dim")
+def min_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]:
+    return _extreme_along(self, dim, keepdim, largest=False)
 
 
 def _truth(self: TReal, dim: Sequence[int] | int | None, keepdim: bool, every: bool) -> BOOL:
@@ -290,6 +327,63 @@ def cumprod(self: TReal, dim: int, dtype: int | None = None) -> TReal:
     return op.ReduceProd(factors, op.Constant(value_ints=[axis + 1]), keepdims=False)
 
 
+# --- shapes ---------------------------------------------------------------------------------------------------
+def _squeezed(self: TReal, dims: Sequence[int]) -> TReal:
+    """Eager squeezes only the listed dims of size 1; any other (a symbolic one is never 1: torch.export
+    specializes size-1 dims) is left as it is. torchlib's Squeeze of a dim of size 4 fails the checker."""
+    rank = len(self.shape)
+    axes = sorted({d % rank for d in dims}) if rank else []
+    axes = [a for a in axes if self.shape[a] == 1]
+    return op.Squeeze(self, op.Constant(value_ints=axes)) if axes else op.Identity(self)
+
+
+@lowering("aten::squeeze.dim")
+def squeeze_dim(self: TReal, dim: int) -> TReal:
+    return _squeezed(self, [dim])
+
+
+def _shape_value(shape: Sequence[int | INT64]) -> INT64:
+    """A 1-D INT64 shape from torch's sizes (constants, or symbolic sizes as 0-d values)."""
+    if all(isinstance(d, int) for d in shape):
+        return op.Constant(value_ints=list(shape))
+    parts = []
+    for d in shape:
+        part = op.Constant(value_ints=[d]) if isinstance(d, int) else op.Reshape(d, op.Constant(value_ints=[-1]))
+        if part.dtype is None:
+            part.dtype = ir.DataType.INT64  # for Concat's type inference
+        parts.append(part)
+    return op.Concat(*parts, axis=0)
+
+
+@lowering("aten::reshape", "aten::view", "aten::_unsafe_view")
+def reshape(self: TReal, shape: Sequence[INT64]) -> TReal:
+    """torch's sizes are literal: a 0 is an empty dim (allowzero=1), never ONNX's "copy the input's dim"
+    (torchlib's Reshape of a (1, 1, 0) tensor to (1, 0) fails the checker)."""
+    literal_zero = any(isinstance(d, int) and d == 0 for d in shape)
+    return op.Reshape(self, _shape_value(shape), allowzero=1 if literal_zero else 0)
+
+
+@lowering("aten::cat")
+def cat(tensors: Sequence[TReal], dim: int = 0) -> TReal:
+    """Concat, without the 1-D empty tensors eager ignores beside tensors of any rank; a cat of only those is
+    one of them (torchlib asserts there: "received all None or empty tensors")."""
+    kept = [t for t in tensors if t is not None and not (t.shape is not None and tuple(t.shape) == (0,))]
+    if not kept:
+        return op.Identity(tensors[0])
+    if len(kept) == 1:
+        return op.Identity(kept[0])
+    return op.Concat(*kept, axis=dim)
+
+
+@lowering("aten::topk")
+def topk(self: TReal, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[TReal, INT64]:
+    """TopK; a 0-d tensor (k is 0 or 1; eager returns it and index 0) has no axis for ONNX's TopK."""
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(np.array(0, dtype=np.int64)))
+    values, indices = op.TopK(self, op.Constant(value_ints=[k]), axis=dim, largest=largest, sorted=sorted)
+    return values, indices
+
+
 # --- selection and signs ---------------------------------------------------------------------------------------
 @lowering("aten::masked_select")
 def masked_select(self: TReal, mask: BOOL) -> TReal:
@@ -298,6 +392,46 @@ def masked_select(self: TReal, mask: BOOL) -> TReal:
     flat_self = op.Reshape(op.Expand(self, both), op.Constant(value_ints=[-1]))
     flat_mask = op.Reshape(op.Expand(mask, both), op.Constant(value_ints=[-1]))
     return op.Compress(flat_self, flat_mask, axis=0)
+
+
+def _infinite(self: TFloat, positive: bool, negative: bool) -> BOOL:
+    """IsInf in the input's own float type: torchlib casts to float32 first, which makes float64 values
+    above 3.4e38 infinite. float16/bfloat16 (which IsInf takes from opset 20) widen to float32 exactly."""
+    x = op.Cast(self, to=FLOAT.dtype) if self.dtype in _LOW_PRECISION else self
+    return op.IsInf(x, detect_positive=int(positive), detect_negative=int(negative))
+
+
+@lowering("aten::isinf")
+def isinf(self: TFloat) -> BOOL:
+    return _infinite(self, positive=True, negative=True)
+
+
+@lowering("aten::isposinf")
+def isposinf(self: TFloat) -> BOOL:
+    return _infinite(self, positive=True, negative=False)
+
+
+@lowering("aten::isneginf")
+def isneginf(self: TFloat) -> BOOL:
+    return _infinite(self, positive=False, negative=True)
+
+
+def _truncated(self: TFloat) -> TFloat:
+    """Floor above zero, Ceil elsewhere: keeps -0.0 for -0.0 and (-1, 0), where torchlib's
+    Floor(Abs(x)) * Sign(x) gives +0.0. (The -0.0 results come from Where's second branch: ONNX Runtime's
+    Where turns a -0.0 taken from its first branch into +0.0.)"""
+    return op.Where(op.Greater(self, op.CastLike(0, self)), op.Floor(self), op.Ceil(self))
+
+
+@lowering("aten::trunc")
+def trunc(self: TFloat) -> TFloat:
+    return _truncated(self)
+
+
+@lowering("aten::frac")
+def frac(self: TFloat) -> TFloat:
+    """x - trunc(x): +0.0 for -0.0 as in eager (torchlib's trunc gives -0.0 - +0.0 = -0.0)."""
+    return op.Sub(self, _truncated(self))
 
 
 @lowering("aten::signbit", "prims::signbit")
@@ -356,11 +490,6 @@ def _negative_or_negative_zero(x: TFloat) -> BOOL:
     return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Reciprocal(x), zero)))
 
 
-def _truncated(x: TFloat) -> TFloat:
-    """Rounded toward zero (ONNX has no Trunc): -floor(-x) below 0, floor(x) elsewhere (-0.5 gives -0, as C)."""
-    return op.Where(op.Less(x, _const(0.0, x)), op.Neg(op.Floor(op.Neg(x))), op.Floor(x))
-
-
 def _rounded_quotient(self: TFloat, other: TFloat | float, rounding_mode: str | None) -> TFloat:
     if isinstance(other, ir.Value):
         a, b = self, other
@@ -415,6 +544,14 @@ def mean_dim_float(
     self: TFloat, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
 ) -> TFloat:
     return _mean(self, dim, keepdim, dtype)
+
+
+@lowering("aten::copysign.Tensor")
+def copysign(self: TFloat, other: TFloat) -> TFloat:
+    """|self| with the sign bit of `other`, -0.0 included (torchlib's Less(other, 0) misses it). copysign(-0.0, -1)
+    still gives +0.0: ONNX Runtime's Abs(-0.0) is -0.0 (and a -0.0 constant is folded into +0.0)."""
+    magnitude = op.Abs(self)
+    return op.Where(op.Not(_negative_or_negative_zero(other)), magnitude, op.Neg(magnitude))
 
 
 # --- integer matrix products with a scaled addend ------------------------------------------------------------
