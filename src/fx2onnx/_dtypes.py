@@ -153,6 +153,8 @@ def cast_cost(src: ir.DataType, dst: ir.DataType) -> float:
         return 0.0
     if dst == ir.DataType.BOOL or is_complex(src) != is_complex(dst):
         return IMPOSSIBLE
+    if dst not in _FLOATS and dst not in _INTS and not is_complex(dst):
+        return IMPOSSIBLE  # strings (a type variable allowing every type): no numeric cast reaches them
     size_step = max(dst.itemsize - src.itemsize, 0) / 64  # among equals, the narrowest sufficient type
     if src not in _FLOATS and dst in _FLOATS and dst != ir.DataType.FLOAT:
         # Integers and bools become eager's default float (float32) first: a narrower float would round
@@ -168,6 +170,10 @@ def cast_cost(src: ir.DataType, dst: ir.DataType) -> float:
         else:
             base = 4.0
         return base + size_step
+    if src in _FLOATS and dst not in _FLOATS:
+        # A float made an integer loses its fraction; an integer made a float only rounds beyond its mantissa:
+        # stack([bfloat16, int64]) computes in bfloat16, as eager does, not in int64.
+        size_step += 0.5
     return LOSSY + size_step
 
 

@@ -19,11 +19,6 @@ from fx2onnx import _rounding_noise as rounding_noise
 if TYPE_CHECKING:
     import onnxruntime
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import onnxruntime
-
 import collections
 import inspect
 from collections.abc import Mapping
@@ -106,6 +101,143 @@ class Verifications(list):  # list[OutputVerification]
 
     def __str__(self) -> str:
         return "\n".join(str(result) for result in self)
+
+
+def match_inputs(
+    in_spec: pytree.TreeSpec | None, args: tuple[Any, ...], kwargs: dict[str, Any], module: Any
+) -> list[tuple[str, Any]]:
+    """A call's inputs flattened in the order of the exported ones, each with its path (``x``, ``d['a']``).
+
+    Inputs given by position or by name where the model was exported with the other are bound by the model's
+    signature; dicts are matched by key, whatever their order. Anything else is refused with what was expected.
+    """
+    if in_spec is None or in_spec.type is not tuple or in_spec.num_children != 2:
+        return [(f"input {i}", x) for i, x in enumerate(pytree.tree_leaves((tuple(args), dict(kwargs))))]
+    args_spec, kwargs_spec = in_spec.children()
+    keywords = list(kwargs_spec.context or [])
+    parameters = _parameter_names(module)
+    positional_names = [parameters[i] if i < len(parameters) else f"input {i}" for i in range(args_spec.num_children)]
+    if (
+        len(args) == args_spec.num_children + 1
+        and isinstance(args[-1], dict)
+        and args[-1]
+        and set(args[-1]) | set(kwargs) == set(keywords)
+    ):
+        args, kwargs = args[:-1], {**kwargs, **args[-1]}  # torch.onnx's convention: a last dict holds keywords
+    if len(args) != args_spec.num_children or set(kwargs) != set(keywords):
+        args, kwargs = _rebind(module, positional_names, keywords, args, kwargs)
+    leaves: list[tuple[str, Any]] = []
+    for name, value, spec in zip(positional_names, args, args_spec.children()):
+        leaves.extend(_flatten_like(spec, value, name))
+    for key, spec in zip(keywords, kwargs_spec.children()):
+        leaves.extend(_flatten_like(spec, kwargs[key], key))
+    return leaves
+
+
+def _parameter_names(module: Any) -> list[str]:
+    """The names of the model's positional-or-keyword parameters; none if it takes ``*args``/``**kwargs``."""
+    function = module.forward if isinstance(module, torch.nn.Module) else module
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return [p.name for p in parameters if p.kind not in variadic]
+
+
+def _rebind(
+    module: Any, positional: list[str], keywords: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's inputs in the exported form (the same inputs by position, the same by name), or a clear error."""
+    expected = ", ".join(positional + (["*"] if keywords and positional else []) + keywords)
+    exported = f"the model was exported with inputs ({expected})"
+    function = module.forward if isinstance(module, torch.nn.Module) else module
+    try:
+        signature = inspect.signature(function)
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError as error:  # an unknown or repeated keyword, too many positional inputs
+        raise ValueError(f"program(...) {error}: {exported}") from None
+    except ValueError:  # no signature: only the exported form is accepted
+        bound = None
+    variadic = any(
+        p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        for p in (signature.parameters.values() if bound is not None else [])
+    )
+    if bound is None or variadic:
+        unexpected = sorted(set(kwargs) - set(keywords))
+        raise ValueError(
+            f"got {len(args)} positional inputs and keywords {sorted(kwargs)}"
+            + (f" (unknown: {', '.join(unexpected)})" if unexpected else "")
+            + f": {exported}; pass them the same way"
+        )
+    unexpected = [name for name in bound if name not in positional and name not in keywords]
+    missing = [name for name in positional + keywords if name not in bound]
+    if unexpected or missing:
+        problems = ([f"unexpected input(s) {', '.join(unexpected)}"] if unexpected else []) + (
+            [f"missing input(s) {', '.join(missing)}"] if missing else []
+        )
+        raise ValueError(f"program(...): {'; '.join(problems)}: {exported}")
+    return tuple(bound[name] for name in positional), {key: bound[key] for key in keywords}
+
+
+def _flatten_like(spec: pytree.TreeSpec, value: Any, path: str) -> list[tuple[str, Any]]:
+    """`value`'s leaves in the order of `spec`'s, dicts matched by key; a clear error where the structures differ."""
+    if spec.is_leaf():
+        return [(path, value)]
+    if spec.type in (dict, collections.OrderedDict, collections.defaultdict):
+        keys = list(spec.context)
+        if not isinstance(value, Mapping):
+            raise ValueError(f"input {path} must be a dict with keys {keys} (as exported), got {_describe(value)}")
+        missing = [k for k in keys if k not in value]
+        unexpected = [k for k in value if k not in keys]
+        if missing or unexpected:
+            raise ValueError(
+                f"input {path} has keys {list(value)}, the model was exported with {keys}"
+                + (f": missing {missing}" if missing else "")
+                + (f"{';' if missing else ':'} unexpected {unexpected}" if unexpected else "")
+            )
+        return [
+            leaf
+            for key, child in zip(keys, spec.children())
+            for leaf in _flatten_like(child, value[key], f"{path}[{key!r}]")
+        ]
+    if spec.type in (tuple, list):
+        if not isinstance(value, (tuple, list)) or len(value) != spec.num_children:
+            raise ValueError(
+                f"input {path} must be a {spec.type.__name__} of {spec.num_children} items (as exported), got "
+                f"{_describe(value)}"
+            )
+        return [
+            leaf
+            for i, (item, child) in enumerate(zip(value, spec.children()))
+            for leaf in _flatten_like(child, item, f"{path}[{i}]")
+        ]
+    children, value_spec = pytree.tree_flatten(value, is_leaf=lambda item: item is not value)
+    if value_spec.type is not spec.type or value_spec.num_children != spec.num_children:
+        raise ValueError(f"input {path} must be a {spec.type.__name__} like the exported one, got {_describe(value)}")
+    keys, value_keys = spec.context, value_spec.context
+    if keys != value_keys and isinstance(keys, list) and isinstance(value_keys, list) and set(keys) == set(value_keys):
+        by_key = dict(zip(value_keys, children))
+        children = [by_key[key] for key in keys]
+    return [
+        leaf
+        for i, (item, child) in enumerate(zip(children, spec.children()))
+        for leaf in _flatten_like(child, item, f"{path}[{i}]")
+    ]
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {list(value.shape)}"
+    if isinstance(value, np.ndarray):
+        return f"a numpy {value.dtype} array of shape {list(value.shape)}"
+    if isinstance(value, (bool, int, float, complex, np.generic)) or value is None:
+        return repr(value)
+    if isinstance(value, Mapping):
+        return f"a {type(value).__name__} with keys {list(value)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__}"
 
 
 def compare(
@@ -252,140 +384,3 @@ def to_torch(value: Any) -> torch.Tensor:
 
 def summarize(results: Sequence[OutputVerification]) -> str:
     return "\n".join(str(r) for r in results)
-
-
-def match_inputs(
-    in_spec: pytree.TreeSpec | None, args: tuple[Any, ...], kwargs: dict[str, Any], module: Any
-) -> list[tuple[str, Any]]:
-    """A call's inputs flattened in the order of the exported ones, each with its path (``x``, ``d['a']``).
-
-    Inputs given by position or by name where the model was exported with the other are bound by the model's
-    signature; dicts are matched by key, whatever their order. Anything else is refused with what was expected.
-    """
-    if in_spec is None or in_spec.type is not tuple or in_spec.num_children != 2:
-        return [(f"input {i}", x) for i, x in enumerate(pytree.tree_leaves((tuple(args), dict(kwargs))))]
-    args_spec, kwargs_spec = in_spec.children()
-    keywords = list(kwargs_spec.context or [])
-    parameters = _parameter_names(module)
-    positional_names = [parameters[i] if i < len(parameters) else f"input {i}" for i in range(args_spec.num_children)]
-    if (
-        len(args) == args_spec.num_children + 1
-        and isinstance(args[-1], dict)
-        and args[-1]
-        and set(args[-1]) | set(kwargs) == set(keywords)
-    ):
-        args, kwargs = args[:-1], {**kwargs, **args[-1]}  # torch.onnx's convention: a last dict holds keywords
-    if len(args) != args_spec.num_children or set(kwargs) != set(keywords):
-        args, kwargs = _rebind(module, positional_names, keywords, args, kwargs)
-    leaves: list[tuple[str, Any]] = []
-    for name, value, spec in zip(positional_names, args, args_spec.children()):
-        leaves.extend(_flatten_like(spec, value, name))
-    for key, spec in zip(keywords, kwargs_spec.children()):
-        leaves.extend(_flatten_like(spec, kwargs[key], key))
-    return leaves
-
-
-def _parameter_names(module: Any) -> list[str]:
-    """The names of the model's positional-or-keyword parameters; none if it takes ``*args``/``**kwargs``."""
-    function = module.forward if isinstance(module, torch.nn.Module) else module
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return []
-    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    return [p.name for p in parameters if p.kind not in variadic]
-
-
-def _rebind(
-    module: Any, positional: list[str], keywords: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The call's inputs in the exported form (the same inputs by position, the same by name), or a clear error."""
-    expected = ", ".join(positional + (["*"] if keywords and positional else []) + keywords)
-    exported = f"the model was exported with inputs ({expected})"
-    function = module.forward if isinstance(module, torch.nn.Module) else module
-    try:
-        signature = inspect.signature(function)
-        bound = signature.bind(*args, **kwargs).arguments
-    except TypeError as error:  # an unknown or repeated keyword, too many positional inputs
-        raise ValueError(f"program(...) {error}: {exported}") from None
-    except ValueError:  # no signature: only the exported form is accepted
-        bound = None
-    variadic = any(
-        p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-        for p in (signature.parameters.values() if bound is not None else [])
-    )
-    if bound is None or variadic:
-        unexpected = sorted(set(kwargs) - set(keywords))
-        raise ValueError(
-            f"got {len(args)} positional inputs and keywords {sorted(kwargs)}"
-            + (f" (unknown: {', '.join(unexpected)})" if unexpected else "")
-            + f": {exported}; pass them the same way"
-        )
-    unexpected = [name for name in bound if name not in positional and name not in keywords]
-    missing = [name for name in positional + keywords if name not in bound]
-    if unexpected or missing:
-        problems = ([f"unexpected input(s) {', '.join(unexpected)}"] if unexpected else []) + (
-            [f"missing input(s) {', '.join(missing)}"] if missing else []
-        )
-        raise ValueError(f"program(...): {'; '.join(problems)}: {exported}")
-    return tuple(bound[name] for name in positional), {key: bound[key] for key in keywords}
-
-
-def _flatten_like(spec: pytree.TreeSpec, value: Any, path: str) -> list[tuple[str, Any]]:
-    """`value`'s leaves in the order of `spec`'s, dicts matched by key; a clear error where the structures differ."""
-    if spec.is_leaf():
-        return [(path, value)]
-    if spec.type in (dict, collections.OrderedDict, collections.defaultdict):
-        keys = list(spec.context)
-        if not isinstance(value, Mapping):
-            raise ValueError(f"input {path} must be a dict with keys {keys} (as exported), got {_describe(value)}")
-        missing = [k for k in keys if k not in value]
-        unexpected = [k for k in value if k not in keys]
-        if missing or unexpected:
-            raise ValueError(
-                f"input {path} has keys {list(value)}, the model was exported with {keys}"
-                + (f": missing {missing}" if missing else "")
-                + (f"{';' if missing else ':'} unexpected {unexpected}" if unexpected else "")
-            )
-        return [
-            leaf
-            for key, child in zip(keys, spec.children())
-            for leaf in _flatten_like(child, value[key], f"{path}[{key!r}]")
-        ]
-    if spec.type in (tuple, list):
-        if not isinstance(value, (tuple, list)) or len(value) != spec.num_children:
-            raise ValueError(
-                f"input {path} must be a {spec.type.__name__} of {spec.num_children} items (as exported), got "
-                f"{_describe(value)}"
-            )
-        return [
-            leaf
-            for i, (item, child) in enumerate(zip(value, spec.children()))
-            for leaf in _flatten_like(child, item, f"{path}[{i}]")
-        ]
-    children, value_spec = pytree.tree_flatten(value, is_leaf=lambda item: item is not value)
-    if value_spec.type is not spec.type or value_spec.num_children != spec.num_children:
-        raise ValueError(f"input {path} must be a {spec.type.__name__} like the exported one, got {_describe(value)}")
-    keys, value_keys = spec.context, value_spec.context
-    if keys != value_keys and isinstance(keys, list) and isinstance(value_keys, list) and set(keys) == set(value_keys):
-        by_key = dict(zip(value_keys, children))
-        children = [by_key[key] for key in keys]
-    return [
-        leaf
-        for i, (item, child) in enumerate(zip(children, spec.children()))
-        for leaf in _flatten_like(child, item, f"{path}[{i}]")
-    ]
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {list(value.shape)}"
-    if isinstance(value, np.ndarray):
-        return f"a numpy {value.dtype} array of shape {list(value.shape)}"
-    if isinstance(value, (bool, int, float, complex, np.generic)) or value is None:
-        return repr(value)
-    if isinstance(value, Mapping):
-        return f"a {type(value).__name__} with keys {list(value)}"
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} items"
-    return f"a {type(value).__name__}"

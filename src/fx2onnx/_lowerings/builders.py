@@ -80,6 +80,11 @@ TReal = TypeVar("TReal", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, IN
 _LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 
 
+def _negative_or_negative_zero(x: TFloat) -> BOOL:
+    zero = _const(0.0, x)
+    return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Reciprocal(x), zero)))
+
+
 # --- integer matrix products with a scaled addend ------------------------------------------------------------
 # torchlib lowers addmm & co. with Gemm (floats only) or through CastLike of the scalars, neither of which
 # runs for integers. Integer arithmetic wraps alike in any width (results agree modulo 2**bits), so

@@ -12,6 +12,7 @@ import onnx_ir as ir
 from onnxscript import (
     BOOL,
     DOUBLE,
+    FLOAT,
     INT8,
     INT16,
     INT32,
@@ -25,6 +26,7 @@ from onnxscript import opset18 as op
 
 from fx2onnx._lowerings.builders import (
     _BITS,
+    _LOW_PRECISION,
     TFloat,
     TIndex,
     TInt,
@@ -37,6 +39,7 @@ from fx2onnx._lowerings.builders import (
     _in_float32,
     _int_const,
     _is_float,
+    _negative_or_negative_zero,
     _p_norm,
     _scaled_sum,
     _wide,
@@ -165,6 +168,46 @@ def atan2(self: TFloat, other: TFloat) -> TFloat:
     return _back(op.Where(x_negative, turned, angle), self)  # angle second: ONNX Runtime's Where keeps its -0
 
 
+def _infinite(self: TFloat, positive: bool, negative: bool) -> BOOL:
+    """IsInf in the input's own float type: torchlib casts to float32 first, which makes float64 values
+    above 3.4e38 infinite. float16/bfloat16 (which IsInf takes from opset 20) widen to float32 exactly."""
+    x = op.Cast(self, to=FLOAT.dtype) if self.dtype in _LOW_PRECISION else self
+    return op.IsInf(x, detect_positive=int(positive), detect_negative=int(negative))
+
+
+@lowering("aten::isinf")
+def isinf(self: TFloat) -> BOOL:
+    return _infinite(self, positive=True, negative=True)
+
+
+@lowering("aten::isposinf")
+def isposinf(self: TFloat) -> BOOL:
+    return _infinite(self, positive=True, negative=False)
+
+
+@lowering("aten::isneginf")
+def isneginf(self: TFloat) -> BOOL:
+    return _infinite(self, positive=False, negative=True)
+
+
+def _truncated(self: TFloat) -> TFloat:
+    """Floor above zero, Ceil elsewhere: keeps -0.0 for -0.0 and (-1, 0), where torchlib's
+    Floor(Abs(x)) * Sign(x) gives +0.0. (The -0.0 results come from Where's second branch: ONNX Runtime's
+    Where turns a -0.0 taken from its first branch into +0.0.)"""
+    return op.Where(op.Greater(self, op.CastLike(0, self)), op.Floor(self), op.Ceil(self))
+
+
+@lowering("aten::trunc")
+def trunc(self: TFloat) -> TFloat:
+    return _truncated(self)
+
+
+@lowering("aten::frac")
+def frac(self: TFloat) -> TFloat:
+    """x - trunc(x): +0.0 for -0.0 as in eager (torchlib's trunc gives -0.0 - +0.0 = -0.0)."""
+    return op.Sub(self, _truncated(self))
+
+
 @lowering("aten::signbit", "prims::signbit")
 def signbit(self: TReal) -> BOOL:
     """True for negative numbers and -0.0 (1/-0.0 is -inf). NaN's sign bit is not visible in ONNX: False."""
@@ -214,16 +257,6 @@ def _floor_divide_float(a: TFloat, b: TFloat) -> TFloat:
     signed_zero = op.Where(_negative_or_negative_zero(quotient), _const(-0.0, a), zero)
     floored = op.Where(op.Equal(divided, zero), signed_zero, floored)
     return op.Where(op.Equal(b, zero), quotient, floored)
-
-
-def _negative_or_negative_zero(x: TFloat) -> BOOL:
-    zero = _const(0.0, x)
-    return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Reciprocal(x), zero)))
-
-
-def _truncated(x: TFloat) -> TFloat:
-    """Rounded toward zero (ONNX has no Trunc): -floor(-x) below 0, floor(x) elsewhere (-0.5 gives -0, as C)."""
-    return op.Where(op.Less(x, _const(0.0, x)), op.Neg(op.Floor(op.Neg(x))), op.Floor(x))
 
 
 def _rounded_quotient(self: TFloat, other: TFloat | float, rounding_mode: str | None) -> TFloat:

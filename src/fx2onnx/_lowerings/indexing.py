@@ -24,6 +24,7 @@ from fx2onnx._lowerings.builders import (
     _const,
     _flat,
     _in_float32,
+    _negative_or_negative_zero,
     _widened,
 )
 from fx2onnx._lowerings.kernels import double
@@ -68,6 +69,63 @@ def embedding_renorm(weight: TFloat, indices: INT64, max_norm: float, norm_type:
     return op.ScatterND(weight, op.Unsqueeze(unique, op.Constant(value_ints=[1])), renormed)
 
 
+# --- shapes ---------------------------------------------------------------------------------------------------
+def _squeezed(self: TReal, dims: Sequence[int]) -> TReal:
+    """Eager squeezes only the listed dims of size 1; any other (a symbolic one is never 1: torch.export
+    specializes size-1 dims) is left as it is. torchlib's Squeeze of a dim of size 4 fails the checker."""
+    rank = len(self.shape)
+    axes = sorted({d % rank for d in dims}) if rank else []
+    axes = [a for a in axes if self.shape[a] == 1]
+    return op.Squeeze(self, op.Constant(value_ints=axes)) if axes else op.Identity(self)
+
+
+@lowering("aten::squeeze.dim")
+def squeeze_dim(self: TReal, dim: int) -> TReal:
+    return _squeezed(self, [dim])
+
+
+def _shape_value(shape: Sequence[int | INT64]) -> INT64:
+    """A 1-D INT64 shape from torch's sizes (constants, or symbolic sizes as 0-d values)."""
+    if all(isinstance(d, int) for d in shape):
+        return op.Constant(value_ints=list(shape))
+    parts = []
+    for d in shape:
+        part = op.Constant(value_ints=[d]) if isinstance(d, int) else op.Reshape(d, op.Constant(value_ints=[-1]))
+        if part.dtype is None:
+            part.dtype = ir.DataType.INT64  # for Concat's type inference
+        parts.append(part)
+    return op.Concat(*parts, axis=0)
+
+
+@lowering("aten::reshape", "aten::view", "aten::_unsafe_view")
+def reshape(self: TReal, shape: Sequence[INT64]) -> TReal:
+    """torch's sizes are literal: a 0 is an empty dim (allowzero=1), never ONNX's "copy the input's dim"
+    (torchlib's Reshape of a (1, 1, 0) tensor to (1, 0) fails the checker)."""
+    literal_zero = any(isinstance(d, int) and d == 0 for d in shape)
+    return op.Reshape(self, _shape_value(shape), allowzero=1 if literal_zero else 0)
+
+
+@lowering("aten::cat")
+def cat(tensors: Sequence[TReal], dim: int = 0) -> TReal:
+    """Concat, without the 1-D empty tensors eager ignores beside tensors of any rank; a cat of only those is
+    one of them (torchlib asserts there: "received all None or empty tensors")."""
+    kept = [t for t in tensors if t is not None and not (t.shape is not None and tuple(t.shape) == (0,))]
+    if not kept:
+        return op.Identity(tensors[0])
+    if len(kept) == 1:
+        return op.Identity(kept[0])
+    return op.Concat(*kept, axis=dim)
+
+
+@lowering("aten::topk")
+def topk(self: TReal, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[TReal, INT64]:
+    """TopK; a 0-d tensor (k is 0 or 1; eager returns it and index 0) has no axis for ONNX's TopK."""
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(np.array(0, dtype=np.int64)))
+    values, indices = op.TopK(self, op.Constant(value_ints=[k]), axis=dim, largest=largest, sorted=sorted)
+    return values, indices
+
+
 # --- selection and signs ---------------------------------------------------------------------------------------
 @lowering("aten::masked_select")
 def masked_select(self: TReal, mask: BOOL) -> TReal:
@@ -76,6 +134,14 @@ def masked_select(self: TReal, mask: BOOL) -> TReal:
     flat_self = op.Reshape(op.Expand(self, both), op.Constant(value_ints=[-1]))
     flat_mask = op.Reshape(op.Expand(mask, both), op.Constant(value_ints=[-1]))
     return op.Compress(flat_self, flat_mask, axis=0)
+
+
+@lowering("aten::copysign.Tensor")
+def copysign(self: TFloat, other: TFloat) -> TFloat:
+    """|self| with the sign bit of `other`, -0.0 included (torchlib's Less(other, 0) misses it). copysign(-0.0, -1)
+    still gives +0.0: ONNX Runtime's Abs(-0.0) is -0.0 (and a -0.0 constant is folded into +0.0)."""
+    magnitude = op.Abs(self)
+    return op.Where(op.Not(_negative_or_negative_zero(other)), magnitude, op.Neg(magnitude))
 
 
 # --- searching sorted boundaries -------------------------------------------------------------------------------

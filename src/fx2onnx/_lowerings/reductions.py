@@ -120,14 +120,51 @@ def _axes(dim: Sequence[int] | int | None) -> INT64 | None:
 def amax(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
     if len(self.shape) == 0:
         return op.Identity(self)
-    return op.ReduceMax(self, _axes(dim), keepdims=keepdim)
+    return _nan_propagated(self, op.ReduceMax(self, _axes(dim), keepdims=keepdim), dim, keepdim)
 
 
 @lowering("aten::amin")
 def amin(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
     if len(self.shape) == 0:
         return op.Identity(self)
-    return op.ReduceMin(self, _axes(dim), keepdims=keepdim)
+    return _nan_propagated(self, op.ReduceMin(self, _axes(dim), keepdims=keepdim), dim, keepdim)
+
+
+def _nan_propagated(self: TReal, reduced: TReal, dim: Sequence[int] | int | None, keepdim: bool) -> TReal:
+    """NaN where the reduced slice holds a NaN, as eager's amax/amin (ONNX Runtime's ReduceMax/ReduceMin skip it)."""
+    if self.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return reduced
+    has_nan = op.ReduceMax(op.Cast(op.IsNaN(self), to=INT32.dtype), _axes(dim), keepdims=keepdim)
+    return op.Where(op.Cast(has_nan, to=BOOL.dtype), op.CastLike(math.nan, reduced), reduced)
+
+
+def _extreme_along(self: TReal, dim: int, keepdim: bool, largest: bool) -> tuple[TReal, INT64]:
+    """max.dim/min.dim: the value and the index of its first occurrence; a slice holding a NaN gives NaN and
+    the first NaN's index, as eager (ONNX Runtime's ReduceMax/ArgMax skip NaN)."""
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(np.array(0, dtype=np.int64)))
+    axes = op.Constant(value_ints=[dim])
+    if largest:
+        values, indices = op.ReduceMax(self, axes, keepdims=keepdim), op.ArgMax(self, axis=dim, keepdims=keepdim)
+    else:
+        values, indices = op.ReduceMin(self, axes, keepdims=keepdim), op.ArgMin(self, axis=dim, keepdims=keepdim)
+    if self.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return values, indices
+    nan = op.Cast(op.IsNaN(self), to=INT32.dtype)
+    has_nan = op.Cast(op.ReduceMax(nan, axes, keepdims=keepdim), to=BOOL.dtype)
+    values = op.Where(has_nan, op.CastLike(math.nan, values), values)
+    indices = op.Where(has_nan, op.ArgMax(nan, axis=dim, keepdims=keepdim), indices)
+    return values, indices
+
+
+@lowering("aten::max.dim")
+def max_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]:
+    return _extreme_along(self, dim, keepdim, largest=True)
+
+
+@lowering("aten::min.dim")
+def min_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]:
+    return _extreme_along(self, dim, keepdim, largest=False)
 
 
 def _truth(self: TReal, dim: Sequence[int] | int | None, keepdim: bool, every: bool) -> BOOL:

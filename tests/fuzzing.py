@@ -1,0 +1,759 @@
+"""A random-program fuzzer: chains of 2-8 torch ops over all ten dtypes, compared with eager in ONNX Runtime.
+
+A program is drawn from a seed: one to three inputs (any of the ten dtypes; shapes with 0-d, size-1 and empty
+dims), then 2-8 steps, each an op of the catalogue below applied to earlier values (and Python scalars). A step
+is kept only if eager runs it, so every program is valid. Its outputs are the values no later step consumes.
+
+The program is exported with fx2onnx, checked, run in a default ONNX Runtime session (all graph optimizations
+on) and compared with eager: exact for integers and bool, the project's tolerance for floats, NaN positions
+equal. A finding is classified (silent mismatch, export error on a valid program, unloadable model, run error)
+and shrunk (steps dropped, input dims sliced) while it still fails the same way.
+
+Float values that went through an inexact op (exp, division, a mean...) are not fed to ops whose result jumps
+at a rounding boundary (floor, comparisons, casts to integers, remainder): a last-bit difference there is not a
+defect. Inputs are small exact numbers, with NaN, +-inf, -0.0 and the dtype's extremes now and then.
+
+Run ``python -m tests.fuzzing --programs 2000 --seed 0`` for counts per class and cause, with each finding's
+seed and minimized program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import math
+import random
+import re
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INT_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+DTYPES = FLOAT_DTYPES + INT_DTYPES + [torch.bool]
+
+OK, MISMATCH, EXPORT_ERROR, UNLOADABLE, RUN_ERROR = "ok", "mismatch", "export error", "unloadable", "run error"
+CLASSES = [OK, MISMATCH, EXPORT_ERROR, UNLOADABLE, RUN_ERROR]
+
+# Results larger than this are rejected while drawing (expand/repeat/matmul chains would grow without bound).
+MAX_NUMEL = 4096
+
+
+def literal(value: Any) -> str:
+    """Python source for a constant of a program (NaN and infinities included)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "-float('inf')"
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(literal(v) for v in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
+    return repr(value)
+
+
+# --- the op catalogue ---------------------------------------------------------------------------------------------
+# An op builds the source of one expression from its operands ({0}, {1}, ... stand for them) and random
+# parameters drawn from the operands' eager values; None means "not applicable here, draw another".
+
+Builder = Callable[[random.Random, Sequence[torch.Tensor]], str | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    name: str
+    arity: int
+    build: Builder
+    inexact: bool = False  # may round a float result (its value then feeds no discontinuous op)
+    discontinuous: bool = False  # jumps at some float value: needs exact float operands
+
+
+def _dim(rng: random.Random, x: torch.Tensor) -> int | None:
+    if x.dim() == 0:
+        return None
+    return rng.randrange(-x.dim(), x.dim())
+
+
+SCALARS: list[Any] = [0, 1, 2, -3, 7, 0.5, -1.5, 2.0, 0.25, 1e-3, True, False, float("inf"), float("nan"), -0.0]
+
+
+def _scalar(rng: random.Random) -> str:
+    return literal(rng.choice(SCALARS))
+
+
+def fixed(template: str) -> Builder:
+    return lambda rng, xs: template
+
+
+def with_scalar(template: str) -> Builder:
+    """`template` with {s}: a Python scalar operand."""
+    return lambda rng, xs: template.replace("{s}", _scalar(rng))
+
+
+def with_dim(template: str) -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+        dim = _dim(rng, xs[0])
+        return None if dim is None else template.replace("{d}", str(dim))
+
+    return build
+
+
+def reduction(function: str, *, dims: bool = True, extra: str = "") -> Builder:
+    """torch.<function>(x), or over one or two dims, with keepdim drawn."""
+
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+        x = xs[0]
+        if not dims or x.dim() == 0 or rng.random() < 0.25:
+            return f"torch.{function}({{0}}{extra})"
+        count = rng.randint(1, min(2, x.dim()))
+        chosen = rng.sample(range(x.dim()), count)
+        dim = chosen[0] if count == 1 and rng.random() < 0.5 else tuple(chosen)
+        return f"torch.{function}({{0}}, dim={literal(dim)}, keepdim={rng.random() < 0.5}{extra})"
+
+    return build
+
+
+def one_dim_reduction(function: str, suffix: str = "") -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+        dim = _dim(rng, xs[0])
+        if dim is None:
+            return f"torch.{function}({{0}}){suffix}" if function in ("argmax", "argmin") else None
+        return f"torch.{function}({{0}}, dim={dim}, keepdim={rng.random() < 0.5}){suffix}"
+
+    return build
+
+
+def cast(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    return f"{{0}}.to({rng.choice(DTYPES)})"
+
+
+def reshape(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    n = xs[0].numel()
+    choices: list[tuple[int, ...]] = [(-1,), (n,), (1, n), (n, 1)]
+    divisors = [d for d in range(2, n) if n % d == 0]
+    if divisors:
+        d = rng.choice(divisors)
+        choices += [(d, -1), (-1, d), (d, n // d, 1)]
+    if n == 1:
+        choices.append(())
+    if n == 0:
+        choices += [(0, 3), (2, 0, -1) if False else (2, 0)]
+    return f"{{0}}.reshape({literal(rng.choice(choices))})"
+
+
+def transpose(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    if x.dim() < 2:
+        return None
+    a, b = rng.sample(range(x.dim()), 2)
+    return f"{{0}}.transpose({a}, {b})"
+
+
+def permute(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    order = list(range(xs[0].dim()))
+    rng.shuffle(order)
+    return f"{{0}}.permute({literal(tuple(order))})"
+
+
+def squeeze(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    dim = _dim(rng, xs[0])
+    if dim is None or rng.random() < 0.3:
+        return "{0}.squeeze()"
+    return f"{{0}}.squeeze({dim})"  # a dim whose size is not 1 is a no-op in torch
+
+
+def unsqueeze(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    return f"{{0}}.unsqueeze({rng.randrange(-xs[0].dim() - 1, xs[0].dim() + 1)})"
+
+
+def flatten(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    x = xs[0]
+    if x.dim() < 2 or rng.random() < 0.4:
+        return "torch.flatten({0})"
+    start = rng.randrange(0, x.dim() - 1)
+    return f"torch.flatten({{0}}, {start}, {rng.randrange(start, x.dim())})"
+
+
+def expand(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    shape = [rng.choice([s, 3]) if s == 1 else s for s in xs[0].shape]
+    if rng.random() < 0.5:
+        shape.insert(0, rng.choice([1, 2]))
+    return f"{{0}}.expand({literal(tuple(shape))})"
+
+
+def slicing(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    dim = _dim(rng, x)
+    if dim is None:
+        return None
+    size = x.shape[dim]
+    start = rng.randint(-size - 1, size)
+    stop = rng.choice([None, rng.randint(-size, size + 2)])
+    step = rng.choice([1, 1, 2, 3])
+    index = ", ".join([":"] * (dim % x.dim()) + [f"{start}:{'' if stop is None else stop}:{step}"])
+    return f"{{0}}[{index}]"
+
+
+def select(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    dim = _dim(rng, x)
+    if dim is None or x.shape[dim] == 0:
+        return None
+    return f"{{0}}.select({dim}, {rng.randrange(-x.shape[dim], x.shape[dim])})"
+
+
+def index_select(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    dim = _dim(rng, x)
+    if dim is None or x.shape[dim] == 0:
+        return None
+    index = [rng.randrange(x.shape[dim]) for _ in range(rng.randint(0, 4))]
+    return f"torch.index_select({{0}}, {dim}, torch.tensor({literal(index)}, dtype=torch.int64))"
+
+
+def advanced_index(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    if x.dim() == 0 or x.shape[0] == 0:
+        return None
+    index = [rng.randrange(-x.shape[0], x.shape[0]) for _ in range(rng.randint(1, 3))]
+    return f"{{0}}[{literal(index)}]"
+
+
+def joining(function: str) -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+        if function == "stack":
+            dim = rng.randrange(-xs[0].dim() - 1, xs[0].dim() + 1)
+        else:
+            dim = _dim(rng, xs[0]) or 0
+        return f"torch.{function}([{{0}}, {{1}}], dim={dim})"
+
+    return build
+
+
+def topk(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    dim = _dim(rng, x)
+    size = 1 if dim is None else x.shape[dim]
+    k = rng.randint(0, size)
+    dim_text = "" if dim is None and rng.random() < 0.5 else f", dim={-1 if dim is None else dim}"
+    return f"torch.topk({{0}}, {k}{dim_text}, largest={rng.random() < 0.7}).values"
+
+
+def sort(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    dim = _dim(rng, xs[0])
+    return f"torch.sort({{0}}, dim={-1 if dim is None else dim}, descending={rng.random() < 0.5}).values"
+
+
+def clamp(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    low, high = sorted(rng.sample([-3, -1, 0, 1, 2, 5, 0.5, -0.5], 2))
+    form = rng.randrange(3)
+    if form == 0:
+        return f"torch.clamp({{0}}, min={literal(low)})"
+    if form == 1:
+        return f"torch.clamp({{0}}, max={literal(high)})"
+    return f"torch.clamp({{0}}, {literal(low)}, {literal(high)})"
+
+
+def repeat(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    counts = [rng.choice([1, 2]) for _ in range(xs[0].dim())] + [rng.choice([1, 2])] * rng.randint(0, 1)
+    return f"{{0}}.repeat({literal(tuple(counts))})"
+
+
+def cumulative(function: str) -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+        dim = _dim(rng, xs[0])
+        return f"torch.{function}({{0}}, dim={0 if dim is None else dim})"
+
+    return build
+
+
+def softmax(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    dim = _dim(rng, xs[0])
+    return None if dim is None else f"torch.softmax({{0}}, dim={dim})"
+
+
+def tril(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    return None if xs[0].dim() < 2 else f"torch.{rng.choice(['tril', 'triu'])}({{0}}, {rng.randint(-1, 1)})"
+
+
+OPS: list[Op] = [
+    # elementwise unary
+    Op("neg", 1, fixed("torch.neg({0})")),
+    Op("abs", 1, fixed("torch.abs({0})")),
+    Op("exp", 1, fixed("torch.exp({0})"), inexact=True),
+    Op("log", 1, fixed("torch.log({0})"), inexact=True),
+    Op("sqrt", 1, fixed("torch.sqrt({0})"), inexact=True),
+    Op("rsqrt", 1, fixed("torch.rsqrt({0})"), inexact=True),
+    Op("sin", 1, fixed("torch.sin({0})"), inexact=True),
+    Op("cos", 1, fixed("torch.cos({0})"), inexact=True),
+    Op("tanh", 1, fixed("torch.tanh({0})"), inexact=True),
+    Op("sigmoid", 1, fixed("torch.sigmoid({0})"), inexact=True),
+    Op("erf", 1, fixed("torch.erf({0})"), inexact=True),
+    Op("log1p", 1, fixed("torch.log1p({0})"), inexact=True),
+    Op("expm1", 1, fixed("torch.expm1({0})"), inexact=True),
+    Op("reciprocal", 1, fixed("torch.reciprocal({0})"), inexact=True),
+    Op("relu", 1, fixed("torch.relu({0})")),
+    Op("square", 1, fixed("torch.square({0})")),
+    Op("floor", 1, fixed("torch.floor({0})"), discontinuous=True),
+    Op("ceil", 1, fixed("torch.ceil({0})"), discontinuous=True),
+    Op("round", 1, fixed("torch.round({0})"), discontinuous=True),
+    Op("trunc", 1, fixed("torch.trunc({0})"), discontinuous=True),
+    Op("sign", 1, fixed("torch.sign({0})"), discontinuous=True),
+    Op("logical_not", 1, fixed("torch.logical_not({0})"), discontinuous=True),
+    Op("bitwise_not", 1, fixed("torch.bitwise_not({0})")),
+    Op("isnan", 1, fixed("torch.isnan({0})")),
+    Op("isinf", 1, fixed("torch.isinf({0})")),
+    Op("isfinite", 1, fixed("torch.isfinite({0})")),
+    Op("nan_to_num", 1, fixed("torch.nan_to_num({0})")),
+    Op("cast", 1, cast, discontinuous=True),
+    Op("clamp", 1, clamp),
+    # elementwise binary, with a tensor or a Python scalar
+    Op("add", 2, fixed("{0} + {1}")),
+    Op("add_scalar", 1, with_scalar("{0} + {s}")),
+    Op("sub", 2, fixed("{0} - {1}")),
+    Op("rsub_scalar", 1, with_scalar("{s} - {0}")),
+    Op("mul", 2, fixed("{0} * {1}")),
+    Op("mul_scalar", 1, with_scalar("{0} * {s}")),
+    Op("div", 2, fixed("{0} / {1}"), inexact=True),
+    Op("div_scalar", 1, with_scalar("{0} / {s}"), inexact=True),
+    Op("floor_divide", 2, fixed("{0} // {1}"), discontinuous=True),
+    Op("floor_divide_scalar", 1, with_scalar("{0} // {s}"), discontinuous=True),
+    Op("div_trunc", 2, fixed("torch.div({0}, {1}, rounding_mode='trunc')"), discontinuous=True),
+    Op("remainder", 2, fixed("{0} % {1}"), discontinuous=True),
+    Op("remainder_scalar", 1, with_scalar("{0} % {s}"), discontinuous=True),
+    Op("fmod", 2, fixed("torch.fmod({0}, {1})"), discontinuous=True),
+    Op("pow", 2, fixed("torch.pow({0}, {1})"), inexact=True),
+    Op("pow_scalar", 1, with_scalar("torch.pow({0}, {s})"), inexact=True),
+    Op("maximum", 2, fixed("torch.maximum({0}, {1})")),
+    Op("minimum", 2, fixed("torch.minimum({0}, {1})")),
+    Op("atan2", 2, fixed("torch.atan2({0}, {1})"), inexact=True),
+    Op("eq", 2, fixed("{0} == {1}"), discontinuous=True),
+    Op("ne_scalar", 1, with_scalar("{0} != {s}"), discontinuous=True),
+    Op("lt", 2, fixed("{0} < {1}"), discontinuous=True),
+    Op("le_scalar", 1, with_scalar("{0} <= {s}"), discontinuous=True),
+    Op("gt", 2, fixed("{0} > {1}"), discontinuous=True),
+    Op("ge", 2, fixed("{0} >= {1}"), discontinuous=True),
+    Op("logical_and", 2, fixed("torch.logical_and({0}, {1})"), discontinuous=True),
+    Op("logical_or", 2, fixed("torch.logical_or({0}, {1})"), discontinuous=True),
+    Op("bitwise_and", 2, fixed("{0} & {1}")),
+    Op("bitwise_or", 2, fixed("{0} | {1}")),
+    Op("bitwise_xor", 2, fixed("{0} ^ {1}")),
+    Op("where", 3, fixed("torch.where({0}.bool(), {1}, {2})"), discontinuous=True),
+    Op("where_scalar", 2, with_scalar("torch.where({0}.bool(), {1}, {s})"), discontinuous=True),
+    Op("masked_fill", 2, with_scalar("{0}.masked_fill({1}.bool(), {s})"), discontinuous=True),
+    # reductions
+    Op("sum", 1, reduction("sum")),
+    Op("mean", 1, reduction("mean"), inexact=True),
+    Op("prod", 1, one_dim_reduction("prod")),
+    Op("amax", 1, reduction("amax")),
+    Op("amin", 1, reduction("amin")),
+    Op("max_dim", 1, one_dim_reduction("max", ".values")),
+    Op("min_dim", 1, one_dim_reduction("min", ".values")),
+    Op("argmax", 1, one_dim_reduction("argmax"), discontinuous=True),
+    Op("argmin", 1, one_dim_reduction("argmin"), discontinuous=True),
+    Op("any", 1, one_dim_reduction("any"), discontinuous=True),
+    Op("all", 1, one_dim_reduction("all"), discontinuous=True),
+    Op("std", 1, reduction("std"), inexact=True),
+    Op("var", 1, reduction("var", extra=", correction=0"), inexact=True),
+    Op("logsumexp", 1, with_dim("torch.logsumexp({0}, dim={d})"), inexact=True),
+    Op("cumsum", 1, cumulative("cumsum")),
+    Op("cumprod", 1, cumulative("cumprod")),
+    Op("softmax", 1, softmax, inexact=True),
+    # shape ops
+    Op("reshape", 1, reshape),
+    Op("transpose", 1, transpose),
+    Op("permute", 1, permute),
+    Op("squeeze", 1, squeeze),
+    Op("unsqueeze", 1, unsqueeze),
+    Op("flatten", 1, flatten),
+    Op("expand", 1, expand),
+    Op("slice", 1, slicing),
+    Op("select", 1, select),
+    Op("index_select", 1, index_select),
+    Op("index", 1, advanced_index),
+    Op("flip", 1, with_dim("torch.flip({0}, [{d}])")),
+    Op("repeat", 1, repeat),
+    Op("tril", 1, tril),
+    Op("cat", 2, joining("cat")),
+    Op("stack", 2, joining("stack")),
+    Op("topk", 1, topk),
+    Op("sort", 1, sort),
+    Op("matmul", 2, fixed("torch.matmul({0}, {1})")),
+    Op("contiguous_clone", 1, fixed("{0}.clone()")),
+]
+OPS_BY_NAME = {op.name: op for op in OPS}
+
+
+# --- programs ----------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Step:
+    op: str
+    operands: tuple[int, ...]  # indices into the program's values (inputs first)
+    expression: str  # with {0}, {1}, ... for the operands
+
+    def source(self, names: Sequence[str]) -> str:
+        return self.expression.format(*(names[i] for i in self.operands))
+
+
+@dataclasses.dataclass
+class Program:
+    seed: int
+    inputs: list[torch.Tensor]
+    steps: list[Step]
+
+    @property
+    def outputs(self) -> list[int]:
+        """The values no later step consumes (every step's result then matters)."""
+        used = {i for step in self.steps for i in step.operands}
+        first = len(self.inputs)
+        return [first + k for k in range(len(self.steps)) if first + k not in used]
+
+    def names(self) -> list[str]:
+        return [f"v{i}" for i in range(len(self.inputs) + len(self.steps))]
+
+    def forward_source(self) -> str:
+        names = self.names()
+        lines = [f"def forward(self, {', '.join(names[: len(self.inputs)])}):"]
+        for k, step in enumerate(self.steps):
+            lines.append(f"    {names[len(self.inputs) + k]} = {step.source(names)}")
+        outputs = ", ".join(names[i] for i in self.outputs)
+        lines.append(f"    return ({outputs},)")
+        return "\n".join(lines)
+
+    def module(self) -> torch.nn.Module:
+        namespace: dict[str, Any] = {"torch": torch}
+        exec(compile(self.forward_source(), f"<fuzz program {self.seed}>", "exec"), namespace)
+        module_class = type("FuzzProgram", (torch.nn.Module,), {"forward": namespace["forward"]})
+        return module_class().eval()
+
+    def source(self) -> str:
+        """A runnable reproducer: the inputs' values and the program."""
+        lines = ["import torch, fx2onnx", "", "class Program(torch.nn.Module):"]
+        lines += ["    " + line for line in self.forward_source().splitlines()]
+        lines.append("")
+        for name, tensor in zip(self.names(), self.inputs):
+            lines.append(f"{name} = {tensor_source(tensor)}")
+        args = ", ".join(self.names()[: len(self.inputs)])
+        lines.append(f"print(fx2onnx.export(Program(), ({args},)).verify({args}))")
+        return "\n".join(lines)
+
+
+def tensor_source(tensor: torch.Tensor) -> str:
+    if tensor.numel() == 0:
+        return f"torch.empty({literal(tuple(tensor.shape))}, dtype={tensor.dtype})"
+    return f"torch.tensor({literal(tensor.tolist())}, dtype={tensor.dtype})"
+
+
+def run_eager(program: Program) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return list(program.module()(*program.inputs))
+
+
+# --- drawing -------------------------------------------------------------------------------------------------------
+def draw_shape(rng: random.Random) -> tuple[int, ...]:
+    rank = rng.choice([0, 1, 1, 2, 2, 2, 3, 3, 4])
+    return tuple(rng.choice([1, 2, 3, 3, 4, 5, 0] if rng.random() < 0.1 else [1, 2, 3, 3, 4, 5]) for _ in range(rank))
+
+
+def related_shape(rng: random.Random, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts with `shape` (most of the time): a suffix, dims set to 1, or its own."""
+    form = rng.random()
+    if form < 0.4:
+        return shape
+    if form < 0.6:
+        return shape[rng.randint(0, len(shape)) :]
+    if form < 0.8:
+        return tuple(1 if rng.random() < 0.4 else s for s in shape)
+    return draw_shape(rng)
+
+
+def draw_values(rng: random.Random, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(rng.randrange(2**31))
+    numel = math.prod(shape)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=generator).bool()
+    if dtype.is_floating_point:
+        values = (torch.randint(-16, 17, shape, generator=generator) / 4).to(dtype)  # exact in every float dtype
+        if numel and rng.random() < 0.3:
+            info = torch.finfo(dtype)
+            specials = [math.nan, math.inf, -math.inf, -0.0, info.max, -info.max, info.tiny, 1000.0, -1e-3]
+            flat = values.reshape(-1)
+            for _ in range(rng.randint(1, max(1, numel // 3))):
+                flat[rng.randrange(numel)] = rng.choice(specials)
+        return values
+    info = torch.iinfo(dtype)
+    low, high = (0, 10) if dtype == torch.uint8 else (-6, 7)
+    values = torch.randint(low, high, shape, generator=generator).to(dtype)
+    if numel and rng.random() < 0.2:
+        flat = values.reshape(-1)
+        for _ in range(rng.randint(1, max(1, numel // 3))):
+            flat[rng.randrange(numel)] = rng.choice([info.min, info.max, info.max - 1, 100, -100 if low < 0 else 200])
+    return values
+
+
+def _eager_step(expression: str, operands: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    names = {f"x{i}": t for i, t in enumerate(operands)}
+    source = expression.format(*names)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = eval(source, {"torch": torch}, names)
+    except Exception:
+        return None
+    if not isinstance(result, torch.Tensor) or result.is_complex() or result.numel() > MAX_NUMEL:
+        return None
+    return result
+
+
+def draw_program(seed: int) -> Program:
+    """A valid program (eager runs every step) drawn from `seed`."""
+    rng = random.Random(seed)
+    base = draw_shape(rng)
+    inputs = []
+    for k in range(rng.choice([1, 2, 2, 3])):
+        shape = base if k == 0 else related_shape(rng, base)
+        dtype = rng.choice(DTYPES) if k == 0 or rng.random() < 0.5 else inputs[0].dtype
+        inputs.append(draw_values(rng, dtype, shape))
+    values = list(inputs)
+    exact = [True] * len(inputs)
+    steps: list[Step] = []
+    target = rng.randint(2, 8)
+    attempts = 0
+    while len(steps) < target and attempts < 200:
+        attempts += 1
+        op = rng.choice(OPS)
+        # Prefer recent values: chains, not only independent ops on the inputs.
+        indices = tuple(
+            max(0, len(values) - 1 - int(rng.expovariate(0.7))) if rng.random() < 0.8 else rng.randrange(len(values))
+            for _ in range(op.arity)
+        )
+        operands = [values[i] for i in indices]
+        if op.discontinuous and not all(exact[i] for i in indices):
+            continue
+        expression = op.build(rng, operands)
+        if expression is None:
+            continue
+        result = _eager_step(expression, operands)
+        if result is None:
+            continue
+        steps.append(Step(op.name, indices, expression))
+        values.append(result)
+        exact.append(not (result.is_floating_point() and (op.inexact or not all(exact[i] for i in indices))))
+    return _unused_inputs_dropped(Program(seed, inputs, steps))
+
+
+# --- judging -------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Outcome:
+    kind: str  # one of CLASSES
+    detail: str = ""
+
+    @property
+    def signature(self) -> str:
+        """The cause, without the numbers that vary between programs (for grouping)."""
+        first = self.detail.strip().splitlines()[0] if self.detail.strip() else ""
+        first = re.sub(r"<fuzz program \d+>", "<program>", first)
+        return f"{self.kind}: {re.sub(r'[0-9]+', 'N', first)[:160]}"
+
+
+def _quietly(function: Callable[[], Any]) -> Any:
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore")
+        return function()
+
+
+def judge(program: Program) -> Outcome:
+    """Export, check, run in a default ONNX Runtime session and compare with eager."""
+    import onnx
+
+    import fx2onnx
+    from fx2onnx._verification import summarize
+
+    if not program.steps:
+        return Outcome(OK)
+    module = program.module()
+    try:
+        onnx_program = _quietly(lambda: fx2onnx.export(module, tuple(program.inputs)))
+    except Exception as error:
+        return Outcome(EXPORT_ERROR, f"{type(error).__name__}: {error}")
+    try:
+        onnx.checker.check_model(onnx_program.model_proto, full_check=True)
+        onnx_program.session()
+    except Exception as error:
+        return Outcome(UNLOADABLE, f"{type(error).__name__}: {error}")
+    try:
+        results = _quietly(lambda: onnx_program.verify(*program.inputs))
+    except AssertionError as error:
+        return Outcome(MISMATCH, str(error))
+    except Exception as error:
+        return Outcome(RUN_ERROR, f"{type(error).__name__}: {error}")
+    if all(r.passed for r in results):
+        return Outcome(OK)
+    return Outcome(MISMATCH, summarize(results))
+
+
+def _same_failure(outcome: Outcome, reference: Outcome) -> bool:
+    if outcome.kind != reference.kind:
+        return False
+    if outcome.kind in (EXPORT_ERROR, UNLOADABLE, RUN_ERROR):
+        return outcome.detail.split(":")[0] == reference.detail.split(":")[0]
+    return True
+
+
+def _without_step(program: Program, k: int) -> Program | None:
+    """The program without step k: its consumers use its first operand instead (or lose their step if it had none)."""
+    removed = len(program.inputs) + k
+    step = program.steps[k]
+    replacement = step.operands[0] if step.operands else None
+    steps = []
+    for other in program.steps[:k] + program.steps[k + 1 :]:
+        operands = []
+        for i in other.operands:
+            if i == removed:
+                if replacement is None:
+                    return None
+                i = replacement
+            operands.append(i - 1 if i > removed else i)
+        steps.append(Step(other.op, tuple(operands), other.expression))
+    return Program(program.seed, program.inputs, steps)
+
+
+def _sliced_inputs(program: Program) -> list[Program]:
+    """Variants with one input made smaller: one dim cut to its first element, or dropped."""
+    variants = []
+    for n, tensor in enumerate(program.inputs):
+        for dim, size in enumerate(tensor.shape):
+            smaller = [tensor.narrow(dim, 0, 1).clone()] if size > 1 else []
+            if size <= 1:
+                smaller.append(tensor.select(dim, 0).clone() if size == 1 else tensor.sum(dim).to(tensor.dtype))
+            for replacement in smaller:
+                variants.append(
+                    dataclasses.replace(program, inputs=[*program.inputs[:n], replacement, *program.inputs[n + 1 :]])
+                )
+    return variants
+
+
+def _unused_inputs_dropped(program: Program) -> Program:
+    used = {i for step in program.steps for i in step.operands}
+    keep = [i for i in range(len(program.inputs)) if i in used]
+    if len(keep) == len(program.inputs):
+        return program
+    remap = {old: new for new, old in enumerate(keep)}
+    shift = len(program.inputs) - len(keep)
+    steps = [
+        Step(s.op, tuple(remap[i] if i < len(program.inputs) else i - shift for i in s.operands), s.expression)
+        for s in program.steps
+    ]
+    return Program(program.seed, [program.inputs[i] for i in keep], steps)
+
+
+def _valid(program: Program) -> bool:
+    if not program.steps:
+        return False
+    try:
+        _quietly(lambda: run_eager(program))
+    except Exception:
+        return False
+    return True
+
+
+def shrink(program: Program, outcome: Outcome, budget: int = 40) -> tuple[Program, Outcome]:
+    """Drop steps and shrink inputs while the program still fails the same way (at most `budget` exports)."""
+    improved = True
+    while improved and budget > 0:
+        improved = False
+        candidates = [_without_step(program, k) for k in range(len(program.steps))] + _sliced_inputs(program)
+        for candidate in candidates:
+            if candidate is None or budget <= 0:
+                continue
+            candidate = _unused_inputs_dropped(candidate)
+            if not _valid(candidate):
+                continue
+            budget -= 1
+            result = judge(candidate)
+            if _same_failure(result, outcome):
+                program, outcome, improved = candidate, result, True
+                break
+    return program, outcome
+
+
+def cause(program: Program, outcome: Outcome) -> str:
+    """A finding's cause: the export error's message, or the ops of a (minimized) mismatching program."""
+    if outcome.kind == MISMATCH:
+        ops = sorted({s.op for s in program.steps})
+        dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in program.inputs})
+        return f"{MISMATCH}: {'+'.join(ops)} on {'/'.join(dtypes)}"
+    return outcome.signature
+
+
+@dataclasses.dataclass
+class Finding:
+    seed: int
+    outcome: Outcome
+    program: Program
+
+    def report(self) -> str:
+        return (
+            f"--- seed {self.seed}: {cause(self.program, self.outcome)}\n{self.outcome.detail.strip()[:600]}\n"
+            f"{self.program.source()}\n"
+        )
+
+
+def fuzz_one(seed: int, *, minimize: bool = True) -> Finding | None:
+    program = draw_program(seed)
+    outcome = judge(program)
+    if outcome.kind == OK:
+        return None
+    if minimize:
+        program, outcome = shrink(program, outcome)
+    return Finding(seed, outcome, program)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzzing", description=__doc__.splitlines()[0])
+    parser.add_argument("--programs", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0, help="the first program's seed (then seed+1, ...)")
+    parser.add_argument("--no-shrink", action="store_true", help="report findings as drawn, not minimized")
+    parser.add_argument("--progress", type=int, default=50, help="print counts every N programs")
+    options = parser.parse_args(argv)
+    counts: Counter[str] = Counter()
+    causes: Counter[str] = Counter()
+    seeds_by_cause: dict[str, list[int]] = {}
+    started = time.monotonic()
+    for n, seed in enumerate(range(options.seed, options.seed + options.programs), 1):
+        finding = fuzz_one(seed, minimize=not options.no_shrink)
+        if finding is None:
+            counts[OK] += 1
+        else:
+            counts[finding.outcome.kind] += 1
+            key = cause(finding.program, finding.outcome)
+            causes[key] += 1
+            seeds_by_cause.setdefault(key, []).append(seed)
+            print(finding.report(), flush=True)
+        if n % options.progress == 0 or n == options.programs:
+            rate = n / (time.monotonic() - started)
+            summary = ", ".join(f"{kind} {counts[kind]}" for kind in CLASSES)
+            print(f"[{n}/{options.programs} programs, {rate:.2f}/s] {summary}", file=sys.stderr, flush=True)
+    print(f"\n{options.programs} programs (seeds {options.seed}..{options.seed + options.programs - 1}):")
+    for kind in CLASSES:
+        print(f"  {kind}: {counts[kind]}")
+    print("per cause:")
+    for key, count in causes.most_common():
+        print(f"  {count:5d}  {key}  seeds {seeds_by_cause[key][:10]}")
+    return 0 if counts[OK] == options.programs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
