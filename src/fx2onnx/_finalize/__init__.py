@@ -62,17 +62,16 @@ class OptimizePass(ir.passes.InPlacePass):
 
 
 class FuseOperatorsPass(ir.passes.InPlacePass):
-    """At opset 23: onnxscript's fusions into RMSNormalization and RotaryEmbedding, then the rotary forms
-    onnxscript's rule misses (finalize/fusions.py). Converts the model to opset 23 first, where they apply."""
+    """At opset 23: RMSNormalization (and GQA) by onnxscript's rules, RotaryEmbedding by fx2onnx's
+    (_finalize/fusions.py). Converts the model to opset 23 first, where they apply."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         import onnxscript.version_converter
-        from onnxscript.rewriter import onnx_fusions
 
         from fx2onnx._finalize import fusions
 
         onnxscript.version_converter.convert_version(model, FUSION_OPSET)
-        onnx_fusions.fuse(model)
+        fusions.fuse_with_onnxscript(model)
         fusions.fuse_rotary_embeddings(model)
         return ir.passes.PassResult(model, modified=True)
 
