@@ -223,7 +223,7 @@ def test_a_killed_saves_temporary_folder_is_removed_by_the_next_save(tmp_path: P
     killed_save = textwrap.dedent(
         f"""
         import os, signal, torch, fx2onnx
-        from fx2onnx import streaming
+        from fx2onnx import _streaming as streaming
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()).eval()
         program = fx2onnx.export(model, (torch.randn(2, 64),))
