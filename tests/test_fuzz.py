@@ -22,7 +22,7 @@ NIGHTLY_PROGRAMS = int(os.environ.get("FX2ONNX_FUZZ_PROGRAMS", "2000"))
 # Seeds whose programs pass (0-39; 27 failed before integer floor division by inf was fixed), and seeds whose
 # programs failed to export before: squeeze(dim) of a dim of size > 1 (30, 53, 54, 106, 118), topk of a 0-d
 # tensor (55, 116), amin/max.dim skipping NaN (17, 417: amin; see test_float_edges for max.dim).
-REGULAR_SEEDS = list(range(40)) + [53, 54, 55, 106, 116, 118]
+REGULAR_SEEDS = [*range(40), 53, 54, 55, 106, 116, 118]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
