@@ -296,6 +296,8 @@ def _mean(self: TFloat, dims: Sequence[int] | None, keepdim: bool, dtype: int | 
     if len(x.shape) == 0:
         return op.Identity(x)
     mean = op.ReduceMean(x, _axes(dims), keepdims=keepdim)
+    if all(isinstance(size, int) and size > 0 for size in x.shape):  # static and non-empty: the plain pattern that
+        return mean  # ONNX Runtime's and onnxscript's fusions (RMSNormalization, LayerNorm) recognize
     empty = op.Equal(op.Size(x), op.Constant(value_int=0))
     return op.Where(empty, op.CastLike(float("nan"), mean), mean)
 
