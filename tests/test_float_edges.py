@@ -167,8 +167,6 @@ OPEN_DEFECTS = {
     "var": "E[x**2] - E[x]**2 overflows to inf for values near the dtype's max (eager: two passes, 0.0)",
     "std": "as var",
     "floor_divide": "+0.0 where eager gives -0.0 (0.0 // -inf, 0.0 // a negative subnormal)",
-    "argmax": "ONNX Runtime's ArgMax skips NaN (eager: the first NaN's index)",
-    "argmin": "as argmax",
     "log_softmax": "finite where a NaN in the row makes eager's whole row NaN",
     "logsumexp_low_precision": "inf in float16/bfloat16 for values near the dtype's max (eager: the max itself)",
 }
@@ -366,8 +364,6 @@ OPEN_DEFECT_CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[torch.Tens
     "var": (lambda x: x.var(-1), (torch.full((2, 3), torch.finfo(torch.float32).max),)),
     "std": (lambda x: x.std(-1), (torch.full((2, 3), 1e30),)),
     "floor_divide": (torch.floor_divide, (torch.tensor([0.0, 0.0]), torch.tensor([-math.inf, -1e-39]))),
-    "argmax": (lambda x: x.argmax(-1), (torch.tensor([[0.0, math.nan, 1.0]]),)),
-    "argmin": (lambda x: x.argmin(-1), (torch.tensor([[0.0, math.nan, -1.0]]),)),
     "log_softmax": (
         lambda x: torch.log_softmax(x, -1),
         (torch.tensor([[0.0, math.nan, math.nan]], dtype=torch.float64),),
@@ -416,6 +412,10 @@ def test_fixed_division_and_sign_edge(function: Callable[..., torch.Tensor], arg
         (lambda x: x.amax(0), (torch.tensor([[1.0, math.nan, -2.0], [1.0, 2.0, -2.0]], dtype=torch.float16),)),
         (lambda x: x.max(-1), (torch.tensor([[1.0, math.nan, 5.0, math.nan], [1.0, 2.0, 2.0, -2.0]]),)),
         (lambda x: x.min(0), (torch.tensor([[1.0, math.nan], [math.nan, 2.0]], dtype=torch.float64),)),
+        (lambda x: x.argmax(-1), (torch.tensor([[0.0, math.nan, 1.0, math.nan], [3.0, 2.0, math.inf, 1.0]]),)),
+        (lambda x: x.argmin(0), (torch.tensor([[0.0, math.nan], [-3.0, 2.0]], dtype=torch.bfloat16),)),
+        (lambda x: x.argmax(), (torch.tensor([[0.0, 5.0, 1.0], [3.0, math.nan, 9.0]], dtype=torch.float64),)),
+        (lambda x: x.argmin(keepdim=True), (torch.tensor([[0.0, 5.0], [-3.0, math.nan]], dtype=torch.float16),)),
     ],
     ids=[
         "isinf_f64",
@@ -428,6 +428,10 @@ def test_fixed_division_and_sign_edge(function: Callable[..., torch.Tensor], arg
         "amax_nan_f16",
         "max_dim",
         "min_dim",
+        "argmax_nan",
+        "argmin_nan_bf16",
+        "argmax_flat_nan_f64",
+        "argmin_flat_keepdim_f16",
     ],
 )
 def test_fixed_edge_defect(function: Callable[..., torch.Tensor], args: tuple[torch.Tensor, ...]) -> None:

@@ -167,6 +167,26 @@ def min_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]
     return _extreme_along(self, dim, keepdim, largest=False)
 
 
+def _arg_extreme(self: TReal, dim: int | None, keepdim: bool, largest: bool) -> INT64:
+    """argmax/argmin: the first NaN's index in a slice holding one, as eager (ONNX Runtime's ArgMax skips NaN);
+    dim=None: the index into the flattened tensor (keepdim: shaped [1] * rank)."""
+    if dim is None:
+        flat = op.Reshape(self, op.Constant(value_ints=[-1]))
+        index = _extreme_along(flat, 0, False, largest)[1]
+        return op.Reshape(index, op.Constant(value_ints=[1] * len(self.shape))) if keepdim else index
+    return _extreme_along(self, dim, keepdim, largest)[1]
+
+
+@lowering("aten::argmax")
+def argmax(self: TReal, dim: int | None = None, keepdim: bool = False) -> INT64:
+    return _arg_extreme(self, dim, keepdim, largest=True)
+
+
+@lowering("aten::argmin")
+def argmin(self: TReal, dim: int | None = None, keepdim: bool = False) -> INT64:
+    return _arg_extreme(self, dim, keepdim, largest=False)
+
+
 def _truth(self: TReal, dim: Sequence[int] | int | None, keepdim: bool, every: bool) -> BOOL:
     """all (every=True) / any over `dim` (all axes when None or empty): a min / max of 0/1 values."""
     truth = op.Cast(self, to=BOOL.dtype) if self.dtype != ir.DataType.BOOL else self
