@@ -222,6 +222,9 @@ def _default_registry() -> Registry:
             registry._add_default(key, _torchlib_impl(function, complex=False))
         for function in overloaded.complex:
             registry._add_default(key, _torchlib_impl(function, complex=True))
+    for alias, original in lowerings.registered_aliases().items():
+        for implementation in registry.overloads(original):
+            registry._add_default(alias, implementation)
     return registry
 
 

@@ -71,3 +71,18 @@ def lowering(
 def registered_rules() -> list[Rule]:
     """Every registered rule, by precedence."""
     return sorted(_RULES, key=lambda rule: rule.precedence)
+
+
+_ALIASES: dict[str, str] = {}
+
+
+def alias(target: str, same_as: str) -> None:
+    """`target` is lowered exactly as `same_as` is (an overload ATen defines as another op under a second name,
+    ``aten::min.other`` for ``aten::minimum``): the registry gives it the same implementations, fx2onnx's and
+    torchlib's, in the same order."""
+    _ALIASES[target] = same_as
+
+
+def registered_aliases() -> dict[str, str]:
+    """Every alias: target -> the target whose implementations it shares."""
+    return dict(_ALIASES)
