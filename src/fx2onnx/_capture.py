@@ -230,24 +230,20 @@ _METADATA_ONLY_IN_PLACE = frozenset({torch.ops.aten.detach_.default, torch.ops.a
 _PROVENANCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "custom")
 
 
-def local_decomposition_table(
-    decompositions: Mapping[Any, Callable[..., Any]], registry: Registry
-) -> dict[Any, Callable[..., Any]]:
-    """What a node's decomposition may decompose in turn: `decompositions` (torch's defaults minus what the registry
-    lowers), then torch's full table for the overloads the registry lacks. ``make_fx`` applies it recursively, and
-    CompositeImplicitAutograd ops decompose as they are traced."""
+def local_decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
+    """What a node's decomposition may decompose in turn: torch's full table, for the overloads the registry cannot
+    lower. ``make_fx`` applies it recursively, and CompositeImplicitAutograd ops decompose as they are traced.
+    (Not torch.export's default table: building it costs a second, more than the local decompositions themselves.)"""
     from torch._decomp import decomposition_table as full_table
 
-    table = dict(decompositions)
-    for op, function in full_table.items():
-        if op not in table and isinstance(op, torch._ops.OpOverload) and not registry.lowers(qualified_name(op)):
-            table[op] = function
-    return table
+    return {
+        op: function
+        for op, function in full_table.items()
+        if isinstance(op, torch._ops.OpOverload) and not registry.lowers(qualified_name(op))
+    }
 
 
-def decompose_locally(
-    program: ExportedProgram, registry: Registry, decompositions: Mapping[Any, Callable[..., Any]]
-) -> DecompositionRecord:
+def decompose_locally(program: ExportedProgram, registry: Registry) -> DecompositionRecord:
     """Replace only the nodes of `program` the registry cannot lower by their decompositions, in place.
 
     Each such node's decomposition is traced on its own inputs' fake values and spliced into the graph where the
@@ -268,7 +264,7 @@ def decompose_locally(
     def lazy_table() -> dict[Any, Callable[..., Any]]:
         nonlocal table
         if table is None:
-            table = local_decomposition_table(decompositions, registry)
+            table = local_decomposition_table(registry)
         return table
 
     _decompose_graph_locally(program.graph_module, registry, lazy_table, record, prefix="")
@@ -538,7 +534,7 @@ class TorchExportExtractor:
         if self.registry is not None:
             try:
                 with static_fake_kernels():
-                    record = decompose_locally(program, self.registry, decompositions)
+                    record = decompose_locally(program, self.registry)
             except NeedsFullDecomposition as why:
                 reason = str(why)
             else:
