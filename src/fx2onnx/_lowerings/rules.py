@@ -18,6 +18,7 @@ import onnxscript
 from onnxscript.values import TracedOnnxFunction
 
 from fx2onnx._emit.context import with_context
+from fx2onnx._emit.recorder import LazyTracedOnnxFunction
 from fx2onnx._records import BASE_OPSET
 
 DOMAIN = "pkg.fx2onnx"
@@ -60,7 +61,7 @@ def lowering(
     """
 
     def decorate(function: Callable[..., Any]) -> TracedOnnxFunction:
-        traced = TracedOnnxFunction(_OPSET, with_context(function) if context else function)
+        traced = LazyTracedOnnxFunction(_OPSET, with_context(function) if context else function)
         order = next(_ORDER)
         _RULES.extend(Rule(target, traced, opset, complex, variant, order) for target in targets)
         return traced
