@@ -207,3 +207,21 @@ def test_lowerings_real_models_need(convert: Callable[..., torch.Tensor]) -> Non
     y = torch.tensor([1.0, -0.0, 3.0, 1.0, float("inf"), -float("inf")], dtype=torch.float64)
     program = assert_exports_and_matches(Call(convert), (x, y))
     assert program.report.decomposition.strategy == "none", program.report.decomposition.describe()
+
+
+class RepeatBySize(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.repeat(y.shape[0], 2) + 1
+
+
+def test_a_symbolic_size_argument_reaches_the_decomposition() -> None:
+    """repeat's counts hold a size of another input: the decomposition is traced on that SymInt, not its value."""
+    dims = ({0: torch.export.Dim("rows")}, {0: torch.export.Dim("times")})
+    program = assert_exports_and_matches(
+        RepeatBySize(),
+        (torch.randn(2, 3), torch.randn(4)),
+        dynamic_shapes=dims,
+        registry=registry_without("aten::repeat"),
+        run_with=[((torch.randn(3, 3), torch.randn(5)), {})],
+    )
+    assert program.report.decomposition.nodes == [("repeat", "aten::repeat")]
