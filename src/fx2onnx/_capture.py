@@ -305,11 +305,14 @@ def _decompose_graph_locally(
                 f"`{prefix}{node.name}` ({qualified_name(target)}) updates running statistics in training mode"
             )
         if target._schema.is_mutable:
-            _functionalize_in_place(graph, node, order)
+            replacement = _functionalize_in_place(graph, node, order)
             record.functionalized.append((prefix + node.name, qualified_name(target)))
             changed = True
-            continue
-        if not target._schema.returns or _lowers(registry, node):
+            if replacement is None or _kept_whole(registry, replacement):
+                continue
+            node = replacement  # a functional op the registry lacks (resize_as_ -> resize_as): decomposed in turn
+            target = replacement.target
+        elif not target._schema.returns or _kept_whole(registry, node):
             continue
         name = prefix + node.name
         try:
@@ -326,6 +329,17 @@ def _decompose_graph_locally(
     if changed:
         graph.lint()
         graph_module.recompile()
+
+
+def _kept_whole(registry: Registry, node: torch.fx.Node) -> bool:
+    """Whether decomposition keeps `node` as it is, as torch's tables do in a full decomposition: the registry lowers
+    it, or it has complex inputs and a real lowering and torch's full table has no decomposition for it (the
+    complex-parts pass rewrites it on its parts, or dispatch explains what is missing)."""
+    if _lowers(registry, node):
+        return True
+    from torch._decomp import decomposition_table as full_table
+
+    return _takes_complex(node) and registry.lowers(node.target) and node.target not in full_table
 
 
 def _is_fresh(node: torch.fx.Node) -> bool:
@@ -354,16 +368,19 @@ def _functional_variant(target: torch._ops.OpOverload) -> torch._ops.OpOverload 
     return getattr(packet, target._overloadname, None) if packet is not None else None
 
 
-def _functionalize_in_place(graph: torch.fx.Graph, node: torch.fx.Node, order: dict[torch.fx.Node, float]) -> None:
+def _functionalize_in_place(
+    graph: torch.fx.Graph, node: torch.fx.Node, order: dict[torch.fx.Node, float]
+) -> torch.fx.Node | None:
     """Replace the in-place op `node` by its functional variant, where that provably changes nothing: the tensor it
-    writes into is fresh and no view of it is taken before the write (uses after the write read the new value)."""
+    writes into is fresh and no view of it is taken before the write (uses after the write read the new value).
+    Returns the functional node (None when the op only changed autograd metadata and was dropped)."""
     target = node.target
     assert isinstance(target, torch._ops.OpOverload)
     where = f"`{node.name}` ({qualified_name(target)})"
     if target in _METADATA_ONLY_IN_PLACE:
         node.replace_all_uses_with(node.args[0])
         graph.erase_node(node)
-        return
+        return None
     arguments = target._schema.arguments
     written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
     functional = _functional_variant(target)
@@ -396,6 +413,7 @@ def _functionalize_in_place(graph: torch.fx.Graph, node: torch.fx.Node, order: d
             user.replace_input_with(base, replacement)  # it reads the value after the write
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
+    return replacement
 
 
 def _splice_decomposition(
@@ -430,7 +448,7 @@ def _splice_decomposition(
         if isinstance(sub.target, torch._ops.OpOverload) and sub.target._schema.is_mutable:
             raise NeedsFullDecomposition(f"the decomposition of `{node.name}` writes in place ({sub.target})")
         try:
-            lowered = _lowers(registry, sub)
+            lowered = _kept_whole(registry, sub)
         except TypeError:
             lowered = False
         if not lowered:
