@@ -22,6 +22,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from fx2onnx._passes import complex_functions
 from fx2onnx._passes.base import PassResult
 from fx2onnx._passes.node_builder import NodeBuilder, fake_mode_of, replace_node
 
@@ -116,6 +117,9 @@ _WITH_COMPLEX_INPUTS = frozenset(
     | COMPARISONS.keys()
     | VARIANCES.keys()
     | {aten.linalg_vector_norm.default}
+    | complex_functions.UNARY.keys()
+    | complex_functions.POWERS
+    | complex_functions.PRODUCTS_ALONG
 )
 _ALL = _WITH_COMPLEX_INPUTS | FACTORIES.keys() | NEW_FACTORIES.keys()
 
@@ -151,6 +155,25 @@ def _rewrite_complex_on_parts(
     graph = graph_module.graph
     fake_mode = fake_mode_of(graph)
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
+    # A rewrite may use ops that are themselves rewritten (addbmm's bmm and sum): walk until none is left.
+    for _ in range(_MAX_ROUNDS):
+        found = _rewrite_round(graph, registry, fake_mode)
+        replaced.update(found)
+        if not found:
+            break
+    if replaced:
+        graph.lint()
+        graph_module.recompile()
+    return replaced
+
+
+_MAX_ROUNDS = 4
+
+
+def _rewrite_round(
+    graph: torch.fx.Graph, registry: Registry | None, fake_mode: Any
+) -> dict[torch.fx.Node, torch.fx.Node]:
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in list(graph.nodes):
         if _list_per_part(node) and not (registry is not None and _left_to_registry(node, registry)):
             replaced.update(_rewrite_list_per_part(_Builder(graph, node, fake_mode), node))
@@ -160,9 +183,6 @@ def _rewrite_complex_on_parts(
             continue
         replaced[node] = rewrite(_Builder(graph, node, fake_mode), node)
         replace_node(node, replaced[node])
-    if replaced:
-        graph.lint()
-        graph_module.recompile()
     return replaced
 
 
@@ -235,6 +255,8 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
     if (node.target in FACTORIES or node.target in NEW_FACTORIES) and node.meta["val"].is_complex():
         return _factory_per_part
     leaves = pytree.tree_leaves((node.args, node.kwargs))
+    if node.target in complex_functions.POWERS and node.meta["val"].is_complex():
+        return complex_functions.pow_
     if node.target in COMPARISONS and any(_is_complex(a) for a in node.args) and not node.kwargs:
         return _compare_parts
     if not any(_is_complex(leaf) for leaf in leaves) or any(isinstance(leaf, complex) for leaf in leaves):
@@ -257,6 +279,10 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
         return _exp_of_parts
     if node.target in LOG and _is_complex(node.args[0]):
         return _log_of_parts
+    if node.target in complex_functions.UNARY and _is_complex(node.args[0]) and node.meta["val"].is_complex():
+        return complex_functions.unary
+    if node.target in complex_functions.PRODUCTS_ALONG and _is_complex(node.args[0]) and node.meta["val"].is_complex():
+        return complex_functions.product
     return None
 
 
