@@ -225,7 +225,7 @@ def _einsum(build: Any, node: torch.fx.Node) -> torch.fx.Node:
     choices: list[list[tuple[torch.fx.Node, int]]] = [[]]
     for operand in operands:
         options = [(build.part(operand, 0), 0), (build.part(operand, 1), 1)] if _is_complex(operand) else [(operand, 0)]
-        choices = [chosen + [option] for chosen in choices for option in options]
+        choices = [[*chosen, option] for chosen in choices for option in options]
     sums: list[torch.fx.Node | None] = [None, None]
     for chosen in choices:
         imaginary = sum(k for _, k in chosen)
