@@ -23,7 +23,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from fx2onnx._passes import complex_functions
+from fx2onnx._passes import complex_functions, complex_linalg
 from fx2onnx._passes.base import PassResult
 from fx2onnx._passes.node_builder import NodeBuilder, fake_mode_of, replace_node
 
@@ -239,6 +239,8 @@ def _einsum(build: Any, node: torch.fx.Node) -> torch.fx.Node:
     return build.complex(real, imag)
 
 
+COMPOSITES.update(complex_linalg.COMPOSITES)
+
 _WITH_COMPLEX_INPUTS = frozenset(
     PER_PART
     | PER_PART_LISTS
@@ -253,6 +255,8 @@ _WITH_COMPLEX_INPUTS = frozenset(
     | complex_functions.POWERS
     | complex_functions.PRODUCTS_ALONG
     | COMPOSITES.keys()
+    | complex_linalg.COMPOSITES.keys()
+    | complex_linalg.TUPLES.keys()
     | {aten.var_mean.correction, aten.norm.Scalar, aten.norm.ScalarOpt_dim}
 )
 _ALL = _WITH_COMPLEX_INPUTS | FACTORIES.keys() | NEW_FACTORIES.keys()
@@ -316,6 +320,9 @@ def _rewrite_round(
         if _variance_and_mean(node) and not (registry is not None and _left_to_registry(node, registry)):
             replaced.update(_rewrite_variance_and_mean(_Builder(graph, node, fake_mode), node))
             continue
+        if _tuple_on_parts(node) and not (registry is not None and _left_to_registry(node, registry)):
+            replaced.update(_rewrite_tuple(_Builder(graph, node, fake_mode), node))
+            continue
         rewrite = _rewrite_for(node)
         if rewrite is None or (registry is not None and _left_to_registry(node, registry)):
             continue
@@ -370,6 +377,29 @@ def _rewrite_variance_and_mean(build: _Builder, node: torch.fx.Node) -> dict[tor
         build.call(aten.var.correction, value, dim, correction=node.kwargs.get("correction"), keepdim=keepdim),
         build.call(aten.mean.dim, value, dim, keepdim),
     )
+    replaced = {}
+    for user in list(node.users):
+        replaced[user] = results[user.args[1]]
+        replace_node(user, replaced[user])
+    build.graph.erase_node(node)
+    return replaced
+
+
+def _tuple_on_parts(node: torch.fx.Node) -> bool:
+    """A tuple-returning op of complex_linalg's whose users take only the results it can give."""
+    return (
+        node.op == "call_function"
+        and node.target in complex_linalg.TUPLES
+        and _is_complex(node.args[0])
+        and all(
+            user.target is operator.getitem and user.args[1] in complex_linalg.TUPLE_RESULTS[node.target]
+            for user in node.users
+        )
+    )
+
+
+def _rewrite_tuple(build: _Builder, node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
+    results = complex_linalg.TUPLES[node.target](build, node)
     replaced = {}
     for user in list(node.users):
         replaced[user] = results[user.args[1]]
