@@ -281,3 +281,10 @@ def sym_size_int_complex(self: TComponent, dim: int) -> INT64:
     """A complex tensor's size along `dim` (counted from the complex shape's end when negative)."""
     axis = dim % _complex_rank(self)
     return op.Squeeze(op.Shape(self, start=axis, end=axis + 1))
+
+
+@lowering("aten::sym_storage_offset", complex=True)
+def sym_storage_offset_complex(self: TComponent, dim: int = 0) -> INT64:
+    """Storage offsets mean nothing in ONNX (the value only feeds as_strided's bookkeeping), as for real tensors."""
+    del self, dim
+    return op.Constant(value_int=0)

@@ -62,6 +62,7 @@ PER_PART = {
     aten.slice_scatter.default,
     aten.combinations.default,
     aten.masked_select.default,
+    aten.resize.default,
 }
 # The same, for ops returning a list of tensors (used through getitem).
 PER_PART_LISTS = {
@@ -178,6 +179,32 @@ def _either_part_nan(build: Any, value: torch.fx.Node) -> torch.fx.Node:
         return build.call(aten.isnan.default, value)
     nan = [build.call(aten.isnan.default, build.part(value, which)) for which in (0, 1)]
     return build.call(aten.logical_or.default, *nan)
+
+
+@_composite(aten.isnan.default)
+def _isnan(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    return _either_part_nan(build, node.args[0])
+
+
+@_composite(aten.isinf.default)
+def _isinf(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    value = node.args[0]
+    infinite = [build.call(aten.isinf.default, build.part(value, which)) for which in (0, 1)]
+    return build.call(aten.logical_or.default, *infinite)
+
+
+@_composite(aten.type_as.default)
+def _type_as(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    return build.call(torch.ops.prims.convert_element_type.default, node.args[0], node.args[1].meta["val"].dtype)
+
+
+@_composite(aten.scatter.reduce)
+def _scatter_reduce(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    """scatter with reduce='add' is linear: on each part; 'multiply' is left to the dispatcher's error."""
+    reduce = node.kwargs.get("reduce", node.args[4] if len(node.args) > 4 else None)
+    if reduce != "add":
+        raise _NotOnParts
+    return _per_part(build, node)
 
 
 @_composite(aten.isclose.default)
@@ -326,9 +353,16 @@ def _rewrite_round(
         rewrite = _rewrite_for(node)
         if rewrite is None or (registry is not None and _left_to_registry(node, registry)):
             continue
-        replaced[node] = rewrite(_Builder(graph, node, fake_mode), node)
+        try:
+            replaced[node] = rewrite(_Builder(graph, node, fake_mode), node)
+        except _NotOnParts:
+            continue
         replace_node(node, replaced[node])
     return replaced
+
+
+class _NotOnParts(Exception):
+    """Raised by a rewrite, before it adds nodes, when this node's arguments are not the case it handles."""
 
 
 def _list_per_part(node: torch.fx.Node) -> bool:
@@ -473,7 +507,7 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
         return None
     if node.target in PRODUCTS and all(_is_complex(a) for a in node.args[:2]):
         return _product
-    if node.target in NORMS and _is_complex(node.args[0]) and "dtype" not in node.kwargs:
+    if node.target in NORMS and _is_complex(node.args[0]) and _complex_or_no_dtype(node):
         return _norm_of_magnitudes
 
     if node.target in NONZERO and _is_complex(node.args[0]):
@@ -530,8 +564,12 @@ def _product(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
 
 
 def _norm_of_magnitudes(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
-    magnitude = build.call(aten.abs.default, node.args[0])
-    return build.call(node.target, magnitude, *node.args[1:], **node.kwargs)
+    value, kwargs = node.args[0], dict(node.kwargs)
+    if kwargs.get("dtype") is not None:  # the complex dtype the values are cast to first; the norm is of its parts'
+        value = build.call(torch.ops.prims.convert_element_type.default, value, kwargs["dtype"])
+        kwargs["dtype"] = kwargs["dtype"].to_real()
+    magnitude = build.call(aten.abs.default, value)
+    return build.call(node.target, magnitude, *node.args[1:], **kwargs)
 
 
 def _compare_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
