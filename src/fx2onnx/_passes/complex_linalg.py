@@ -247,3 +247,299 @@ TUPLE_RESULTS: dict[Any, set[int]] = {
     aten._linalg_eigh.default: {0},
     aten._linalg_svd.default: {1},
 }
+
+
+# --- LU factorization with partial pivoting, on the parts ------------------------------------------------------------
+# E(A) has no complex LU to read, so the factorization is unrolled here (the sizes are static), as LAPACK's getrf
+# computes it: at step k the row with the largest |re| + |im| in column k (the first, on ties: izamax) is swapped into
+# row k, the rows below are reduced by multiples of it, and the multipliers kept below the diagonal.
+class _Lu:
+    def __init__(self, build: Build, a: torch.fx.Node) -> None:
+        self.build = build
+        shape = [int(s) for s in a.meta["val"].shape]
+        self.batch, (self.m, self.n) = shape[:-2], shape[-2:]
+        self.rows = build.call(aten.arange.default, self.m)
+        self.columns = build.call(aten.arange.default, self.n)
+        self.real, self.imag = build.part(a, 0), build.part(a, 1)
+        self.order = build.call(aten.expand.default, self.rows, [*self.batch, self.m])  # rows of A in LU's order
+        self.pivots: list[torch.fx.Node] = []  # (..., 1) int64, 0-based
+        for k in range(min(self.m, self.n)):
+            self._step(k)
+
+    def call(self, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        return self.build.call(target, *args, **kwargs)
+
+    def _swap(self, k: int, pivot: torch.fx.Node) -> None:
+        """Rows k and `pivot` (..., 1) exchanged, in both parts and in the row order."""
+        at = self.call(aten.eq.Scalar, self.rows, k)
+        at_pivot = self.call(aten.eq.Tensor, self.rows, pivot)
+        index = self.call(
+            aten.where.self,
+            at,
+            self.call(aten.expand.default, pivot, [*self.batch, self.m]),
+            self.call(aten.where.self, at_pivot, self.call(aten.full_like.default, self.rows, k), self.rows),
+        )
+        matrix_index = self.call(
+            aten.expand.default, self.call(aten.unsqueeze.default, index, -1), [*self.batch, self.m, self.n]
+        )
+        self.real = self.call(aten.gather.default, self.real, -2, matrix_index)
+        self.imag = self.call(aten.gather.default, self.imag, -2, matrix_index)
+        self.order = self.call(aten.gather.default, self.order, -1, index)
+
+    def _step(self, k: int) -> None:
+        column = [self.call(aten.select.int, part, -1, k) for part in (self.real, self.imag)]
+        score = self.call(aten.add.Tensor, *(self.call(aten.abs.default, c) for c in column))
+        candidate = self.call(aten.ge.Scalar, self.rows, k)
+        score = self.call(aten.where.self, candidate, score, self.call(aten.full_like.default, score, -1.0))
+        pivot = self.call(aten.argmax.default, score, -1, True)
+        self.pivots.append(pivot)
+        self._swap(k, pivot)
+        column = [self.call(aten.select.int, part, -1, k) for part in (self.real, self.imag)]  # (..., m)
+        row = [self.call(aten.select.int, part, -2, k) for part in (self.real, self.imag)]  # (..., n)
+        head = [self.call(aten.unsqueeze.default, self.call(aten.select.int, r, -1, k), -1) for r in row]
+        # multipliers: column / pivot, and the column itself (zeros) where the pivot is 0, as LAPACK skips it
+        scale = self.call(aten.add.Tensor, *(self.call(aten.mul.Tensor, h, h) for h in head))
+        product = (
+            self.call(
+                aten.add.Tensor,
+                self.call(aten.mul.Tensor, column[0], head[0]),
+                self.call(aten.mul.Tensor, column[1], head[1]),
+            ),
+            self.call(
+                aten.sub.Tensor,
+                self.call(aten.mul.Tensor, column[1], head[0]),
+                self.call(aten.mul.Tensor, column[0], head[1]),
+            ),
+        )
+        singular = self.call(aten.eq.Scalar, scale, 0)
+        below = self.call(aten.gt.Scalar, self.rows, k)
+        multiplier = []
+        for part, c in zip(product, column):
+            value = self.call(aten.where.self, singular, c, self.call(aten.div.Tensor, part, scale))
+            multiplier.append(self.call(aten.where.self, below, value, self.call(aten.zeros_like.default, value)))
+        right = self.call(aten.gt.Scalar, self.columns, k)
+        row = [self.call(aten.where.self, right, r, self.call(aten.zeros_like.default, r)) for r in row]
+        left = [self.call(aten.unsqueeze.default, v, -1) for v in multiplier]  # (..., m, 1)
+        top = [self.call(aten.unsqueeze.default, r, -2) for r in row]  # (..., 1, n)
+        update_real = self.call(
+            aten.sub.Tensor, self.call(aten.mul.Tensor, left[0], top[0]), self.call(aten.mul.Tensor, left[1], top[1])
+        )
+        update_imag = self.call(
+            aten.add.Tensor, self.call(aten.mul.Tensor, left[0], top[1]), self.call(aten.mul.Tensor, left[1], top[0])
+        )
+        self.real = self.call(aten.sub.Tensor, self.real, update_real)
+        self.imag = self.call(aten.sub.Tensor, self.imag, update_imag)
+        stored = self.call(
+            aten.logical_and.default,
+            self.call(aten.unsqueeze.default, below, -1),
+            self.call(aten.eq.Scalar, self.columns, k),
+        )
+        self.real = self.call(aten.where.self, stored, left[0], self.real)
+        self.imag = self.call(aten.where.self, stored, left[1], self.imag)
+
+    def factors(self) -> torch.fx.Node:
+        return self.build.complex(self.real, self.imag)
+
+    def lapack_pivots(self) -> torch.fx.Node:
+        """LAPACK's 1-based int32 pivots (..., min(m, n))."""
+        if not self.pivots:
+            empty = self.call(aten.zeros.default, [*self.batch, 0], dtype=torch.int64)
+            return self.call(torch.ops.prims.convert_element_type.default, empty, torch.int32)
+        stacked = self.call(aten.cat.default, self.pivots, -1)
+        return self.call(
+            torch.ops.prims.convert_element_type.default, self.call(aten.add.Tensor, stacked, 1), torch.int32
+        )
+
+    def diagonal(self, k: int) -> tuple[torch.fx.Node, torch.fx.Node]:
+        return tuple(
+            self.call(aten.select.int, self.call(aten.select.int, p, -1, k), -1, k) for p in (self.real, self.imag)
+        )  # type: ignore[return-value]
+
+    def odd(self) -> torch.fx.Node | None:
+        """Whether the row exchanges make an odd permutation (..., bool), None without any."""
+        parity = None
+        for k, pivot in enumerate(self.pivots):
+            swapped = self.call(aten.ne.Scalar, self.call(aten.squeeze.dim, pivot, -1), k)
+            parity = swapped if parity is None else self.call(aten.logical_xor.default, parity, swapped)
+        return parity
+
+    def permutation(self, dtype: torch.dtype) -> torch.fx.Node:
+        """P with A = P L U: P[r, i] = 1 where row i of LU is row r of A."""
+        matches = self.call(
+            aten.eq.Tensor,
+            self.call(aten.unsqueeze.default, self.rows, -1),
+            self.call(aten.unsqueeze.default, self.order, -2),
+        )
+        real = self.call(torch.ops.prims.convert_element_type.default, matches, dtype.to_real())
+        return self.build.complex(real, self.call(aten.zeros_like.default, real))
+
+
+def _determinant_parts(build: Build, a: torch.fx.Node) -> tuple[Any, Any, Any]:
+    """(det's real part, imaginary part, sum of log |u_kk|) of a square complex matrix."""
+    from fx2onnx._passes.complex_functions import Real, multiply
+
+    lu = _Lu(build, a)
+    component = a.meta["val"].dtype.to_real()
+    batch = lu.batch
+    one = Real(build, build.call(aten.ones.default, batch, dtype=component))
+    det = (one, one.full(0.0))
+    log_magnitude = one.full(0.0)
+    for k in range(lu.n):
+        real, imag = (Real(build, v) for v in lu.diagonal(k))
+        det = multiply(det, (real, imag))
+        log_magnitude = log_magnitude + (real * real + imag * imag).log() * 0.5
+    odd = lu.odd()
+    if odd is not None:
+        sign = one.full(1.0).where(Real(build, build.call(aten.logical_not.default, odd)), -1.0)
+        det = (det[0] * sign, det[1] * sign)
+    return det[0], det[1], log_magnitude
+
+
+def _det(build: Build, node: torch.fx.Node) -> torch.fx.Node:
+    real, imag, _ = _determinant_parts(build, node.args[0])
+    return build.complex(real.node, imag.node)
+
+
+def _slogdet_parts(build: Build, a: torch.fx.Node) -> tuple[torch.fx.Node, Any]:
+    real, imag, log_magnitude = _determinant_parts(build, a)
+    magnitude = (real * real + imag * imag).sqrt()
+    zero = magnitude.eq(0)
+    sign = build.complex((real / magnitude).where(~zero, 0.0).node, (imag / magnitude).where(~zero, 0.0).node)
+    return sign, log_magnitude
+
+
+def _slogdet(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
+    """linalg_slogdet -> (sign, logabsdet)."""
+    sign, log_magnitude = _slogdet_parts(build, node.args[0])
+    return {0: sign, 1: log_magnitude.node}
+
+
+def _logdet(build: Build, node: torch.fx.Node) -> torch.fx.Node:
+    """log det A = log |det A| + i arg det A (-inf + 0i for a singular A)."""
+    real, imag, log_magnitude = _determinant_parts(build, node.args[0])
+    return build.complex(log_magnitude.node, imag.atan2(real).node)
+
+
+def _lu_factor_ex(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
+    """linalg_lu_factor_ex -> (LU, pivots, info); info 0 (eager's counts a zero pivot, which the checks ignore)."""
+    lu = _Lu(build, node.args[0])
+    info = build.call(aten.zeros.default, lu.batch, dtype=torch.int32)
+    return {0: lu.factors(), 1: lu.lapack_pivots(), 2: info}
+
+
+def _lu_factor(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
+    lu = _Lu(build, node.args[0])
+    return {0: lu.factors(), 1: lu.lapack_pivots()}
+
+
+def _unpacked(build: Build, factors: torch.fx.Node, m: int, n: int) -> tuple[torch.fx.Node, torch.fx.Node]:
+    """L (m, k) with a unit diagonal and U (k, n) from packed factors, k = min(m, n)."""
+    k = min(m, n)
+    lower_block = build.call(aten.slice.Tensor, factors, -1, 0, k)
+    upper_block = build.call(aten.slice.Tensor, factors, -2, 0, k)
+    real, imag = (build.call(aten.tril.default, build.part(lower_block, w), -1) for w in (0, 1))
+    rows = build.call(aten.arange.default, m)
+    columns = build.call(aten.arange.default, k)
+    eye = build.call(aten.eq.Tensor, build.call(aten.unsqueeze.default, rows, -1), columns)
+    real = build.call(
+        aten.add.Tensor, real, build.call(torch.ops.prims.convert_element_type.default, eye, real.meta["val"].dtype)
+    )
+    lower = build.complex(real, imag)
+    upper = build.complex(*(build.call(aten.triu.default, build.part(upper_block, w)) for w in (0, 1)))
+    return lower, upper
+
+
+def _linalg_lu(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
+    """linalg_lu -> (P, L, U)."""
+    lu = _Lu(build, node.args[0])
+    lower, upper = _unpacked(build, lu.factors(), lu.m, lu.n)
+    return {0: lu.permutation(node.args[0].meta["val"].dtype), 1: lower, 2: upper}
+
+
+class _Pivoted:
+    """The row order of given LAPACK pivots (values known only at run time)."""
+
+    def __init__(self, build: Build, pivots: torch.fx.Node, m: int) -> None:
+        self.build = build
+        batch = [int(s) for s in pivots.meta["val"].shape[:-1]]
+        count = int(pivots.meta["val"].shape[-1])
+        rows = build.call(aten.arange.default, m)
+        order = build.call(aten.expand.default, rows, [*batch, m])
+        zero_based = build.call(
+            aten.sub.Tensor, build.call(torch.ops.prims.convert_element_type.default, pivots, torch.int64), 1
+        )
+        for k in range(count):
+            pivot = build.call(aten.unsqueeze.default, build.call(aten.select.int, zero_based, -1, k), -1)
+            at = build.call(aten.eq.Scalar, rows, k)
+            at_pivot = build.call(aten.eq.Tensor, rows, pivot)
+            index = build.call(
+                aten.where.self,
+                at,
+                build.call(aten.expand.default, pivot, [*batch, m]),
+                build.call(aten.where.self, at_pivot, build.call(aten.full_like.default, rows, k), rows),
+            )
+            order = build.call(aten.gather.default, order, -1, index)
+        self.rows, self.order = rows, order
+
+    def permutation(self, dtype: torch.dtype) -> torch.fx.Node:
+        build = self.build
+        matches = build.call(
+            aten.eq.Tensor,
+            build.call(aten.unsqueeze.default, self.rows, -1),
+            build.call(aten.unsqueeze.default, self.order, -2),
+        )
+        real = build.call(torch.ops.prims.convert_element_type.default, matches, dtype.to_real())
+        return build.complex(real, build.call(aten.zeros_like.default, real))
+
+
+def _lu_unpack(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
+    """lu_unpack(LU, pivots, unpack_data=True, unpack_pivots=True) -> (P, L, U)."""
+    factors, pivots = node.args[:2]
+    m, n = (int(s) for s in factors.meta["val"].shape[-2:])
+    lower, upper = _unpacked(build, factors, m, n)
+    permutation = _Pivoted(build, pivots, m).permutation(factors.meta["val"].dtype)
+    return {0: permutation, 1: lower, 2: upper}
+
+
+def _lu_solve(build: Build, node: torch.fx.Node) -> torch.fx.Node:
+    """linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False): A = P L U rebuilt, then solved by E(A)."""
+    factors, pivots, b = node.args[:3]
+    left, adjoint = node.kwargs.get("left", True), node.kwargs.get("adjoint", False)
+    n = int(factors.meta["val"].shape[-1])
+    lower, upper = _unpacked(build, factors, n, n)
+    permutation = _Pivoted(build, pivots, n).permutation(factors.meta["val"].dtype)
+    a = build.call(aten.matmul.default, permutation, build.call(aten.matmul.default, lower, upper))
+    if adjoint:
+        a = build.call(aten.conj_physical.default, _transposed(build, a))
+    if left:
+        return _matrix_solve(build, a, b)
+    return _transposed(build, _matrix_solve(build, _transposed(build, a), _transposed(build, b)))
+
+
+COMPOSITES.update(
+    {
+        aten.linalg_det.default: _det,
+        aten.logdet.default: _logdet,
+        aten.linalg_lu_solve.default: _lu_solve,
+    }
+)
+TUPLES.update(
+    {
+        aten.linalg_slogdet.default: _slogdet,
+        aten._linalg_slogdet.default: lambda build, node: {**_slogdet(build, node)},
+        aten.linalg_lu_factor_ex.default: _lu_factor_ex,
+        aten.linalg_lu_factor.default: _lu_factor,
+        aten.linalg_lu.default: _linalg_lu,
+        aten.lu_unpack.default: _lu_unpack,
+    }
+)
+TUPLE_RESULTS.update(
+    {
+        aten.linalg_slogdet.default: {0, 1},
+        aten._linalg_slogdet.default: {0, 1},
+        aten.linalg_lu_factor_ex.default: {0, 1, 2},
+        aten.linalg_lu_factor.default: {0, 1},
+        aten.linalg_lu.default: {0, 1, 2},
+        aten.lu_unpack.default: {0, 1, 2},
+    }
+)
