@@ -307,6 +307,10 @@ LINALG: dict[str, Callable[..., Any]] = {
     "svdvals": lambda a, b, f: torch.linalg.svdvals(b),
     "matrix_rank": lambda a, b, f: torch.linalg.matrix_rank(b),
     "matrix_rank hermitian": lambda a, b, f: torch.linalg.matrix_rank(f @ f.mH, hermitian=True),
+    # Cholesky on the parts (a conjugate view, f.mH, as input)
+    "cholesky": lambda a, b, f: torch.linalg.cholesky(f @ f.mH),
+    "cholesky upper": lambda a, b, f: torch.linalg.cholesky(f @ f.mH, upper=True),
+    "cholesky_ex": lambda a, b, f: torch.linalg.cholesky_ex(f @ f.mH),
     # LU with partial pivoting on the parts (LAPACK's pivots: the largest |re| + |im|)
     "det": lambda a, b, f: torch.linalg.det(a),
     "det of an empty matrix": lambda a, b, f: torch.linalg.det(a[0, :0, :0]),

@@ -543,3 +543,80 @@ TUPLE_RESULTS.update(
         aten.lu_unpack.default: {0, 1, 2},
     }
 )
+
+
+# --- Cholesky, unrolled on the parts --------------------------------------------------------------------------------
+def _cholesky_lower(build: Build, a: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node]:
+    """L with A = L L^H, column by column from A's lower triangle: L[j, j] = sqrt(A[j, j] - sum_k |L[j, k]|^2) and
+    L[i, j] = (A[i, j] - sum_k L[i, k] conj(L[j, k])) / L[j, j] below it."""
+    n = _size(a, -1)
+    x, y = build.part(a, 0), build.part(a, 1)
+    lower = [build.call(aten.zeros_like.default, x), build.call(aten.zeros_like.default, y)]
+    rows = build.call(aten.arange.default, n)
+    for j in range(n):
+        row = [
+            build.call(aten.unsqueeze.default, build.call(aten.select.int, p, -2, j), -1) for p in lower
+        ]  # (..., n, 1)
+        products = {(p, q): build.call(aten.matmul.default, lower[p], row[q]) for p in (0, 1) for q in (0, 1)}
+        sum_real = build.call(aten.add.Tensor, products[0, 0], products[1, 1])  # L conj(row)
+        sum_imag = build.call(aten.sub.Tensor, products[1, 0], products[0, 1])
+        column = [
+            build.call(
+                aten.sub.Tensor, build.call(aten.select.int, part, -1, j), build.call(aten.squeeze.dim, total, -1)
+            )
+            for part, total in ((x, sum_real), (y, sum_imag))
+        ]
+        pivot = build.call(aten.sqrt.default, build.call(aten.select.int, column[0], -1, j))  # (...,)
+        scale = build.call(aten.unsqueeze.default, pivot, -1)
+        below = build.call(aten.gt.Scalar, rows, j)
+        at = build.call(aten.eq.Scalar, rows, j)
+        values = [
+            build.call(
+                aten.where.self,
+                below,
+                build.call(aten.div.Tensor, column[0], scale),
+                build.call(
+                    aten.where.self,
+                    at,
+                    build.call(aten.expand_as.default, scale, column[0]),
+                    build.call(aten.zeros_like.default, column[0]),
+                ),
+            ),
+            build.call(
+                aten.where.self,
+                below,
+                build.call(aten.div.Tensor, column[1], scale),
+                build.call(aten.zeros_like.default, column[1]),
+            ),
+        ]
+        at_column = build.call(aten.eq.Scalar, rows, j)
+        lower = [
+            build.call(aten.where.self, at_column, build.call(aten.unsqueeze.default, v, -1), part)
+            for v, part in zip(values, lower)
+        ]
+    return lower[0], lower[1]
+
+
+def _cholesky_factor(build: Build, a: torch.fx.Node, upper: bool) -> torch.fx.Node:
+    """L (or U = L^H, from A's upper triangle: the lower one of A^H)."""
+    source = build.call(aten.conj_physical.default, _transposed(build, a)) if upper else a
+    factor = build.complex(*_cholesky_lower(build, source))
+    return build.call(aten.conj_physical.default, _transposed(build, factor)) if upper else factor
+
+
+def _cholesky(build: Build, node: torch.fx.Node) -> torch.fx.Node:
+    upper = node.kwargs.get("upper", node.args[1] if len(node.args) > 1 else False)
+    return _cholesky_factor(build, node.args[0], bool(upper))
+
+
+def _cholesky_ex(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
+    """linalg_cholesky_ex -> (L, info); info 0 (a matrix that is not positive-definite gives NaN in L)."""
+    upper = node.kwargs.get("upper", node.args[1] if len(node.args) > 1 else False)
+    batch = [int(s) for s in node.args[0].meta["val"].shape[:-2]]
+    info = build.call(aten.zeros.default, batch, dtype=torch.int32)
+    return {0: _cholesky_factor(build, node.args[0], bool(upper)), 1: info}
+
+
+COMPOSITES.update({aten.linalg_cholesky.default: _cholesky, aten.cholesky.default: _cholesky})
+TUPLES[aten.linalg_cholesky_ex.default] = _cholesky_ex
+TUPLE_RESULTS[aten.linalg_cholesky_ex.default] = {0, 1}

@@ -459,8 +459,11 @@ class _Builder(NodeBuilder):
     def part(self, value: torch.fx.Node, which: int) -> torch.fx.Node:
         """The real (0) or imaginary (1) part of complex `value`."""
         if (value, which) not in self.parts:
+            source = value
+            if value.meta["val"].is_conj():  # a conjugate view (x.mH) holds its values already conjugated in ONNX
+                source = self.call(aten.resolve_conj.default, value)
             self.parts[value, which] = self.call(
-                aten.select.int, self.call(aten.view_as_real.default, value), -1, which
+                aten.select.int, self.call(aten.view_as_real.default, source), -1, which
             )
         return self.parts[value, which]
 
