@@ -9,21 +9,14 @@ builders take another (ResNet-50 is 5 times slower to run eagerly here and tests
 from __future__ import annotations
 
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 import fx2onnx
-
-_TORCHVISION_DIR = Path(os.environ.get("FX2ONNX_TORCHVISION_DIR", Path(sys.prefix) / "torchvision-cpu"))
-if _TORCHVISION_DIR.is_dir() and str(_TORCHVISION_DIR) not in sys.path:
-    sys.path.append(str(_TORCHVISION_DIR))
-
-from torchvision_cpu_ops import import_torchvision  # noqa: E402
+from torchvision_cpu_ops import import_torchvision
 
 try:
     torchvision = import_torchvision()
@@ -32,8 +25,8 @@ except ImportError as error:  # `make test` installs it: only a hand-made enviro
         raise
     pytest.skip(f"torchvision is not installed ({error}); `make test` installs it", allow_module_level=True)
 
-from torchvision.models import detection  # noqa: E402
-from torchvision.models.detection.backbone_utils import resnet_fpn_backbone  # noqa: E402
+from torchvision.models import detection
+from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
 
 
 class Nms(torch.nn.Module):
@@ -126,7 +119,69 @@ def _faster_rcnn() -> torch.nn.Module:
     )
 
 
-MODELS = {"faster_rcnn": _faster_rcnn}
+def _fpn18_p6p7() -> torch.nn.Module:
+    from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+
+    return resnet_fpn_backbone(
+        backbone_name="resnet18",
+        weights=None,
+        trainable_layers=5,
+        returned_layers=[2, 3, 4],
+        extra_blocks=LastLevelP6P7(256, 256),
+    )
+
+
+def _retinanet() -> torch.nn.Module:
+    return detection.RetinaNet(
+        _fpn18_p6p7(), num_classes=5, score_thresh=0.3, topk_candidates=100, detections_per_img=50, **_SMALL
+    )
+
+
+def _fcos() -> torch.nn.Module:
+    return detection.FCOS(
+        _fpn18_p6p7(), num_classes=5, score_thresh=0.3, topk_candidates=100, detections_per_img=50, **_SMALL
+    )
+
+
+def _ssdlite() -> torch.nn.Module:
+    return detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=5, score_thresh=0.3, detections_per_img=50
+    )
+
+
+def _mask_rcnn() -> torch.nn.Module:
+    return detection.MaskRCNN(
+        _fpn18(),
+        num_classes=5,
+        box_score_thresh=0.3,
+        rpn_pre_nms_top_n_test=200,
+        rpn_post_nms_top_n_test=50,
+        box_detections_per_img=50,
+        **_SMALL,
+    )
+
+
+def _keypoint_rcnn() -> torch.nn.Module:
+    return detection.KeypointRCNN(
+        _fpn18(),
+        num_classes=2,
+        num_keypoints=5,
+        box_score_thresh=0.3,
+        rpn_pre_nms_top_n_test=200,
+        rpn_post_nms_top_n_test=50,
+        box_detections_per_img=50,
+        **_SMALL,
+    )
+
+
+MODELS = {
+    "faster_rcnn": _faster_rcnn,
+    "retinanet": _retinanet,
+    "fcos": _fcos,
+    "ssdlite": _ssdlite,
+    "mask_rcnn": _mask_rcnn,
+    "keypoint_rcnn": _keypoint_rcnn,
+}
 
 
 def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -173,3 +228,18 @@ def test_detection_model_matches_eager_on_two_image_sizes(name: str, record_prop
     record_property("figures", figures)
     print(name, figures)
     assert len(counts) == len(images), f"the images should give different numbers of detections: {figures}"
+
+
+class RoiPool(torch.nn.Module):
+    def forward(self, features: torch.Tensor, rois: torch.Tensor) -> torch.Tensor:
+        return torchvision.ops.roi_pool(features, rois, (3, 4), 0.5)
+
+
+def test_roi_pool(check) -> None:
+    generator = torch.Generator().manual_seed(2)
+    features = torch.randn(2, 3, 16, 12, generator=generator)
+    boxes = _random_boxes(9, generator) / 3
+    boxes[0] = torch.tensor([40.0, 40.0, 50.0, 50.0])  # outside the map: empty bins give 0
+    boxes[1] = torch.tensor([3.0, 5.0, 3.0, 5.0])  # one pixel, half-way points (rounded away from zero)
+    rois = torch.cat([torch.randint(0, 2, (9, 1), generator=generator).float(), boxes], dim=1)
+    check(RoiPool(), (features, rois))

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import sys
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -100,9 +103,17 @@ def _extension_loaded() -> bool:
     return True
 
 
+def _put_on_path() -> None:
+    """The folder `make test` installs torchvision into (``FX2ONNX_TORCHVISION_DIR`` names another) on sys.path."""
+    folder = Path(os.environ.get("FX2ONNX_TORCHVISION_DIR", Path(sys.prefix) / "torchvision-cpu"))
+    if folder.is_dir() and str(folder) not in sys.path:
+        sys.path.append(str(folder))
+
+
 def import_torchvision() -> ModuleType:
     """Imports torchvision, first defining the operators its unloadable ``_C`` extension would have."""
-    if _extension_loaded():
+    _put_on_path()
+    if "torchvision" in sys.modules or _extension_loaded():
         return importlib.import_module("torchvision")
     library = torch.library.Library("torchvision", "DEF")
     _LIBRARIES.append(library)

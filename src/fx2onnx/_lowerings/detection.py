@@ -1,4 +1,4 @@
-"""Object detection: torchvision's operators (``torchvision::nms``, ``torchvision::roi_align``).
+"""Object detection: torchvision's operators (``torchvision::nms``, ``roi_align``, ``roi_pool``).
 
 torchvision defines them in its compiled extension; torch.export keeps each as one node (their fake kernels
 give ``nms`` an output of data-dependent length), lowered here to the ONNX operators made for them.
@@ -6,11 +6,13 @@ give ``nms`` an output of data-dependent length), lowered here to the ONNX opera
 
 from __future__ import annotations
 
+import operator
 from typing import TypeVar
 
-from onnxscript import DOUBLE, FLOAT, INT64
+from onnxscript import DOUBLE, FLOAT, INT32, INT64
 from onnxscript import opset18 as op
 
+from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.rules import lowering
 
 TRoi = TypeVar("TRoi", FLOAT, DOUBLE)
@@ -80,3 +82,18 @@ def roi_align(
     torchvision's adaptive grid (ceil(box size / output size) samples), ONNX's 0.
     """
     return _roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)
+
+
+@lowering("torchvision::roi_pool", context=True)
+def roi_pool(
+    ctx: LoweringContext, input: FLOAT, rois: FLOAT, spatial_scale: float, pooled_height: int, pooled_width: int
+) -> tuple[FLOAT, INT32]:
+    """ONNX MaxRoiPool: Caffe's max RoI pooling, as torchvision's (box corners rounded half away from zero, a
+    box at least 1 pixel wide, bins floor/ceil-divided, an empty bin 0). Its second output, the argmax that
+    only the backward pass reads, has no ONNX counterpart: a graph that uses it is refused."""
+    argmax_used = any(user.target is operator.getitem and user.args[1] == 1 and user.users for user in ctx.node.users)
+    if argmax_used:
+        raise NotImplementedError("torchvision::roi_pool's argmax output has no ONNX equivalent (MaxRoiPool)")
+    pooled = op.MaxRoiPool(input, rois, pooled_shape=[pooled_height, pooled_width], spatial_scale=spatial_scale)
+    unused_argmax = op.Cast(op.Shape(pooled), to=INT32.dtype)  # dropped: nothing reads it
+    return pooled, unused_argmax
