@@ -31,6 +31,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
 from fx2onnx._fake_kernels import static_fake_kernels
 from fx2onnx._records import DecompositionRecord, qualified_name, target_name
@@ -511,6 +512,8 @@ class TorchExportExtractor:
         start = time.perf_counter()
         trace_seconds = 0.0
         shape_fixes: list[str] = []
+        attempts: list[capture_strategies.StrategyAttempt] = []
+        assumptions: list[capture_strategies.Assumption] = []
         if isinstance(model, ExportedProgram):
             program = model
         else:
@@ -523,8 +526,10 @@ class TorchExportExtractor:
                     onnx_export_flag(),
                 ):  # static: composite ops whose fake run is data-dependent
                     traced_at = time.perf_counter()
-                    program, shape_fixes = _export_with_suggested_fixes(
-                        model, args, kwargs, dynamic_shapes, strict=self.strict
+                    program, shape_fixes = capture_strategies.first_that_captures(
+                        lambda: _export_with_suggested_fixes(model, args, kwargs, dynamic_shapes, strict=self.strict),
+                        attempts,
+                        assumptions,
                     )
                     trace_seconds = time.perf_counter() - traced_at
             except Exception as error:
@@ -534,9 +539,11 @@ class TorchExportExtractor:
                     f"{_first_lines(str(error))}\n"
                     + (f"  from: {frame}\n" if frame else "")
                     + f"  inputs: {_describe_inputs(args, kwargs)}\n"
-                    f"  remedy: {_capture_remedy(error, self.strict)}",
+                    f"  remedy: {_capture_remedy(error, self.strict)}"
+                    + "".join(f"\n  {note}" for note in getattr(error, "__notes__", [])),
                     frame=frame,
                 ) from error
+            capture_strategies.warn_if_assumed(attempts, assumptions)
         before = _overloads(program.graph_module)
         if self.registry is not None and lowerable_as_captured(program, self.registry):
             # Decomposing would keep every op (the table leaves out what the registry lowers) and only
