@@ -93,10 +93,10 @@ class StoredTensor:
     def where(self) -> str:
         return self.path if self.path is not None else "the weights mapping"
 
-    def read_blocks(self, block_bytes: int = BLOCK_BYTES) -> Iterator[torch.Tensor]:
+    def read_blocks(self, block_bytes: int | None = None) -> Iterator[torch.Tensor]:
         """The tensor's values in order, as 1-D tensors of its dtype of at most `block_bytes` each. A block read
         from the file is a view of one reused buffer: valid until the next block is asked for."""
-        step = max(1, block_bytes // self.dtype.itemsize)
+        step = max(1, (block_bytes or BLOCK_BYTES) // self.dtype.itemsize)
         if self.tensor is not None:
             flat = self.tensor.reshape(-1)
             for begin in range(0, flat.numel(), step):
@@ -299,10 +299,11 @@ class CheckpointTensor(ir._core.TensorBase):  # onnx_ir exports no base class fo
     def _target(self) -> torch.dtype:
         return complex_layout.as_real(torch.empty((), dtype=self.torch_dtype, device="meta")).dtype
 
-    def blocks(self, block_bytes: int = BLOCK_BYTES) -> Iterator[torch.Tensor]:
+    def blocks(self, block_bytes: int | None = None) -> Iterator[torch.Tensor]:
         """The tensor's values in C order, as contiguous 1-D tensors of the target dtype of about `block_bytes`:
         read and converted block by block, or, for a permuted tensor, read whole and permuted block by block."""
         target = self._target
+        block_bytes = block_bytes or BLOCK_BYTES
         if not self.permutation:
             for block in self.stored.read_blocks(block_bytes):  # views of one buffer: written before the next
                 flat = complex_layout.as_real(block).reshape(-1)
