@@ -294,3 +294,46 @@ def test_small_bfloat16_llama_saved_and_checked(tmp_path: os.PathLike[str]) -> N
     verified = reference.verify(ids, use_cache=False)
     assert all(v.passed for v in verified), verified
     assert torch.equal(run_saved(saved, ids), reference(ids, use_cache=False)[0])
+
+
+FACTORY = """
+import torch, transformers
+
+def make():
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    assert model.lm_head.weight.is_meta, "built under the meta device by --weights"
+    return model, (torch.randint(0, 512, (1, 8)),), {"use_cache": False}
+"""
+
+
+def test_cli_export_with_weights_and_verify_weights(
+    tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fx2onnx import cli
+
+    factory = tmp_path / "factory.py"
+    factory.write_text(FACTORY)
+    config = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    eager = transformers.AutoModelForCausalLM.from_config(config).eval()
+    eager.save_pretrained(tmp_path / "checkpoint", max_shard_size="100KB")
+    output = str(tmp_path / "out" / "model.onnx")
+    arguments = ["export", f"{factory}:make", "--weights", str(tmp_path / "checkpoint"), "-o", output]
+    assert cli.main([*arguments, "--external-data"]) == 0
+    assert cli.main(["verify-weights", output, "--weights", str(tmp_path / "checkpoint"), "--full"]) == 0
+    assert "weights: PASSED" in capsys.readouterr().out
+    session = cpu_session(output)
+    (logits,) = session.run_with_ort_values(None, {session.get_inputs()[0].name: to_ortvalue(INPUT_IDS)})
+    with torch.no_grad():
+        expected = eager(INPUT_IDS, use_cache=False).logits
+    result = compare("logits", expected, to_torch(logits))
+    assert result.passed, result
