@@ -337,3 +337,16 @@ def test_cli_export_with_weights_and_verify_weights(
         expected = eager(INPUT_IDS, use_cache=False).logits
     result = compare("logits", expected, to_torch(logits))
     assert result.passed, result
+
+
+def test_model_built_with_fake_tensors() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.manual_seed(4)
+    eager = Scaled().eval()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = Scaled().eval()
+    ids = torch.tensor([[1, 2, 3]])
+    program = fx2onnx.export(fake, (ids,), weights={**eager.state_dict(), "scale": eager.scale})
+    result = compare("out", eager(ids), program(ids)[0])
+    assert result.passed, result
