@@ -309,11 +309,11 @@ def _decompose_graph_locally(
             replacement = _functionalize_in_place(graph, node, order)
             record.functionalized.append((prefix + node.name, qualified_name(target)))
             changed = True
-            if replacement is None or _kept_whole(registry, replacement):
+            if replacement is None or _lowers(registry, replacement):
                 continue
             node = replacement  # a functional op the registry lacks (resize_as_ -> resize_as): decomposed in turn
             target = replacement.target
-        elif not target._schema.returns or _kept_whole(registry, node):
+        elif not target._schema.returns or _lowers(registry, node):
             continue
         name = prefix + node.name
         try:
@@ -330,17 +330,6 @@ def _decompose_graph_locally(
     if changed:
         graph.lint()
         graph_module.recompile()
-
-
-def _kept_whole(registry: Registry, node: torch.fx.Node) -> bool:
-    """Whether decomposition keeps `node` as it is, as torch's tables do in a full decomposition: the registry lowers
-    it, or it has complex inputs and a real lowering and torch's full table has no decomposition for it (the
-    complex-parts pass rewrites it on its parts, or dispatch explains what is missing)."""
-    if _lowers(registry, node):
-        return True
-    from torch._decomp import decomposition_table as full_table
-
-    return _takes_complex(node) and registry.lowers(node.target) and node.target not in full_table
 
 
 def _is_fresh(node: torch.fx.Node) -> bool:
@@ -449,7 +438,7 @@ def _splice_decomposition(
         if isinstance(sub.target, torch._ops.OpOverload) and sub.target._schema.is_mutable:
             raise NeedsFullDecomposition(f"the decomposition of `{node.name}` writes in place ({sub.target})")
         try:
-            lowered = _kept_whole(registry, sub)
+            lowered = _lowers(registry, sub)
         except TypeError:
             lowered = False
         if not lowered:
