@@ -183,6 +183,15 @@ MODELS = {
     "keypoint_rcnn": _keypoint_rcnn,
 }
 
+# Where the capture stops (issue 20): both paste or decode per detection in a Python loop whose sizes are
+# values (torchvision's own ONNX path for them is a TorchScript loop, taken only under torch.jit tracing).
+_OPEN = {
+    "mask_rcnn": "size-oblivious capture stops in the mask head: IndexError, index 2 out of bounds for a dim of "
+    "size Min(50, u9)//50 + 1 (a split of the detections whose count the strategy took at its bound elsewhere)",
+    "keypoint_rcnn": "heatmaps_to_keypoints sizes each detection's heatmap resize by int(width.item()): "
+    "TruncToInt of an unbacked float, which no size reasoning decides",
+}
+
 
 def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     order = torch.sort(detections["scores"], descending=True, stable=True).indices
@@ -191,8 +200,10 @@ def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 
 def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float) -> dict[str, Any]:
     """Detections equal up to `atol`: the same count and labels, boxes/scores/masks within atol."""
+    leaves, spec = torch.utils._pytree.tree_flatten(eager)
+    assert len(exported) == len(leaves), f"{len(exported)} outputs, eager has {len(leaves)}"
     (eager_detections,) = eager
-    (exported_detections,) = exported
+    (exported_detections,) = torch.utils._pytree.tree_unflatten(list(exported), spec)  # the program's are flat
     eager_sorted, exported_sorted = _sorted_by_score(eager_detections), _sorted_by_score(exported_detections)
     assert eager_sorted.keys() == exported_sorted.keys()
     worst = 0.0
@@ -209,7 +220,13 @@ def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float
     return {"detections": len(eager_sorted["scores"]), "max_abs_diff": worst}
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(reason=_OPEN[name], strict=True)) if name in _OPEN else name
+        for name in MODELS
+    ],
+)
 def test_detection_model_matches_eager_on_two_image_sizes(name: str, record_property: Any) -> None:
     torch.manual_seed(0)
     model = MODELS[name]().eval()
