@@ -144,9 +144,22 @@ def _fcos() -> torch.nn.Module:
 
 
 def _ssdlite() -> torch.nn.Module:
-    return detection.ssdlite320_mobilenet_v3_large(
-        weights=None, weights_backbone=None, num_classes=5, score_thresh=0.3, detections_per_img=50
+    model = detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=5, score_thresh=0.75, detections_per_img=300
     )
+    # Randomly initialised, its MobileNet's activations vanish (1e-14 at the heads): every score is 1/5, every
+    # detection a tie. Batch norm statistics taken from a batch of random images give them unit scale.
+    norms = [module for module in model.eval().modules() if isinstance(module, torch.nn.BatchNorm2d)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average: this one batch's statistics
+        norm.train()
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        model([torch.rand(_IMAGES[0], generator=generator) for _ in range(2)])
+    for norm in norms:
+        norm.eval()
+    return model
 
 
 def _mask_rcnn() -> torch.nn.Module:
