@@ -131,15 +131,17 @@ def _fpn18_p6p7() -> torch.nn.Module:
     )
 
 
+# Their classification heads start at a prior of 0.01 (bias -log(99)): with random weights no score reaches a
+# usual threshold, so every candidate is kept (score_thresh 0) and the count is what NMS leaves of them.
 def _retinanet() -> torch.nn.Module:
     return detection.RetinaNet(
-        _fpn18_p6p7(), num_classes=5, score_thresh=0.3, topk_candidates=100, detections_per_img=50, **_SMALL
+        _fpn18_p6p7(), num_classes=5, score_thresh=0.0, topk_candidates=40, detections_per_img=300, **_SMALL
     )
 
 
 def _fcos() -> torch.nn.Module:
     return detection.FCOS(
-        _fpn18_p6p7(), num_classes=5, score_thresh=0.3, topk_candidates=100, detections_per_img=50, **_SMALL
+        _fpn18_p6p7(), num_classes=5, score_thresh=0.0, topk_candidates=40, detections_per_img=300, **_SMALL
     )
 
 
