@@ -131,22 +131,37 @@ def _fpn18_p6p7() -> torch.nn.Module:
     )
 
 
+# Their classification heads start at a prior of 0.01 (bias -log(99)): with random weights no score reaches a
+# usual threshold, so every candidate is kept (score_thresh 0) and the count is what NMS leaves of them.
 def _retinanet() -> torch.nn.Module:
     return detection.RetinaNet(
-        _fpn18_p6p7(), num_classes=5, score_thresh=0.3, topk_candidates=100, detections_per_img=50, **_SMALL
+        _fpn18_p6p7(), num_classes=5, score_thresh=0.0, topk_candidates=40, detections_per_img=300, **_SMALL
     )
 
 
 def _fcos() -> torch.nn.Module:
     return detection.FCOS(
-        _fpn18_p6p7(), num_classes=5, score_thresh=0.3, topk_candidates=100, detections_per_img=50, **_SMALL
+        _fpn18_p6p7(), num_classes=5, score_thresh=0.0, topk_candidates=40, detections_per_img=300, **_SMALL
     )
 
 
 def _ssdlite() -> torch.nn.Module:
-    return detection.ssdlite320_mobilenet_v3_large(
-        weights=None, weights_backbone=None, num_classes=5, score_thresh=0.3, detections_per_img=50
+    model = detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=5, score_thresh=0.75, detections_per_img=300
     )
+    # Randomly initialised, its MobileNet's activations vanish (1e-14 at the heads): every score is 1/5, every
+    # detection a tie. Batch norm statistics taken from a batch of random images give them unit scale.
+    norms = [module for module in model.eval().modules() if isinstance(module, torch.nn.BatchNorm2d)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average: this one batch's statistics
+        norm.train()
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        model([torch.rand(_IMAGES[0], generator=generator) for _ in range(2)])
+    for norm in norms:
+        norm.eval()
+    return model
 
 
 def _mask_rcnn() -> torch.nn.Module:
@@ -183,6 +198,15 @@ MODELS = {
     "keypoint_rcnn": _keypoint_rcnn,
 }
 
+# Where the capture stops (issue 20): both paste or decode per detection in a Python loop whose sizes are
+# values (torchvision's own ONNX path for them is a TorchScript loop, taken only under torch.jit tracing).
+_OPEN = {
+    "mask_rcnn": "size-oblivious capture stops in the mask head: IndexError, index 2 out of bounds for a dim of "
+    "size Min(50, u9)//50 + 1 (a split of the detections whose count the strategy took at its bound elsewhere)",
+    "keypoint_rcnn": "heatmaps_to_keypoints sizes each detection's heatmap resize by int(width.item()): "
+    "TruncToInt of an unbacked float, which no size reasoning decides",
+}
+
 
 def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     order = torch.sort(detections["scores"], descending=True, stable=True).indices
@@ -191,8 +215,10 @@ def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 
 def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float) -> dict[str, Any]:
     """Detections equal up to `atol`: the same count and labels, boxes/scores/masks within atol."""
+    leaves, spec = torch.utils._pytree.tree_flatten(eager)
+    assert len(exported) == len(leaves), f"{len(exported)} outputs, eager has {len(leaves)}"
     (eager_detections,) = eager
-    (exported_detections,) = exported
+    (exported_detections,) = torch.utils._pytree.tree_unflatten(list(exported), spec)  # the program's are flat
     eager_sorted, exported_sorted = _sorted_by_score(eager_detections), _sorted_by_score(exported_detections)
     assert eager_sorted.keys() == exported_sorted.keys()
     worst = 0.0
@@ -209,7 +235,13 @@ def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float
     return {"detections": len(eager_sorted["scores"]), "max_abs_diff": worst}
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(reason=_OPEN[name], strict=True)) if name in _OPEN else name
+        for name in MODELS
+    ],
+)
 def test_detection_model_matches_eager_on_two_image_sizes(name: str, record_property: Any) -> None:
     torch.manual_seed(0)
     model = MODELS[name]().eval()

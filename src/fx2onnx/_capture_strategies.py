@@ -11,11 +11,14 @@ a size (torchvision's ``if boxes.numel() == 0: return empty``) makes torch.expor
    the general branch, the one that also computes the right thing on 0 or 1 elements in ops that take empty
    tensors (an ONNX graph does). Each decision is recorded with the user's line and reported as an assumption.
    Undecidable even so (a comparison with a value the size could take either side of), it fails as before.
-3. **real-tensor propagation** (torch.export.draft_export's mode): the guard is decided by the example's own
-   values, and becomes a runtime assertion of the graph; the graph is then exact for the example's case only.
+Not a strategy: torch.export.draft_export's real-tensor propagation (guards decided by the example's values).
+On torchvision's Faster R-CNN it captured a graph that keeps no detection (the "real" values it propagated
+through non-strict export were themselves fake tensors: the RPN's mask came out empty), on Keypoint R-CNN it
+failed on a metadata mismatch, and on a branch on a value (``if x.sum() > 0``) it would silently specialise the
+graph to the example's branch. A wrong graph is worse than the error.
 
 The first that succeeds is used; when none does, the error of the first (the user's line, torch's message)
-is raised with what each later strategy hit.
+is raised with what the later one hit.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ __all__ = [
     "StrategyAttempt",
     "first_that_captures",
     "is_data_dependent",
-    "real_tensor_propagation",
     "size_oblivious_guards",
     "warn_if_assumed",
 ]
@@ -167,16 +169,7 @@ def _at_smallest_sizes(shape_env: ShapeEnv, condition: Any) -> Any:
     return decided
 
 
-@contextlib.contextmanager
-def real_tensor_propagation() -> Iterator[None]:
-    """torch.export.draft_export's mode: undecidable guards take the example's values, as runtime asserts."""
-    from torch._functorch import config as functorch_config
-
-    with functorch_config.patch(fake_tensor_propagate_real_tensors=True):
-        yield
-
-
-STRATEGIES = ("torch.export", "size-oblivious guards", "real-tensor propagation")
+STRATEGIES = ("torch.export", "size-oblivious guards")
 
 
 def first_that_captures(
@@ -190,7 +183,6 @@ def first_that_captures(
     modes: list[Callable[[], contextlib.AbstractContextManager[None]]] = [
         contextlib.nullcontext,
         lambda: size_oblivious_guards(assumptions),
-        real_tensor_propagation,
     ]
     first_error: BaseException | None = None
     for name, mode in zip(STRATEGIES, modes):
@@ -224,7 +216,5 @@ def warn_if_assumed(attempts: list[StrategyAttempt], assumptions: list[Assumptio
         return
     lines = [f"{attempt.strategy} failed: {attempt.failure}" for attempt in attempts[:-1]]
     lines.append(f"captured with {attempts[-1].strategy}")
-    if attempts[-1].strategy == "real-tensor propagation":
-        lines.append("guards on data-dependent sizes took the example's values: the graph follows its branches")
     lines += [f"assumed: {assumption}" for assumption in assumptions]
     warnings.warn("data-dependent code in the model:\n  " + "\n  ".join(lines), stacklevel=4)

@@ -118,11 +118,13 @@ def cat(tensors: Sequence[TReal], dim: int = 0) -> TReal:
 
 
 @lowering("aten::topk")
-def topk(self: TReal, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[TReal, INT64]:
-    """TopK; a 0-d tensor (k is 0 or 1; eager returns it and index 0) has no axis for ONNX's TopK."""
+def topk(self: TReal, k: INT64, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[TReal, INT64]:
+    """TopK; a 0-d tensor (k is 0 or 1; eager returns it and index 0) has no axis for ONNX's TopK. `k` may be
+    symbolic (detection heads keep ``min(K, number of candidates)``): TopK takes it as a tensor."""
     if len(self.shape) == 0:
         return op.Identity(self), op.Constant(value=ir.tensor(np.array(0, dtype=np.int64)))
-    values, indices = op.TopK(self, op.Constant(value_ints=[k]), axis=dim, largest=largest, sorted=sorted)
+    count = op.Constant(value_ints=[k]) if isinstance(k, int) else op.Reshape(k, op.Constant(value_ints=[1]))
+    values, indices = op.TopK(self, count, axis=dim, largest=largest, sorted=sorted)
     return values, indices
 
 
