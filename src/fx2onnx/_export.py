@@ -199,6 +199,7 @@ def _export(
         "decomposition": captured.decomposition_seconds,
     }
     export_report.decomposed = captured.decomposed
+    export_report.decomposition = captured.decomposition
     opset_version = opset_for_dtypes(captured, opset_version)
     export_report.opset = opset_version
     flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)

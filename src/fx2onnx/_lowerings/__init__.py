@@ -26,7 +26,7 @@ from fx2onnx._lowerings import (
     spectral,
     symbolic,
 )
-from fx2onnx._lowerings.rules import DOMAIN, Rule, lowering, registered_rules
+from fx2onnx._lowerings.rules import DOMAIN, Rule, lowering, registered_aliases, registered_rules
 
 FAMILIES = (
     attention,
@@ -48,4 +48,4 @@ FAMILIES = (
     symbolic,
 )
 
-__all__ = ["DOMAIN", "FAMILIES", "Rule", "lowering", "registered_rules"]
+__all__ = ["DOMAIN", "FAMILIES", "Rule", "lowering", "registered_aliases", "registered_rules"]
