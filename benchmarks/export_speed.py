@@ -505,12 +505,15 @@ def _environment(runs: int, iterations: int, threads: int) -> str:
     import onnxscript
     import torch
 
+    import fx2onnx
+
     load = _load()
+    source = Path(fx2onnx.__file__).parent
     commit = subprocess.run(
-        ["git", "-C", str(Path(__file__).parent), "describe", "--always", "--dirty"], capture_output=True, text=True
+        ["git", "-C", str(source), "describe", "--always", "--dirty"], capture_output=True, text=True
     ).stdout.strip()
     return (
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit or 'unknown'}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, fx2onnx from {source} (commit {commit or 'unknown'}); "
         f"torch {torch.__version__}, onnxscript {onnxscript.__version__}, onnxruntime {onnxruntime.__version__}; "
         f"{os.cpu_count()} CPUs, load average {load:.1f}; {runs} run(s) per exporter, "
         f"ORT: {iterations} iterations, {threads} intra-op thread(s)"
