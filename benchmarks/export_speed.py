@@ -204,6 +204,7 @@ class ModelFigures:
     latency_ms: dict[str, float]
     max_output_difference: float
     load_average: tuple[float, float]  # 1-minute load average when the model's runs began and ended
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)  # exporter -> why it failed
 
     def median(self, exporter: str, key: str) -> float:
         return statistics.median(run[key] for run in self.runs[exporter])
@@ -272,7 +273,8 @@ def measure_latency(paths: dict[str, str], model_name: str, iterations: int, thr
             session.run(None, feeds[label])
             times[label].append(time.perf_counter() - start)
     first, *others = outputs.values()
-    difference = max(float(np.abs(a.astype(np.float64) - b).max()) for other in others for a, b in zip(first, other))
+    differences = [float(np.abs(a.astype(np.float64) - b).max()) for other in others for a, b in zip(first, other)]
+    difference = max(differences, default=float("nan"))
     return {label: statistics.median(t) * 1000 for label, t in times.items()}, difference
 
 
@@ -306,13 +308,23 @@ def benchmark(
     model_name: str, runs: int, iterations: int, threads: int, timeout: float, progress: Progress
 ) -> ModelFigures:
     results: dict[str, list[dict[str, Any]]] = {e: [] for e in EXPORTERS}
+    failures: dict[str, str] = {}
     load_at_start = _load()
     with tempfile.TemporaryDirectory(prefix="fx2onnx-bench-") as folder:
         for index in range(runs):
             # Alternate which exporter goes first, so that drifting machine load hits both alike.
             order = EXPORTERS if index % 2 == 0 else EXPORTERS[::-1]
             for exporter in order:
-                result = run_export(exporter, model_name, folder, index, timeout)
+                if exporter in failures:
+                    continue
+                try:
+                    result = run_export(exporter, model_name, folder, index, timeout)
+                except RuntimeError as error:
+                    if exporter == "fx2onnx":
+                        raise
+                    failures[exporter] = _failure_summary(str(error))  # the reference's own failure: reported
+                    progress.step(f"{model_name} run {index + 1}/{runs} {exporter} FAILED: {failures[exporter]}")
+                    continue
                 results[exporter].append(result)
                 dd = f"  dd conv=fsync {result['dd_fsync']:5.2f} s" if "dd_fsync" in result else ""
                 progress.step(
@@ -321,14 +333,23 @@ def benchmark(
                 )
                 if index < runs - 1:
                     _remove_saved(result["path"])
-        paths = {e: results[e][-1]["path"] for e in EXPORTERS}
+        paths = {e: results[e][-1]["path"] for e in EXPORTERS if e not in failures}
         latency, difference = measure_latency(paths, model_name, iterations, threads)
         progress.step(
             f"{model_name} ORT latency ms: "
-            + ", ".join(f"{exporter} {latency[exporter]:.2f}" for exporter in EXPORTERS)
+            + ", ".join(f"{exporter} {latency[exporter]:.2f}" for exporter in paths)
             + f" (max abs diff {difference:.2g})"
         )
-    return ModelFigures(model_name, results, latency, difference, (load_at_start, _load()))
+    return ModelFigures(model_name, results, latency, difference, (load_at_start, _load()), failures)
+
+
+def _failure_summary(message: str) -> str:
+    """The line of a failed worker's error output that says what went wrong (torch.onnx's exception summary)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if line.startswith("## Exception summary") and index + 1 < len(lines):
+            return lines[index + 1][:300]
+    return (lines[-1] if lines else "failed")[:300]
 
 
 def _remove_saved(path: str) -> None:
@@ -348,6 +369,10 @@ def figures_table(all_figures: list[ModelFigures]) -> str:
         weights = figures.median("fx2onnx", "weights_mb")
         budget = 1.1 * weights + 300
         for exporter in EXPORTERS:
+            if exporter in figures.failures:
+                reason = figures.failures[exporter]
+                rows.append(f"| {figures.name} | {weights:.0f} | {exporter} | failed: {reason} |||||")
+                continue
             export, save = figures.median(exporter, "export"), figures.median(exporter, "save")
             over = figures.median(exporter, "peak_over_libraries_mb")
             rows.append(
@@ -368,6 +393,14 @@ def ratios_table(all_figures: list[ModelFigures]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for f in all_figures:
+        if f.failures:
+            failed = ", ".join(f"{exporter} failed" for exporter in f.failures)
+            rows.append(
+                f"| {f.name} | {failed} | | | {_mark(f.after_torch_export(), TARGET_AFTER_TORCH_EXPORT, '%')} "
+                f"| {_mark(f.save_vs_dd(), TARGET_SAVE_VS_DD, 'x')} | {f.save_vs_dd('dd'):.2f}x | | | "
+                f"| {f.load_average[0]:.1f}-{f.load_average[1]:.1f} |"
+            )
+            continue
 
         def ratio(key: str, figures: ModelFigures = f) -> float:
             return figures.median_ratio(lambda run: run[key], lambda run: run[key])
@@ -461,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="ORT intra-op threads for both models (default 1)")
     parser.add_argument("--quick", action="store_true", help="resnet and gpt2, 1 run, 5 latency iterations")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per export subprocess")
-    parser.add_argument("--json", default=None, help="also write every measurement to this JSON file")
+    parser.add_argument("--json", default=None, help="write every measurement to this JSON file")
+    parser.add_argument("--tables-from", default=None, help="print the tables of a --json file only")
     options = parser.parse_args(argv)
 
     names = []
@@ -474,6 +508,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = options.runs or (1 if options.quick else 3)
     iterations = options.iterations or (5 if options.quick else 30)
 
+    if options.tables_from:
+        saved = json.loads(Path(options.tables_from).read_text())
+        print_tables([ModelFigures(**figures) for figures in saved], "(from " + options.tables_from + ")")
+        return 0
     _compile_fx2onnx()
     print(
         f"{len(names)} model(s), {runs} run(s) per exporter, {iterations} latency iterations, "
@@ -485,8 +523,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         print(f"{name}: {MODELS[name].description}", file=sys.stderr, flush=True)
         all_figures.append(benchmark(name, runs, iterations, options.threads, options.timeout, progress))
+        if options.json:  # after each model, so that a failure later keeps what was measured
+            Path(options.json).write_text(json.dumps([dataclasses.asdict(f) for f in all_figures], indent=1))
+    print_tables(all_figures, _environment(runs, iterations, options.threads))
+    return 0
 
-    print(_environment(runs, iterations, options.threads))
+
+def print_tables(all_figures: list[ModelFigures], environment: str) -> None:
+    print(environment)
+
     print("\nMedians per exporter:\n")
     print(figures_table(all_figures))
     print("\nfx2onnx / torch.onnx (each ratio within a run, median over runs; bold: target missed):\n")
@@ -495,9 +540,6 @@ def main(argv: list[str] | None = None) -> int:
     print(save_table(all_figures))
     print("\nfx2onnx stage by stage (seconds, medians):\n")
     print(stages_table(all_figures))
-    if options.json:
-        Path(options.json).write_text(json.dumps([dataclasses.asdict(f) for f in all_figures], indent=1))
-    return 0
 
 
 def _environment(runs: int, iterations: int, threads: int) -> str:
