@@ -7,6 +7,7 @@ machine noise hits both alike. Figures are medians over the runs.
 
     python benchmarks/export_speed.py                        # all models, 3 runs
     python benchmarks/export_speed.py --models gpt2,resnet --runs 5
+    python benchmarks/export_speed.py --models transformers  # transformers' models built from their configs
     python benchmarks/export_speed.py --quick                # resnet and gpt2, 1 run, short latency loop
 
 Peak RSS is the process's high-water mark (``VmHWM``) over export + save, reset after the model is
@@ -14,19 +15,28 @@ built; it includes the model's own weights and the imported libraries. "peak RSS
 peak less the RSS of the process once torch and the exporter are imported (before the model is
 built): the model's weights plus what the export itself holds. Issue 8's budget for it is
 1.1 x weights + 300 MB.
+
+Each fx2onnx run also writes the saved file's byte count with ``dd`` (from /dev/zero, 8 MiB blocks) into the
+same folder, with ``conv=fsync`` (what a durable save does: fx2onnx's ``save`` fsyncs the file and its folder)
+before the export (the model's weight bytes) and right after the save (the file's bytes); the save is compared
+with the mean of the two, the machine's own write speed around it. A dd without fsync after the save is
+shown too.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +56,11 @@ STAGES = (
 )
 CAPTURE_PROPER = ("torch.export", "decomposition")
 MB = 2**20
+# Issue 18's targets (in the benchmark only, never in tests).
+TARGET_EXPORT_SAVE = 0.35  # fx2onnx export+save / torch.onnx export+save
+TARGET_AFTER_TORCH_EXPORT = 0.25  # fx2onnx's export time beyond torch.export / torch.export's own time
+TARGET_SAVE_VS_DD = 1.2  # fx2onnx save / dd conv=fsync of the same number of bytes
+TARGET_LATENCY = 1.0  # ONNX Runtime latency, fx2onnx's model / torch.onnx's
 
 
 # --- the worker: one export + save in this (fresh) process ---------------------------------------------
@@ -67,6 +82,41 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+def _timed_fsyncs(seconds: list[float]) -> None:
+    """Accumulate the time fx2onnx's save spends in fsync (file and folder) into `seconds[0]`."""
+    from fx2onnx import _safe_save
+
+    def timed(function: Any) -> Any:
+        def wrapper(path: str) -> None:
+            start = time.perf_counter()
+            try:
+                function(path)
+            finally:
+                seconds[0] += time.perf_counter() - start
+
+        return wrapper
+
+    _safe_save.fsync_file = timed(_safe_save.fsync_file)
+    _safe_save.fsync_directory = timed(_safe_save.fsync_directory)
+
+
+def dd_seconds(folder: str, byte_count: int, *, fsync: bool) -> float:
+    """Seconds ``dd`` takes (its own figure) to write `byte_count` bytes from /dev/zero into a new file in `folder`."""
+    target = os.path.join(folder, "dd.bin")
+    command = ["dd", "if=/dev/zero", f"of={target}", "bs=8M", f"count={byte_count}", "iflag=count_bytes"]
+    if fsync:
+        command.append("conv=fsync")
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, check=True)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(target)
+    match = re.search(r"copied, ([0-9.,e+-]+) s", completed.stderr)
+    if match is None:
+        raise RuntimeError(f"cannot read dd's time from {completed.stderr!r}")
+    return float(match.group(1).replace(",", "."))
+
+
 def worker(exporter: str, model_name: str, path: str, result_path: str) -> None:
     import warnings
 
@@ -80,14 +130,20 @@ def worker(exporter: str, model_name: str, path: str, result_path: str) -> None:
 
     from models import MODELS, weight_bytes
 
+    fsync_seconds = [0.0]
     if exporter == "fx2onnx":
         import fx2onnx
+
+        _timed_fsyncs(fsync_seconds)
     else:
         import torch.onnx
     rss_libraries = _rss_kb("VmRSS")
     spec = MODELS[model_name]
     model = spec.build()
     args = spec.inputs()
+    dd: dict[str, float] = {}
+    if exporter == "fx2onnx":  # the machine's write speed just before (and after) the save, for the same bytes
+        dd["dd_fsync_before"] = dd_seconds(os.path.dirname(path), int(weight_bytes(model) * 1.002), fsync=True)
     rss_before = _rss_kb("VmRSS")
     peak_was_reset = _reset_peak_rss()
 
@@ -95,7 +151,7 @@ def worker(exporter: str, model_name: str, path: str, result_path: str) -> None:
     if exporter == "fx2onnx":
         program = fx2onnx.export(model, args)
     else:
-        program = torch.onnx.export(model, args, dynamo=True, verbose=False)
+        program = torch.onnx.export(model, args, dynamo=True, verbose=False)  # a dict last in args: kwargs
     exported = time.perf_counter()
     program.save(path)
     saved = time.perf_counter()
@@ -112,6 +168,13 @@ def worker(exporter: str, model_name: str, path: str, result_path: str) -> None:
             stages["capture (rest)"] = seconds - stages["torch.export"] - stages["decomposition"]
     stages["save"] = saved - exported
     peak = _rss_kb("VmHWM")  # since the reset, or since the process started where it could not be reset
+    file_bytes = _file_bytes(path)
+    if exporter == "fx2onnx":  # the machine's own write speed, right after the save, same folder, same bytes
+        stages["save: fsync"] = fsync_seconds[0]
+        dd["dd_fsync_after"] = dd_seconds(os.path.dirname(path), file_bytes, fsync=True)
+        dd["dd"] = dd_seconds(os.path.dirname(path), file_bytes, fsync=False)
+        # The save's yardstick: dd conv=fsync before and after it (the disk's speed drifts on a shared machine).
+        dd["dd_fsync"] = (dd["dd_fsync_before"] + dd["dd_fsync_after"]) / 2
     result = {
         "export": exported - start,
         "save": saved - exported,
@@ -121,15 +184,16 @@ def worker(exporter: str, model_name: str, path: str, result_path: str) -> None:
         "peak_over_libraries_mb": (peak - rss_libraries) / 1024,
         "peak_reset": peak_was_reset,
         "weights_mb": weight_bytes(model) / MB,
-        "file_mb": _file_mb(path),
+        "file_mb": file_bytes / MB,
         "stages": stages,
+        **dd,
     }
     Path(result_path).write_text(json.dumps(result))
 
 
-def _file_mb(path: str) -> float:
+def _file_bytes(path: str) -> int:
     folder = Path(path).parent
-    return sum(f.stat().st_size for f in folder.iterdir() if f.name.startswith(Path(path).name)) / MB
+    return sum(f.stat().st_size for f in folder.iterdir() if f.name.startswith(Path(path).name))
 
 
 # --- the driver --------------------------------------------------------------------------------------
@@ -139,9 +203,27 @@ class ModelFigures:
     runs: dict[str, list[dict[str, Any]]]  # exporter -> per-run results
     latency_ms: dict[str, float]
     max_output_difference: float
+    load_average: tuple[float, float]  # 1-minute load average when the model's runs began and ended
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)  # exporter -> why it failed
 
     def median(self, exporter: str, key: str) -> float:
         return statistics.median(run[key] for run in self.runs[exporter])
+
+    def median_ratio(self, numerator: Callable[[dict[str, Any]], float], denominator: Callable[[dict], float]) -> float:
+        """Median over runs of fx2onnx's figure / torch.onnx's, each pair from the same run (back to back)."""
+        pairs = zip(self.runs["fx2onnx"], self.runs["torch.onnx"])
+        return statistics.median(numerator(ours) / denominator(reference) for ours, reference in pairs)
+
+    def median_of(self, figure: Callable[[dict[str, Any]], float]) -> float:
+        """Median over fx2onnx's runs of a figure computed within each run."""
+        return statistics.median(figure(run) for run in self.runs["fx2onnx"])
+
+    def after_torch_export(self) -> float:
+        """fx2onnx's export time beyond torch.export (decomposition and all its stages, save aside) / torch.export."""
+        return self.median_of(lambda run: run["export"] / run["stages"]["torch.export"] - 1)
+
+    def save_vs_dd(self, key: str = "dd_fsync") -> float:
+        return self.median_of(lambda run: run["save"] / run[key])
 
     def median_stage(self, stage: str) -> float:
         return statistics.median(run["stages"].get(stage, 0.0) for run in self.runs["fx2onnx"])
@@ -170,9 +252,9 @@ def measure_latency(paths: dict[str, str], model_name: str, iterations: int, thr
     import onnxruntime
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from models import MODELS
+    from models import MODELS, flat_inputs
 
-    inputs = [t.numpy() for t in MODELS[model_name].inputs()]
+    inputs = [t.numpy() for t in flat_inputs(MODELS[model_name].inputs())]
     sessions = {}
     for label, path in paths.items():
         options = onnxruntime.SessionOptions()
@@ -191,30 +273,83 @@ def measure_latency(paths: dict[str, str], model_name: str, iterations: int, thr
             session.run(None, feeds[label])
             times[label].append(time.perf_counter() - start)
     first, *others = outputs.values()
-    difference = max(float(np.abs(a.astype(np.float64) - b).max()) for other in others for a, b in zip(first, other))
+    differences = [float(np.abs(a.astype(np.float64) - b).max()) for other in others for a, b in zip(first, other)]
+    difference = max(differences, default=float("nan"))
     return {label: statistics.median(t) * 1000 for label, t in times.items()}, difference
 
 
-def benchmark(model_name: str, runs: int, iterations: int, threads: int, timeout: float) -> ModelFigures:
+class Progress:
+    """One line per finished step on stderr: step count, elapsed time, and an estimate of the time left."""
+
+    def __init__(self, total_steps: int) -> None:
+        self.total, self.done, self.started = total_steps, 0, time.perf_counter()
+
+    def step(self, message: str) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.started
+        left = elapsed / self.done * (self.total - self.done)
+        print(
+            f"[{self.done:3d}/{self.total}] {_clock(elapsed)} elapsed, ~{_clock(left)} left, "
+            f"load {_load():.1f} | {message}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def _load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def benchmark(
+    model_name: str, runs: int, iterations: int, threads: int, timeout: float, progress: Progress
+) -> ModelFigures:
     results: dict[str, list[dict[str, Any]]] = {e: [] for e in EXPORTERS}
+    failures: dict[str, str] = {}
+    load_at_start = _load()
     with tempfile.TemporaryDirectory(prefix="fx2onnx-bench-") as folder:
         for index in range(runs):
             # Alternate which exporter goes first, so that drifting machine load hits both alike.
             order = EXPORTERS if index % 2 == 0 else EXPORTERS[::-1]
             for exporter in order:
-                result = run_export(exporter, model_name, folder, index, timeout)
+                if exporter in failures:
+                    continue
+                try:
+                    result = run_export(exporter, model_name, folder, index, timeout)
+                except RuntimeError as error:
+                    if exporter == "fx2onnx":
+                        raise
+                    failures[exporter] = _failure_summary(str(error))  # the reference's own failure: reported
+                    progress.step(f"{model_name} run {index + 1}/{runs} {exporter} FAILED: {failures[exporter]}")
+                    continue
                 results[exporter].append(result)
-                print(
-                    f"  {model_name} run {index + 1}/{runs} {exporter:10s} export {result['export']:6.2f} s  "
-                    f"save {result['save']:6.2f} s  peak RSS {result['peak_rss_mb']:7.0f} MB",
-                    file=sys.stderr,
-                    flush=True,
+                dd = f"  dd conv=fsync {result['dd_fsync']:5.2f} s" if "dd_fsync" in result else ""
+                progress.step(
+                    f"{model_name} run {index + 1}/{runs} {exporter:10s} export {result['export']:6.2f} s  "
+                    f"save {result['save']:5.2f} s{dd}  peak RSS {result['peak_rss_mb']:5.0f} MB"
                 )
                 if index < runs - 1:
                     _remove_saved(result["path"])
-        paths = {e: results[e][-1]["path"] for e in EXPORTERS}
+        paths = {e: results[e][-1]["path"] for e in EXPORTERS if e not in failures}
         latency, difference = measure_latency(paths, model_name, iterations, threads)
-    return ModelFigures(model_name, results, latency, difference)
+        progress.step(
+            f"{model_name} ORT latency ms: "
+            + ", ".join(f"{exporter} {latency[exporter]:.2f}" for exporter in paths)
+            + f" (max abs diff {difference:.2g})"
+        )
+    return ModelFigures(model_name, results, latency, difference, (load_at_start, _load()), failures)
+
+
+def _failure_summary(message: str) -> str:
+    """The line of a failed worker's error output that says what went wrong (torch.onnx's exception summary)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if line.startswith("## Exception summary") and index + 1 < len(lines):
+            return lines[index + 1][:300]
+    return (lines[-1] if lines else "failed")[:300]
 
 
 def _remove_saved(path: str) -> None:
@@ -234,6 +369,10 @@ def figures_table(all_figures: list[ModelFigures]) -> str:
         weights = figures.median("fx2onnx", "weights_mb")
         budget = 1.1 * weights + 300
         for exporter in EXPORTERS:
+            if exporter in figures.failures:
+                reason = figures.failures[exporter]
+                rows.append(f"| {figures.name} | {weights:.0f} | {exporter} | failed: {reason} |||||")
+                continue
             export, save = figures.median(exporter, "export"), figures.median(exporter, "save")
             over = figures.median(exporter, "peak_over_libraries_mb")
             rows.append(
@@ -245,22 +384,57 @@ def figures_table(all_figures: list[ModelFigures]) -> str:
 
 
 def ratios_table(all_figures: list[ModelFigures]) -> str:
+    """Issue 18's figures; each ratio is taken within a run (median over runs), never across runs."""
     rows = [
-        "| model | export | save | export+save (target <= 0.5) | peak RSS | ORT latency (target <= 1.0) "
-        "| max abs diff of outputs |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| model | export | save | export+save (target <= {TARGET_EXPORT_SAVE}x) "
+        f"| after torch.export / torch.export (target <= {TARGET_AFTER_TORCH_EXPORT:.0%}) "
+        f"| save / dd conv=fsync (target <= {TARGET_SAVE_VS_DD}x) | save / dd | peak RSS "
+        f"| ORT latency (target <= {TARGET_LATENCY}x) | max abs diff of outputs | load average |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for f in all_figures:
+        if f.failures:
+            failed = ", ".join(f"{exporter} failed" for exporter in f.failures)
+            rows.append(
+                f"| {f.name} | {failed} | | | {_mark(f.after_torch_export(), TARGET_AFTER_TORCH_EXPORT, '%')} "
+                f"| {_mark(f.save_vs_dd(), TARGET_SAVE_VS_DD, 'x')} | {f.save_vs_dd('dd'):.2f}x | | | "
+                f"| {f.load_average[0]:.1f}-{f.load_average[1]:.1f} |"
+            )
+            continue
 
         def ratio(key: str, figures: ModelFigures = f) -> float:
-            return figures.median("fx2onnx", key) / figures.median("torch.onnx", key)
+            return figures.median_ratio(lambda run: run[key], lambda run: run[key])
 
-        total_ours = f.median("fx2onnx", "export") + f.median("fx2onnx", "save")
-        total_ref = f.median("torch.onnx", "export") + f.median("torch.onnx", "save")
+        total = f.median_ratio(lambda r: r["export"] + r["save"], lambda r: r["export"] + r["save"])
         latency = f.latency_ms["fx2onnx"] / f.latency_ms["torch.onnx"]
         rows.append(
-            f"| {f.name} | {ratio('export'):.2f}x | {ratio('save'):.2f}x | {total_ours / total_ref:.2f}x "
-            f"| {ratio('peak_rss_mb'):.2f}x | {latency:.2f}x | {f.max_output_difference:.2g} |"
+            f"| {f.name} | {ratio('export'):.2f}x | {ratio('save'):.2f}x | {_mark(total, TARGET_EXPORT_SAVE, 'x')} "
+            f"| {_mark(f.after_torch_export(), TARGET_AFTER_TORCH_EXPORT, '%')} "
+            f"| {_mark(f.save_vs_dd(), TARGET_SAVE_VS_DD, 'x')} | {f.save_vs_dd('dd'):.2f}x "
+            f"| {ratio('peak_rss_mb'):.2f}x | {_mark(latency, TARGET_LATENCY, 'x')} | {f.max_output_difference:.2g} "
+            f"| {f.load_average[0]:.1f}-{f.load_average[1]:.1f} |"
+        )
+    return "\n".join(rows)
+
+
+def _mark(value: float, target: float, unit: str) -> str:
+    """The figure, in bold where it misses its target."""
+    text = f"{value:.0%}" if unit == "%" else f"{value:.2f}x"
+    return text if value <= target + 1e-9 else f"**{text}**"
+
+
+def save_table(all_figures: list[ModelFigures]) -> str:
+    rows = [
+        "| model | file MB | save s | of which fsync s | dd conv=fsync s | dd s | save MB/s | dd conv=fsync MB/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in all_figures:
+        size, save = f.median("fx2onnx", "file_mb"), f.median("fx2onnx", "save")
+        dd_fsync, dd = f.median("fx2onnx", "dd_fsync"), f.median("fx2onnx", "dd")
+        fsync = f.median_stage("save: fsync")
+        rows.append(
+            f"| {f.name} | {size:.0f} | {save:.2f} | {fsync:.2f} | {dd_fsync:.2f} | {dd:.2f} "
+            f"| {size / save:.0f} | {size / dd_fsync:.0f} |"
         )
     return "\n".join(rows)
 
@@ -269,7 +443,7 @@ def stages_table(all_figures: list[ModelFigures]) -> str:
     names = [stage for stage in STAGES if stage != "save"]
     for figures in all_figures:  # stages the report has beyond the usual ones, in the order they ran
         for run in figures.runs["fx2onnx"]:
-            names += [stage for stage in run["stages"] if stage not in names and stage != "save"]
+            names += [stage for stage in run["stages"] if stage not in names and not stage.startswith("save")]
     names.append("save")
     rows = [
         "| model | " + " | ".join(names) + " | total | after capture (target <= 10%) | after capture, save aside |",
@@ -309,40 +483,63 @@ def main(argv: list[str] | None = None) -> int:
     from models import MODELS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=None, help=f"comma-separated, from {','.join(MODELS)} (default: all)")
+    groups = sorted({spec.group for spec in MODELS.values()})
+    parser.add_argument(
+        "--models",
+        default=None,
+        help=f"comma-separated, from {','.join(MODELS)}, or a group: {', '.join(groups)}, all (default: all)",
+    )
     parser.add_argument("--runs", type=int, default=None, help="export runs per exporter and model (default 3)")
     parser.add_argument("--iterations", type=int, default=None, help="ORT latency iterations (default 30)")
     parser.add_argument("--threads", type=int, default=1, help="ORT intra-op threads for both models (default 1)")
     parser.add_argument("--quick", action="store_true", help="resnet and gpt2, 1 run, 5 latency iterations")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per export subprocess")
-    parser.add_argument("--json", default=None, help="also write every measurement to this JSON file")
+    parser.add_argument("--json", default=None, help="write every measurement to this JSON file")
+    parser.add_argument("--tables-from", default=None, help="print the tables of a --json file only")
     options = parser.parse_args(argv)
 
-    names = (options.models or ("resnet,gpt2" if options.quick else ",".join(MODELS))).split(",")
+    names = []
+    for item in (options.models or ("resnet,gpt2" if options.quick else "all")).split(","):
+        members = [name for name, spec in MODELS.items() if item in (spec.group, "all")]
+        names += [name for name in members or [item] if name not in names]
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {list(MODELS)}")
     runs = options.runs or (1 if options.quick else 3)
     iterations = options.iterations or (5 if options.quick else 30)
 
+    if options.tables_from:
+        saved = json.loads(Path(options.tables_from).read_text())
+        print_tables([ModelFigures(**figures) for figures in saved], "(from " + options.tables_from + ")")
+        return 0
     _compile_fx2onnx()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"{runs} run(s) per exporter, {iterations} latency iterations, load average {load:.1f}", file=sys.stderr)
+    print(
+        f"{len(names)} model(s), {runs} run(s) per exporter, {iterations} latency iterations, "
+        f"load average {_load():.1f}",
+        file=sys.stderr,
+    )
+    progress = Progress(len(names) * (2 * runs + 1))
     all_figures = []
     for name in names:
         print(f"{name}: {MODELS[name].description}", file=sys.stderr, flush=True)
-        all_figures.append(benchmark(name, runs, iterations, options.threads, options.timeout))
+        all_figures.append(benchmark(name, runs, iterations, options.threads, options.timeout, progress))
+        if options.json:  # after each model, so that a failure later keeps what was measured
+            Path(options.json).write_text(json.dumps([dataclasses.asdict(f) for f in all_figures], indent=1))
+    print_tables(all_figures, _environment(runs, iterations, options.threads))
+    return 0
 
-    print(_environment(runs, iterations, options.threads))
+
+def print_tables(all_figures: list[ModelFigures], environment: str) -> None:
+    print(environment)
+
     print("\nMedians per exporter:\n")
     print(figures_table(all_figures))
-    print("\nfx2onnx / torch.onnx:\n")
+    print("\nfx2onnx / torch.onnx (each ratio within a run, median over runs; bold: target missed):\n")
     print(ratios_table(all_figures))
+    print("\nfx2onnx's save against dd writing the same number of bytes right after it (medians):\n")
+    print(save_table(all_figures))
     print("\nfx2onnx stage by stage (seconds, medians):\n")
     print(stages_table(all_figures))
-    if options.json:
-        Path(options.json).write_text(json.dumps([dataclasses.asdict(f) for f in all_figures], indent=1))
-    return 0
 
 
 def _environment(runs: int, iterations: int, threads: int) -> str:
@@ -350,8 +547,15 @@ def _environment(runs: int, iterations: int, threads: int) -> str:
     import onnxscript
     import torch
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    import fx2onnx
+
+    load = _load()
+    source = Path(fx2onnx.__file__).parent
+    commit = subprocess.run(
+        ["git", "-C", str(source), "describe", "--always", "--dirty"], capture_output=True, text=True
+    ).stdout.strip()
     return (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, fx2onnx from {source} (commit {commit or 'unknown'}); "
         f"torch {torch.__version__}, onnxscript {onnxscript.__version__}, onnxruntime {onnxruntime.__version__}; "
         f"{os.cpu_count()} CPUs, load average {load:.1f}; {runs} run(s) per exporter, "
         f"ORT: {iterations} iterations, {threads} intra-op thread(s)"

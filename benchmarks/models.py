@@ -234,6 +234,79 @@ class ViT(torch.nn.Module):
         return self.head(self.norm(x)[:, 0])
 
 
+# --- transformers' models, built from their configs (random weights, nothing downloaded) -----------------
+# As a user would export them: the model class itself, no wrapper, no KV cache; keyword inputs (a dict last in
+# `args`, which both exporters read as keyword arguments) where the model's positional order is not the inputs'.
+
+
+def _hf_gpt2() -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(use_cache=False))  # GPT-2-small: 12 layers, width 768, vocab 50257
+
+
+def _hf_llama() -> torch.nn.Module:
+    from transformers import LlamaConfig as HFLlamaConfig
+    from transformers import LlamaForCausalLM
+
+    config = HFLlamaConfig(
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=8,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        use_cache=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def _hf_bert() -> torch.nn.Module:
+    from transformers import BertConfig, BertModel
+
+    return BertModel(BertConfig())  # BERT-base: 12 layers, width 768, vocab 30522
+
+
+def _hf_whisper() -> torch.nn.Module:
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    config = WhisperConfig(  # openai/whisper-tiny's sizes
+        d_model=384,
+        encoder_layers=4,
+        decoder_layers=4,
+        encoder_attention_heads=6,
+        decoder_attention_heads=6,
+        encoder_ffn_dim=1536,
+        decoder_ffn_dim=1536,
+        num_mel_bins=80,
+        vocab_size=51865,
+        use_cache=False,
+    )
+    return WhisperForConditionalGeneration(config)
+
+
+def _hf_t5() -> torch.nn.Module:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(  # t5-small's sizes
+        vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8
+    )
+    config.use_cache = False
+    return T5ForConditionalGeneration(config)
+
+
+def _whisper_inputs() -> tuple[torch.Tensor | dict[str, torch.Tensor], ...]:
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(1, 80, 3000, generator=generator)  # 30 s of log-mel frames, as Whisper requires
+    return (features, {"decoder_input_ids": torch.randint(0, 51865, (1, 32), generator=generator)})
+
+
+def _t5_inputs() -> tuple[torch.Tensor | dict[str, torch.Tensor], ...]:
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 32128, (1, 128), generator=generator)
+    return (ids, {"decoder_input_ids": torch.randint(0, 32128, (1, 32), generator=generator)})
+
+
 # --- the registry of benchmark models --------------------------------------------------------------------
 
 
@@ -242,7 +315,9 @@ class BenchModel:
     name: str
     description: str
     build: Callable[[], torch.nn.Module]
-    inputs: Callable[[], tuple[torch.Tensor, ...]]
+    # Positional tensors, then optionally a dict of keyword tensors (the exporters' convention for `args`).
+    inputs: Callable[[], tuple[torch.Tensor | dict[str, torch.Tensor], ...]]
+    group: str = "torch.nn"
 
 
 def _seeded(factory: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]:
@@ -296,8 +371,55 @@ MODELS: dict[str, BenchModel] = {
             _images(224),
         ),
         BenchModel("vit", "ViT-B/16-sized vision transformer, 1x3x224x224", _seeded(ViT), _images(224)),
+        BenchModel(
+            "hf-gpt2",
+            "transformers GPT2LMHeadModel, GPT2Config() (GPT-2-small: 12 layers, width 768), 1x128 tokens",
+            _seeded(_hf_gpt2),
+            _ids(50257),
+            "transformers",
+        ),
+        BenchModel(
+            "hf-llama",
+            "transformers LlamaForCausalLM, 8 layers, hidden 1024, 16 heads / 4 KV heads, vocab 32000, 1x128 tokens",
+            _seeded(_hf_llama),
+            _ids(32000),
+            "transformers",
+        ),
+        BenchModel(
+            "hf-bert",
+            "transformers BertModel, BertConfig() (BERT-base: 12 layers, width 768), 1x128 tokens",
+            _seeded(_hf_bert),
+            _ids(30522),
+            "transformers",
+        ),
+        BenchModel(
+            "hf-whisper",
+            "transformers WhisperForConditionalGeneration, whisper-tiny's sizes (d_model 384, 4+4 layers), "
+            "1x80x3000 features, 1x32 decoder tokens",
+            _seeded(_hf_whisper),
+            _whisper_inputs,
+            "transformers",
+        ),
+        BenchModel(
+            "hf-t5",
+            "transformers T5ForConditionalGeneration, t5-small's sizes (d_model 512, 6+6 layers), 1x128 tokens, "
+            "1x32 decoder tokens",
+            _seeded(_hf_t5),
+            _t5_inputs,
+            "transformers",
+        ),
     )
 }
+# torchvision and timm models would be a third group; torchvision's PyPI wheels do not import beside the
+# machine's CPU torch build, and timm is not installed, so there are none.
+
+
+def flat_inputs(inputs: tuple[torch.Tensor | dict[str, torch.Tensor], ...]) -> list[torch.Tensor]:
+    """The tensors of a model's inputs in the order of the exported graph's inputs (keyword tensors last)."""
+    flat: list[torch.Tensor] = []
+    for item in inputs:
+        flat.extend(item.values() if isinstance(item, dict) else [item])
+    return flat
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -327,4 +449,15 @@ def build_llama(config: LlamaConfig, dtype: torch.dtype, seed: int = 0) -> torch
     return model.eval()
 
 
-__all__ = ["LLAMA_7B", "MODELS", "BenchModel", "Llama", "LlamaConfig", "ResNet50", "ViT", "build_llama", "weight_bytes"]
+__all__ = [
+    "LLAMA_7B",
+    "MODELS",
+    "BenchModel",
+    "Llama",
+    "LlamaConfig",
+    "ResNet50",
+    "ViT",
+    "build_llama",
+    "flat_inputs",
+    "weight_bytes",
+]

@@ -180,3 +180,49 @@ def test_failure_while_streaming_leaves_no_file(
     with pytest.raises(OSError, match="disk full"):
         program.save(os.path.join(tmp_path, "model.onnx"), external_data=external_data)
     assert os.listdir(tmp_path) == []
+
+
+class _Recorder:
+    """A file that keeps what is written, and fails once more than `capacity` bytes are (a full disk)."""
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.chunks: list[bytes] = []
+        self.capacity = capacity
+
+    def write(self, data: object) -> int:
+        chunk = bytes(memoryview(data).cast("B"))  # type: ignore[arg-type]
+        if self.capacity is not None and self.tell() + len(chunk) > self.capacity:
+            raise OSError(28, "No space left on device")
+        self.chunks.append(chunk)
+        return len(chunk)
+
+    def tell(self) -> int:
+        return sum(len(chunk) for chunk in self.chunks)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        # Larger than the whole-copy size: tiles into blocks of rows, written by the writer thread one by one.
+        np.arange(4100 * 4200, dtype=np.float16).reshape(4100, 4200).T,
+        np.arange(2000 * 3000, dtype=np.float32).reshape(2000, 3000).T,  # copied whole by torch
+        np.arange(1200, dtype=np.float32).reshape(30, 40)[::-1],  # negative strides: tiles
+        np.broadcast_to(np.arange(300, dtype=np.int64), (40, 300)),  # zero strides
+        np.zeros((300, 500), dtype=bool).T,
+    ],
+    ids=["tiles", "whole", "negative-strides", "broadcast", "bool"],
+)
+def test_strided_arrays_are_written_in_c_order(array: np.ndarray) -> None:
+    file = _Recorder()
+    assert streaming._write_array(file, array) == array.nbytes
+    assert b"".join(file.chunks) == np.ascontiguousarray(array).tobytes()
+
+
+def test_a_failed_write_in_the_writer_thread_fails_the_save() -> None:
+    array = np.arange(4100 * 4200, dtype=np.float16).reshape(4100, 4200).T
+    file = _Recorder(capacity=array.nbytes // 3)
+    with pytest.raises(OSError, match="No space left"):
+        streaming._write_array(file, array)
+    written = file.tell()
+    assert 0 < written <= array.nbytes // 3
+    assert b"".join(file.chunks) == np.ascontiguousarray(array).tobytes()[:written]

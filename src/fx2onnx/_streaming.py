@@ -31,12 +31,15 @@ import queue
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
 import onnx
 import onnx_ir as ir
+import torch
 from onnx_ir.tensor_adapters import TorchTensor
 
 from fx2onnx._weights import CheckpointTensor
@@ -45,9 +48,11 @@ from fx2onnx._weights import CheckpointTensor
 EXTERNAL_DATA_THRESHOLD = int(1.5 * 1024**3)
 # Tensors smaller than this go through protobuf as usual; streaming them would not save anything.
 STREAM_THRESHOLD_BYTES = 1024
-# Strided tensors are written through a buffer of about this size, filled tile by tile.
+# Strided tensors are written through buffers of about this size, filled tile by tile...
 _BLOCK_BYTES = 8 * 2**20
 _TILE = 128
+# ...or, up to this size, copied whole by torch (two such buffers live during a save).
+_WHOLE_COPY_BYTES = 32 * 2**20
 
 _MODEL_GRAPH = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 _GRAPH_INITIALIZER = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
@@ -84,10 +89,11 @@ def save_model(
     `direct_io`: write the weights' file with direct I/O (None: when it is larger than the kernel's
     dirty-page throttling point, see :func:`direct_io_by_default`). The model is unchanged afterwards.
     """
-    if external_data is not None:
-        _save_with_external_data(model, os.fspath(path), external_data, direct_io)
-    else:
-        _save_single_file(model, os.fspath(path), direct_io)
+    with _scratch_for_this_save():
+        if external_data is not None:
+            _save_with_external_data(model, os.fspath(path), external_data, direct_io)
+        else:
+            _save_single_file(model, os.fspath(path), direct_io)
 
 
 def _save_single_file(model: ir.Model, path: str, direct_io: bool | None) -> None:
@@ -198,31 +204,110 @@ def _write_tensor(file: _Sink, tensor: ir.TensorProtocol) -> None:
 
 
 def _write_array(file: _Sink, array: np.ndarray) -> int:
-    """Write an array's bytes in C order: from its own memory, or through a small buffer if it is strided."""
+    """Write an array's bytes in C order: from its own memory, or through small buffers if it is strided."""
     if array.dtype.itemsize in (1, 2, 4, 8):
-        array = array.view(f"u{array.dtype.itemsize}")  # numpy copies custom dtypes (bfloat16) element by element
+        array = array.view(f"i{array.dtype.itemsize}")  # numpy copies custom dtypes (bfloat16) element by element
     if array.flags.c_contiguous:
         file.write(array.reshape(-1).view(np.uint8).data)
         return array.nbytes
     if array.ndim != 2:
         array = array.reshape(array.shape[0], -1) if array.ndim > 2 else array.reshape(1, -1)  # may copy; rare
-    # A strided view, e.g. a weight the optimizer folded through a Transpose: copy tile by tile (cache-friendly)
-    # into a reused buffer of a few rows, and write each block of rows.
-    rows, columns = array.shape
-    block_rows = max(_TILE, _BLOCK_BYTES // max(1, columns * array.itemsize) // _TILE * _TILE)
-    buffer = np.empty((min(rows, block_rows), columns), array.dtype)
-    written = 0
-    for begin in range(0, rows, block_rows):
-        end = min(rows, begin + block_rows)
-        block = buffer[: end - begin]
-        for row in range(begin, end, _TILE):
-            for column in range(0, columns, _TILE):
-                block[row - begin : row - begin + _TILE, column : column + _TILE] = array[
-                    row : row + _TILE, column : column + _TILE
-                ]
-        file.write(block.reshape(-1).view(np.uint8).data)
-        written += block.nbytes
-    return written
+    # A strided view, e.g. a weight the optimizer folded through a Transpose: copied into one of two reused
+    # buffers, which a writer thread writes out while the next block is copied into the other (the copy and the
+    # kernel's copy into the page cache overlap).
+    scratch = getattr(_save_scratch, "current", None)
+    if scratch is None:
+        with _Scratch() as scratch:
+            return scratch.write_strided(file, array)
+    return scratch.write_strided(file, array)
+
+
+# The scratch buffers and writer thread of the save running in this thread (see `_Scratch`).
+_save_scratch = threading.local()
+
+
+class _Scratch:
+    """Two reused buffers and a writer thread for a save's strided tensors.
+
+    Reusing the buffers across tensors means their pages are touched once per save (fresh pages cost a page
+    fault each, slow on VMs); a tensor no larger than `_WHOLE_COPY_BYTES` is copied in one piece by torch, whose
+    transposing copy is several times faster than numpy's strided one; larger ones are copied tile by tile
+    (cache-friendly) into blocks of rows.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: list[np.ndarray] = [np.empty(0, np.uint8), np.empty(0, np.uint8)]
+        self._next = 0
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fx2onnx-save")
+        self._pending: Future[Any] | None = None
+
+    def __enter__(self) -> _Scratch:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self._writer.shutdown(wait=True)
+        self._buffers = []
+
+    def _buffer(self, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+        """The next free buffer (the other one may still be being written), as an array of `shape`."""
+        nbytes = shape[0] * shape[1] * dtype.itemsize
+        index, self._next = self._next, 1 - self._next
+        if self._buffers[index].nbytes < nbytes:
+            self._buffers[index] = np.empty(nbytes, np.uint8)
+        return self._buffers[index][:nbytes].view(dtype).reshape(shape)
+
+    def _hand_over(self, file: _Sink, block: np.ndarray) -> None:
+        """Write `block` in the writer thread once the previous block is written (writes stay in order)."""
+        self._wait()
+        self._pending = self._writer.submit(file.write, block.reshape(-1).view(np.uint8).data)
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()  # re-raises the write's error (a full disk) here
+
+    def write_strided(self, file: _Sink, array: np.ndarray) -> int:
+        try:
+            return self._copy_blocks(file, array)
+        finally:
+            self._wait()  # nothing is written behind the caller's back once this returns
+
+    def _copy_blocks(self, file: _Sink, array: np.ndarray) -> int:
+        rows, columns = array.shape
+        if array.nbytes <= _WHOLE_COPY_BYTES and min(array.strides) >= 0:
+            block = self._buffer((rows, columns), array.dtype)
+            with warnings.catch_warnings():  # a read-only array is only read here
+                warnings.filterwarnings("ignore", message=".*not writable", category=UserWarning)
+                source = torch.from_numpy(array)
+            torch.from_numpy(block).copy_(source)
+            self._hand_over(file, block)
+            return array.nbytes
+        block_rows = max(_TILE, _BLOCK_BYTES // max(1, columns * array.itemsize) // _TILE * _TILE)
+        written = 0
+        for begin in range(0, rows, block_rows):
+            end = min(rows, begin + block_rows)
+            block = self._buffer((end - begin, columns), array.dtype)
+            for row in range(begin, end, _TILE):
+                for column in range(0, columns, _TILE):
+                    block[row - begin : row - begin + _TILE, column : column + _TILE] = array[
+                        row : row + _TILE, column : column + _TILE
+                    ]
+            self._hand_over(file, block)
+            written += block.nbytes
+        return written
+
+
+@contextlib.contextmanager
+def _scratch_for_this_save() -> Iterator[None]:
+    if getattr(_save_scratch, "current", None) is not None:  # a save within a save: share the outer one's
+        yield
+        return
+    with _Scratch() as scratch:
+        _save_scratch.current = scratch
+        try:
+            yield
+        finally:
+            _save_scratch.current = None
 
 
 class _Sink(Protocol):
