@@ -264,6 +264,13 @@ COMPOSITES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], 
     "rms_norm": (lambda x: torch.nn.functional.rms_norm(x, (4,)), ((3, 4),)),
     "masked.normalize": (lambda x: torch.masked.normalize(x, 2.0, 1), ((3, 4),)),
     "abs beyond float32's squares": (lambda x: torch.abs(x * 1e30), ((3, 4),)),
+    "cov": (torch.cov, ((3, 4),)),
+    "cov of one variable": (lambda x: torch.cov(x, correction=0), ((4,),)),
+    "cov with weights": (
+        lambda x: torch.cov(x, fweights=torch.tensor([1, 2, 3, 1]), aweights=torch.tensor([0.5, 1.0, 2.0, 1.0])),
+        ((3, 4),),
+    ),
+    "corrcoef": (torch.corrcoef, ((3, 4),)),
 }
 
 
