@@ -258,7 +258,7 @@ COMPOSITES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], 
     "addr": (lambda x, a, b: torch.addr(x, a, b, beta=2), ((3, 4), (3,), (4,))),
     "isclose": (lambda a, b: torch.isclose(a, b.where(b.real > 0, a), rtol=0.5, atol=0.1), ((3, 4), (3, 4))),
     "isfinite": (lambda a, b: torch.isfinite(a / (b * (b.real > 0))), ((3, 4), (3, 4))),
-    "isinf": (lambda a, b: torch.isinf(a / (b * (b.real > 0))), ((3, 4), (3, 4))),
+    "isinf": (lambda a, b: torch.isinf(torch.where(b.real > 0, a, complex(1.0, float("-inf")))), ((3, 4), (3, 4))),
     "dist": (torch.dist, ((3, 4), (3, 4))),
     "tile": (lambda x: torch.tile(x, (2, 1)), ((3, 4),)),
     "repeat_interleave": (lambda x: torch.repeat_interleave(x, 2, 1), ((3, 4),)),
@@ -272,6 +272,13 @@ COMPOSITES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], 
     "rms_norm": (lambda x: torch.nn.functional.rms_norm(x, (4,)), ((3, 4),)),
     "masked.normalize": (lambda x: torch.masked.normalize(x, 2.0, 1), ((3, 4),)),
     "abs beyond float32's squares": (lambda x: torch.abs(x * 1e30), ((3, 4),)),
+    "cov": (torch.cov, ((3, 4),)),
+    "cov of one variable": (lambda x: torch.cov(x, correction=0), ((4,),)),
+    "cov with weights": (
+        lambda x: torch.cov(x, fweights=torch.tensor([1, 2, 3, 1]), aweights=torch.tensor([0.5, 1.0, 2.0, 1.0])),
+        ((3, 4),),
+    ),
+    "corrcoef": (torch.corrcoef, ((3, 4),)),
 }
 
 

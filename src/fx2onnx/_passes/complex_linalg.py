@@ -620,3 +620,210 @@ def _cholesky_ex(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
 COMPOSITES.update({aten.linalg_cholesky.default: _cholesky, aten.cholesky.default: _cholesky})
 TUPLES[aten.linalg_cholesky_ex.default] = _cholesky_ex
 TUPLE_RESULTS[aten.linalg_cholesky_ex.default] = {0, 1}
+
+
+# --- singular values by a complex one-sided Jacobi --------------------------------------------------------------------
+# E(A) doubles the size that the real lowerings' unrolled Jacobi works on (a 10 x 10 export takes minutes), so the
+# singular values of a complex A come from Hestenes' one-sided Jacobi on A's own columns, in float64: a pair of
+# columns is made orthogonal by turning the second by the phase of their inner product (which makes it real) and
+# then rotating the pair as the real algorithm does. The columns' norms are the singular values; V accumulates the
+# same rotations (A V = C), so pinv(A) = V diag(1/s^2) C^H.
+_JACOBI_SWEEPS = 6
+
+
+def _jacobi(build: Build, a: torch.fx.Node, with_vectors: bool) -> tuple[list[Any], list[Any]]:
+    """A's columns made orthogonal (C = A V), as (real, imag) pairs (..., m, 1), and V's columns (..., n, 1)."""
+    from fx2onnx._passes.complex_functions import Real, parts
+
+    real, imag = parts(build, a)  # float64
+    n = _size(a, -1)
+    columns = [
+        (real.apply(aten.slice.Tensor, -1, j, j + 1), imag.apply(aten.slice.Tensor, -1, j, j + 1)) for j in range(n)
+    ]
+    vectors: list[Any] = []
+    if with_vectors:
+        batch = [int(s) for s in a.meta["val"].shape[:-2]]
+        index = Real(build, build.call(aten.arange.default, n))
+        for j in range(n):
+            unit = index.eq(float(j)).to(torch.float64).apply(aten.unsqueeze.default, -1)
+            unit = unit.apply(aten.expand.default, [*batch, n, 1])
+            vectors.append((unit, unit.full(0.0)))
+    zero = real.full(0.0).apply(aten.sum.dim_IntList, [-2], True)
+    one = zero + 1.0  # (..., 1, n): the constants the rotations select from (plain Wheres: no signed zeros here)
+
+    def select(condition: Any, chosen: Any, otherwise: Any) -> Any:
+        return Real(build, build.call(aten.where.self, condition.node, chosen.node, otherwise.node))
+
+    for _ in range(_JACOBI_SWEEPS):
+        for p in range(n):
+            for q in range(p + 1, n):
+                (pr, pi), (qr, qi) = columns[p], columns[q]
+                alpha = (pr * pr + pi * pi).apply(aten.sum.dim_IntList, [-2], True)
+                beta = (qr * qr + qi * qi).apply(aten.sum.dim_IntList, [-2], True)
+                gamma_real = (pr * qr + pi * qi).apply(aten.sum.dim_IntList, [-2], True)
+                gamma_imag = (pr * qi - pi * qr).apply(aten.sum.dim_IntList, [-2], True)
+                size = (gamma_real * gamma_real + gamma_imag * gamma_imag).sqrt()
+                rotate = size > 0.0
+                safe = select(rotate, size, _column(one, 0))
+                phase = (select(rotate, gamma_real / safe, _column(one, 0)), gamma_imag / safe)
+                zeta = (beta - alpha) / (safe * 2.0)
+                t = zeta.sign().apply(aten.add.Tensor, (zeta.eq(0.0)).to(torch.float64)) / (
+                    zeta.abs() + (zeta * zeta + 1.0).sqrt()
+                )
+                c = 1.0 / (t * t + 1.0).sqrt()
+                s = select(rotate, c * t, _column(zero, 0))
+                c = select(rotate, c, _column(one, 0))
+
+                def turn(first: Any, second: Any, c: Any = c, s: Any = s, phase: Any = phase) -> tuple[Any, Any]:
+                    # second * conj(phase), then the real rotation of the pair
+                    turned = (
+                        second[0] * phase[0] + second[1] * phase[1],
+                        second[1] * phase[0] - second[0] * phase[1],
+                    )
+                    return (
+                        (c * first[0] - s * turned[0], c * first[1] - s * turned[1]),
+                        (s * first[0] + c * turned[0], s * first[1] + c * turned[1]),
+                    )
+
+                columns[p], columns[q] = turn(columns[p], columns[q])
+                if with_vectors:
+                    vectors[p], vectors[q] = turn(vectors[p], vectors[q])
+    return columns, vectors
+
+
+def _column(value: Any, j: int) -> Any:
+    return value.apply(aten.slice.Tensor, -1, j, j + 1)
+
+
+def _norms(columns: list[Any]) -> list[Any]:
+    return [(r * r + i * i).apply(aten.sum.dim_IntList, [-2], False).sqrt() for r, i in columns]  # (..., 1)
+
+
+def _descending(build: Build, values: list[Any]) -> Any:
+    from fx2onnx._passes.complex_functions import Real
+
+    stacked = Real(build, build.call(aten.cat.default, [v.node for v in values], -1))
+    return Real(build, build.call(operator.getitem, build.call(aten.sort.default, stacked.node, -1, True), 0))
+
+
+def _tall(build: Build, a: torch.fx.Node) -> torch.fx.Node:
+    """A, or A^H when A is wide (the same singular values)."""
+    if _size(a, -2) >= _size(a, -1):
+        return a
+    return build.call(aten.conj_physical.default, _transposed(build, a))
+
+
+def _singular_values(build: Build, a: torch.fx.Node) -> Any:
+    """Descending, float64 (..., min(m, n))."""
+    columns, _ = _jacobi(build, _tall(build, a), with_vectors=False)
+    return _descending(build, _norms(columns))
+
+
+def _svdvals(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
+    a = node.args[0]
+    if 0 in [int(s) for s in a.meta["val"].shape]:
+        raise _Unhandled
+    component = a.meta["val"].dtype.to_real()
+    return {1: _singular_values(build, a).to(component).node}
+
+
+def _eigvalsh(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
+    """Ascending eigenvalues of the Hermitian matrix A's triangle gives: the singular values of H + cI (c = |H| + 1
+    makes it positive-definite) less c, as the real lowering computes them."""
+    from fx2onnx._passes.complex_functions import Real
+
+    a = node.args[0]
+    if 0 in [int(s) for s in a.meta["val"].shape]:
+        raise _Unhandled
+    uplo = node.kwargs.get("UPLO", node.args[1] if len(node.args) > 1 else "L")
+    hermitian = _hermitian(build, a, uplo == "U")
+    n = _size(a, -1)
+    x, y = build.part(hermitian, 0), build.part(hermitian, 1)
+    wide_x = Real(build, x).to(torch.float64)
+    wide_y = Real(build, y).to(torch.float64)
+    shift = (wide_x * wide_x + wide_y * wide_y).apply(aten.sum.dim_IntList, [-2, -1], True).sqrt() + 1.0
+    index = Real(build, build.call(aten.arange.default, n))
+    eye = index.apply(aten.unsqueeze.default, -1).eq(index).to(torch.float64)
+    shifted = build.complex((wide_x + shift * eye).node, wide_y.node)
+    values = _singular_values(build, shifted) - shift.apply(aten.squeeze.dim, -1)
+    ascending = values.apply(aten.flip.default, [-1])
+    return {0: ascending.to(a.meta["val"].dtype.to_real()).node}
+
+
+def _pinv(build: Build, node: torch.fx.Node) -> torch.fx.Node:
+    """Eager's formula: V diag(1/s where s > max(atol, rtol * s_max), else 0) U^H, from the Jacobi's V and C = U S."""
+    from fx2onnx._passes.complex_functions import Real
+
+    a = node.args[0]
+    shape = [int(s) for s in a.meta["val"].shape]
+    if 0 in shape:
+        raise _Unhandled
+    atol = node.kwargs.get("atol", node.args[1] if len(node.args) > 1 else None)
+    rtol = node.kwargs.get("rtol", node.args[2] if len(node.args) > 2 else None)
+    hermitian = node.kwargs.get("hermitian", node.args[3] if len(node.args) > 3 else False)
+    m, n = shape[-2:]
+    source = _hermitian(build, a, upper=False) if hermitian else a
+    wide = m < n
+    tall = _tall(build, source)
+    columns, vectors = _jacobi(build, tall, with_vectors=True)
+    norms = _norms(columns)  # (..., 1) each
+    largest = norms[0]
+    for value in norms[1:]:
+        largest = largest.apply(aten.maximum.default, value)
+
+    def as_tolerance(value: Any) -> Any:
+        if isinstance(value, torch.fx.Node):
+            return Real(build, value).to(torch.float64).apply(aten.unsqueeze.default, -1)
+        return largest.full(float(value))
+
+    if rtol is None:  # eager's default: eps * max(m, n), or 0 where a positive atol is given
+        epsilon = float(torch.finfo(a.meta["val"].dtype.to_real()).eps)
+        rtol_value = largest.full(epsilon * max(m, n))
+        if atol is not None:
+            rtol_value = rtol_value.where(~(as_tolerance(atol) > 0.0), 0.0)
+    else:
+        rtol_value = as_tolerance(rtol)
+    tolerance = rtol_value * largest
+    if atol is not None:
+        tolerance = tolerance.apply(aten.maximum.default, as_tolerance(atol))
+    total: Any = None
+    for (cr, ci), (vr, vi), norm in zip(columns, vectors, norms):
+        keep = norm > tolerance
+        weight = (1.0 / (norm * norm).where(keep, 1.0)).where(keep, 0.0).apply(aten.unsqueeze.default, -1)
+        # v c^H / s^2: (..., n, 1) x (..., 1, m)
+        row_r, row_i = (p.apply(aten.transpose.int, -2, -1) for p in (cr, ci))
+        term = (
+            (vr.apply(aten.matmul.default, row_r) + vi.apply(aten.matmul.default, row_i)) * weight,
+            (vi.apply(aten.matmul.default, row_r) - vr.apply(aten.matmul.default, row_i)) * weight,
+        )
+        total = term if total is None else (total[0] + term[0], total[1] + term[1])
+    component = a.meta["val"].dtype.to_real()
+    result = build.complex(total[0].to(component).node, total[1].to(component).node)
+    return build.call(aten.conj_physical.default, _transposed(build, result)) if wide else result
+
+
+class _Unhandled(Exception):
+    """An input these rewrites do not take (an empty matrix): the previous rule applies."""
+
+
+_EMBEDDED_PINV = COMPOSITES[aten.linalg_pinv.atol_rtol_tensor]
+_EMBEDDED_EIGH = TUPLES[aten._linalg_eigh.default]
+_EMBEDDED_SVD = TUPLES[aten._linalg_svd.default]
+
+
+def _first(*rules: Callable[[Build, torch.fx.Node], Any]) -> Callable[[Build, torch.fx.Node], Any]:
+    def rewrite(build: Build, node: torch.fx.Node) -> Any:
+        for rule in rules[:-1]:
+            try:
+                return rule(build, node)
+            except _Unhandled:
+                continue
+        return rules[-1](build, node)
+
+    return rewrite
+
+
+COMPOSITES[aten.linalg_pinv.atol_rtol_tensor] = _first(_pinv, _EMBEDDED_PINV)
+COMPOSITES[aten.linalg_pinv.atol_rtol_float] = _first(_pinv, COMPOSITES[aten.linalg_pinv.atol_rtol_float])
+TUPLES[aten._linalg_eigh.default] = _first(_eigvalsh, _EMBEDDED_EIGH)
+TUPLES[aten._linalg_svd.default] = _first(_svdvals, _EMBEDDED_SVD)

@@ -183,6 +183,72 @@ def _either_part_nan(build: Any, value: torch.fx.Node) -> torch.fx.Node:
     return build.call(aten.logical_or.default, *nan)
 
 
+@_composite(aten.cov.default)
+def _cov(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    """Eager's cov on the parts: (X - avg) w conj(X - avg)^T / (sum w - correction [* sum(w aw) / sum w])."""
+    value = node.args[0]
+    names = ("correction", "fweights", "aweights")
+    correction, fweights, aweights = (
+        node.kwargs.get(name, node.args[1 + i] if len(node.args) > 1 + i else default)
+        for i, (name, default) in enumerate(zip(names, (1, None, None)))
+    )
+    component = value.meta["val"].dtype.to_real()
+    vector = value.meta["val"].dim() < 2
+    x = [build.part(value, w) for w in (0, 1)]
+    if vector:
+        x = [build.call(aten.unsqueeze.default, p, 0) for p in x]
+    observations = int(x[0].meta["val"].shape[-1])
+
+    def as_component(weights: torch.fx.Node) -> torch.fx.Node:
+        return build.call(torch.ops.prims.convert_element_type.default, weights, component)
+
+    weights = None
+    if fweights is not None:
+        weights = as_component(fweights)
+    if aweights is not None:
+        weights = (
+            as_component(aweights) if weights is None else build.call(aten.mul.Tensor, weights, as_component(aweights))
+        )
+    if weights is None:
+        average = [build.call(aten.mean.dim, p, [1], True) for p in x]
+        factor: Any = observations - correction
+    else:
+        total = build.call(aten.sum.default, weights)
+        average = [
+            build.call(
+                aten.div.Tensor,
+                build.call(aten.sum.dim_IntList, build.call(aten.mul.Tensor, p, weights), [1], True),
+                total,
+            )
+            for p in x
+        ]
+        if aweights is None:
+            factor = build.call(aten.sub.Tensor, total, correction)
+        else:
+            spread = build.call(aten.sum.default, build.call(aten.mul.Tensor, weights, as_component(aweights)))
+            factor = build.call(
+                aten.sub.Tensor,
+                total,
+                build.call(aten.mul.Tensor, build.call(aten.div.Tensor, spread, total), correction),
+            )
+        factor = build.call(aten.clamp_min.default, factor, 0)
+    if not isinstance(factor, torch.fx.Node):
+        factor = max(factor, 0)
+    centered = [build.call(aten.sub.Tensor, p, a) for p, a in zip(x, average)]
+    weighted = centered if weights is None else [build.call(aten.mul.Tensor, p, weights) for p in centered]
+    transposed = [build.call(aten.t.default, p) for p in centered]
+
+    def product(left: torch.fx.Node, right: torch.fx.Node) -> torch.fx.Node:
+        return build.call(aten.mm.default, left, right)
+
+    real = build.call(aten.add.Tensor, product(weighted[0], transposed[0]), product(weighted[1], transposed[1]))
+    imag = build.call(aten.sub.Tensor, product(weighted[1], transposed[0]), product(weighted[0], transposed[1]))
+    parts = [build.call(aten.div.Tensor, p, factor) for p in (real, imag)]
+    if vector:
+        parts = [build.call(aten.squeeze.default, p) for p in parts]
+    return build.complex(*parts)
+
+
 @_composite(aten.isnan.default)
 def _isnan(build: Any, node: torch.fx.Node) -> torch.fx.Node:
     return _either_part_nan(build, node.args[0])
