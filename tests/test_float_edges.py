@@ -162,10 +162,7 @@ LOW_PRECISION_ORDER = {"prod"}
 
 # Defects found by these tests and not fixed yet: left out of the property tests, each pinned by an expected
 # failure below (test_open_defect) so that a fix shows.
-OPEN_DEFECTS = {
-    "log_softmax": "finite where a NaN in the row makes eager's whole row NaN",
-    "logsumexp_low_precision": "inf in float16/bfloat16 for values near the dtype's max (eager: the max itself)",
-}
+OPEN_DEFECTS: dict[str, str] = {}
 # Sums whose order decides between inf and NaN once the partial sums overflow both ways: not compared there.
 OVERFLOWING_SUMS = {"sum", "sum_all", "mean", "cumsum"}
 
@@ -285,7 +282,7 @@ def family_failures(family: str, dtype: torch.dtype, args: tuple[torch.Tensor, .
     actual = onnx_program(*args)
     failures = []
     for name, want, got in zip(FAMILIES[family], expected, actual, strict=True):
-        if name in OPEN_DEFECTS or (name == "logsumexp" and dtype in (torch.float16, torch.bfloat16)):
+        if name in OPEN_DEFECTS:
             continue
         if name in LOW_PRECISION_ORDER and dtype in (torch.float16, torch.bfloat16):
             continue
@@ -353,16 +350,7 @@ def _eager_vs_onnx(function: Callable[..., torch.Tensor], *args: torch.Tensor) -
     return mismatches(want, got, None)
 
 
-OPEN_DEFECT_CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]] = {
-    "log_softmax": (
-        lambda x: torch.log_softmax(x, -1),
-        (torch.tensor([[0.0, math.nan, math.nan]], dtype=torch.float64),),
-    ),
-    "logsumexp_low_precision": (
-        lambda x: torch.logsumexp(x, -1),
-        (torch.full((2, 3), 3.3895313892515355e38, dtype=torch.bfloat16),),
-    ),
-}
+OPEN_DEFECT_CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]] = {}
 
 
 @pytest.mark.xfail(strict=True, reason="open defect found by the float edge tests (see OPEN_DEFECTS)")
@@ -470,6 +458,21 @@ _SIGNED_ZERO_CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[torch.Ten
     "var_to_one_element": (lambda x: x.var(), (torch.full((2, 3), _F32_MAX),)),
     "std_to_one_element_wide": (lambda x: x.std(), (torch.tensor([1.5e19, -1.5e19] + [0.0] * 8),)),
     "var_mean_near_max": (lambda x: torch.var_mean(x, -1), (torch.full((2, 3), 6e4, dtype=torch.float16),)),
+    # eager subtracts the row's max: a NaN or +inf in the row, or a row of -inf, makes the whole row NaN
+    "log_softmax_nan_row": (
+        lambda x: torch.log_softmax(x, -1),
+        (torch.tensor([[0.0, math.nan, math.nan], [math.inf, 0.0, 1.0], [-math.inf, 0.0, 1.0]], dtype=torch.float64),),
+    ),
+    "log_softmax_all_minus_inf_f16": (
+        lambda x: torch.log_softmax(x, 0),
+        (torch.tensor([[-math.inf, 1.0], [-math.inf, 2.0]], dtype=torch.float16),),
+    ),
+    # ONNX Runtime's bfloat16/float16 ReduceLogSumExp does not subtract the max (inf; eager: the max)
+    "logsumexp_near_max_bf16": (
+        lambda x: torch.logsumexp(x, -1),
+        (torch.full((2, 3), 3.3895313892515355e38, dtype=torch.bfloat16),),
+    ),
+    "logsumexp_near_max_f16": (lambda x: torch.logsumexp(x, 0), (torch.full((2, 3), 65504.0, dtype=torch.float16),)),
 }
 
 

@@ -12,7 +12,9 @@ from typing import TypeVar
 import numpy as np
 import onnx_ir as ir
 from onnxscript import (
+    BFLOAT16,
     BOOL,
+    FLOAT16,
     INT8,
     INT16,
     INT32,
@@ -41,6 +43,42 @@ from fx2onnx._lowerings.builders import (
     log1p,
 )
 from fx2onnx._lowerings.rules import lowering
+
+
+# --- log_softmax and logsumexp ----------------------------------------------------------------------------------
+def _log_softmax(x: TFloat, dim: int) -> TFloat:
+    """LogSoftmax, with eager's NaN rows: eager subtracts the row's max, so a NaN or +inf anywhere in the row, or a
+    row of -inf only, makes every element NaN; ONNX Runtime's max skips NaN (finite results beside the NaN)."""
+    if len(x.shape) == 0:
+        return op.Sub(x, x)  # 0.0, NaN for NaN and +-inf
+    result = op.LogSoftmax(x, axis=dim)
+    axes = op.Constant(value_ints=[dim])
+    has_nan = op.Greater(op.ReduceMax(op.Cast(op.IsNaN(x), to=x.dtype), axes, keepdims=True), _const(0.0, x))
+    largest = op.ReduceMax(x, axes, keepdims=True)
+    return op.Where(op.Or(has_nan, op.IsInf(largest)), _const(math.nan, x), result)
+
+
+@lowering("aten::log_softmax.int")
+def log_softmax(self: TFloat, dim: int, dtype: int | None = None) -> TFloat:
+    return _log_softmax(_cast(self, ir.DataType(dtype)) if dtype is not None else self, dim)
+
+
+@lowering("aten::_log_softmax")
+def log_softmax_internal(self: TFloat, dim: int, half_to_float: bool) -> TFloat:
+    return _log_softmax(_cast(self, ir.DataType.FLOAT) if half_to_float else self, dim)
+
+
+TLowPrecision = TypeVar("TLowPrecision", FLOAT16, BFLOAT16)
+
+
+@lowering("aten::logsumexp", variant="float16")
+def logsumexp_low_precision(self: TLowPrecision, dim: Sequence[int], keepdim: bool = False) -> TLowPrecision:
+    """In float32, rounded once: ONNX Runtime's float16/bfloat16 ReduceLogSumExp does not subtract the max first
+    (inf for values near the dtype's max, where eager gives the max)."""
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    axes = op.Constant(value_ints=list(dim)) if dim else None
+    return _back(op.ReduceLogSumExp(_in_float32(self), axes, keepdims=keepdim), self)
 
 
 # --- logcumsumexp -------------------------------------------------------------------------------------------------
