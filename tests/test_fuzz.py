@@ -115,6 +115,13 @@ FIXED_EXPORT_ERRORS = {
     "reshape_literal_zero": _program([torch.empty((1, 1, 0), dtype=torch.int8)], "{0}.reshape((1, 0))"),
     "amin_nan": _program([torch.tensor([[1.0, math.nan], [2.0, -3.0]], dtype=torch.float64)], "torch.amin({0}, dim=0)"),
     "isinf_float64": _program([torch.tensor([1e300, -math.inf], dtype=torch.float64)], "torch.isinf({0})"),
+    # seed 2229, unloadable: ONNX Runtime refuses an integer Div/Mod by a constant zero at session creation
+    "empty_remainder_by_zero": _program([torch.empty((0,), dtype=torch.uint8)], "{0} % 0"),
+    "empty_fmod_by_zero": _program([torch.empty((2, 0), dtype=torch.int32)], "torch.fmod({0}, 0)"),
+    "empty_floor_divide_by_zero": _program([torch.empty((0, 3), dtype=torch.int64)], "{0} // 0"),
+    "empty_div_trunc_by_zero": _program(
+        [torch.empty((0,), dtype=torch.int8)], "torch.div({0}, 0, rounding_mode='trunc')"
+    ),
 }
 
 

@@ -12,6 +12,11 @@ session than with optimizations off; each such runtime defect is described, with
   rounds ``(acc * w_scale) * x_scale`` where the graph says ``acc * (x_scale * w_scale)``. The fusion needs the
   Cast's input to come straight from a MatMulInteger: a Reshape to the same shape in between (a view in ONNX
   Runtime, no copy) keeps the graph's own semantics.
+
+ONNX Runtime also refuses to create a session for a model with an integer ``Div``/``Mod`` by a constant holding a
+zero ("Integer modulo by zero", at kernel creation), where eager's ``empty_uint8 % 0`` is an empty tensor (and a
+non-empty one raises ZeroDivisionError). The zeros of such a constant divisor become ones: the model loads, and
+whatever the input, nothing eager computes changes.
 """
 
 from __future__ import annotations
@@ -29,7 +34,37 @@ def guard_fusions(model: ir.Model) -> int:
         for node in list(graph):
             if node.op_type == "MatMulInteger" and node.domain in _STANDARD:
                 inserted += _separate_from_casts(graph, node)
+            elif node.op_type in ("Div", "Mod") and node.domain in _STANDARD:
+                inserted += _without_zero_divisor(graph, node)
     return inserted
+
+
+def _constant_of(value: ir.Value | None) -> np.ndarray | None:
+    if value is None:
+        return None
+    if value.const_value is not None:
+        return value.const_value.numpy()
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
+        return producer.attributes["value"].as_tensor().numpy()
+    return None
+
+
+def _without_zero_divisor(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
+    """An integer Div/Mod by a constant holding a zero divides by a copy with ones there (ONNX Runtime refuses
+    the zero at session creation)."""
+    divisor = _constant_of(node.inputs[1] if len(node.inputs) > 1 else None)
+    if divisor is None or divisor.dtype.kind not in "iu" or not (divisor == 0).any():
+        return 0
+    name = f"{node.name or 'division'}_nonzero_divisor"
+    constant = ir.node("Constant", [], {"value": ir.tensor(np.where(divisor == 0, 1, divisor).astype(divisor.dtype))})
+    constant.name = name
+    constant.outputs[0].name = name
+    constant.outputs[0].type = ir.TensorType(ir.DataType.from_numpy(divisor.dtype))
+    constant.outputs[0].shape = ir.Shape(divisor.shape)
+    graph.insert_before(node, constant)
+    node.replace_input_with(1, constant.outputs[0])
+    return 1
 
 
 def _graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
