@@ -144,6 +144,23 @@ FIXED_SILENT_MISMATCHES = {
     "any_over_empty_dim": _program([torch.empty((2, 0), dtype=torch.int8)], "torch.any({0}, dim=-1)"),
     "int_remainder_float": _program([torch.tensor([7, 9, 3], dtype=torch.uint8)], "{0} % 0.001"),
     "sign_nan": _program([torch.tensor([math.nan, -1.0, 0.0])], "torch.sign({0})"),
+    # seeds 894, 1317: bool ** True / ** False are bool in eager (torch's meta function says int64)
+    "bool_pow_true": _program([torch.tensor(False)], "torch.pow({0}, True)"),
+    "bool_pow_false_then_used": _program([torch.tensor([True, False])], "torch.pow({0}, False)", "{0} + 3"),
+    "lt_pow_true": _program([torch.tensor(-1.5, dtype=torch.float16)], "{0} < {0}", "torch.pow({0}, True)"),
+    # seed 933: eager sums from a +0.0 accumulator (rsqrt of a sum of -0.0s is +inf)
+    "sum_negative_zero_rsqrt": _program(
+        [torch.tensor([[[[1.25]], [[0.0]], [[math.nan]], [[3.4028234663852886e38]], [[3.0]]]])],
+        "{0} * -3",
+        "torch.sum({0}, dim=(2, 3), keepdim=True)",
+        "torch.rsqrt({0})",
+    ),
+    # seed 1898: 0.5 // inf is 0.0 and -0.75 // inf is -1.0, -0.0 // inf is -0.0 (rsqrt: -inf)
+    "floor_divide_inf_zero_sign": _program(
+        [torch.tensor([0.5, 1.7976931348623157e308, 2.25, -0.75, -0.0], dtype=torch.float64)],
+        "{0} // float('inf')",
+        "torch.rsqrt({0})",
+    ),
 }
 
 
