@@ -814,6 +814,8 @@ def _variance_and_mean(
         if x.dtype == ir.DataType.DOUBLE:  # eager's float64 sum of squared deviations is inf once it overflows
             variance = op.Div(op.Mul(op.Mul(squares_sum, kept_scale), kept_scale), divisor)
             variance = op.Sqrt(variance) if root else variance
+            # (where two values differ by more than the max, eager's running mean overflows: inf, -inf or NaN by the
+            # order of the values, not reproduced)
         else:  # eager accumulates float32 in float64: only the variance (or its root) itself overflows
             variance = op.Div(squares_sum, divisor)
             if root:
