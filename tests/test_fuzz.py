@@ -115,6 +115,13 @@ FIXED_EXPORT_ERRORS = {
     "reshape_literal_zero": _program([torch.empty((1, 1, 0), dtype=torch.int8)], "{0}.reshape((1, 0))"),
     "amin_nan": _program([torch.tensor([[1.0, math.nan], [2.0, -3.0]], dtype=torch.float64)], "torch.amin({0}, dim=0)"),
     "isinf_float64": _program([torch.tensor([1e300, -math.inf], dtype=torch.float64)], "torch.isinf({0})"),
+    # seed 2229, unloadable: ONNX Runtime refuses an integer Div/Mod by a constant zero at session creation
+    "empty_remainder_by_zero": _program([torch.empty((0,), dtype=torch.uint8)], "{0} % 0"),
+    "empty_fmod_by_zero": _program([torch.empty((2, 0), dtype=torch.int32)], "torch.fmod({0}, 0)"),
+    "empty_floor_divide_by_zero": _program([torch.empty((0, 3), dtype=torch.int64)], "{0} // 0"),
+    "empty_div_trunc_by_zero": _program(
+        [torch.empty((0,), dtype=torch.int8)], "torch.div({0}, 0, rounding_mode='trunc')"
+    ),
 }
 
 
@@ -137,6 +144,31 @@ FIXED_SILENT_MISMATCHES = {
     "any_over_empty_dim": _program([torch.empty((2, 0), dtype=torch.int8)], "torch.any({0}, dim=-1)"),
     "int_remainder_float": _program([torch.tensor([7, 9, 3], dtype=torch.uint8)], "{0} % 0.001"),
     "sign_nan": _program([torch.tensor([math.nan, -1.0, 0.0])], "torch.sign({0})"),
+    # seeds 894, 1317: bool ** True / ** False are bool in eager (torch's meta function says int64)
+    "bool_pow_true": _program([torch.tensor(False)], "torch.pow({0}, True)"),
+    "bool_pow_false_then_used": _program([torch.tensor([True, False])], "torch.pow({0}, False)", "{0} + 3"),
+    "lt_pow_true": _program([torch.tensor(-1.5, dtype=torch.float16)], "{0} < {0}", "torch.pow({0}, True)"),
+    # seed 933: eager sums from a +0.0 accumulator (rsqrt of a sum of -0.0s is +inf)
+    "sum_negative_zero_rsqrt": _program(
+        [torch.tensor([[[[1.25]], [[0.0]], [[math.nan]], [[3.4028234663852886e38]], [[3.0]]]])],
+        "{0} * -3",
+        "torch.sum({0}, dim=(2, 3), keepdim=True)",
+        "torch.rsqrt({0})",
+    ),
+    # seed 1939: fmod(x, x) is -0.0 for negative x and + 0 makes it +0.0 (atan2: 0, not -pi); ONNX Runtime's
+    # NoopElimination removed the Add
+    "fmod_plus_zero_atan2": _program(
+        [torch.tensor([1.25, -2.0, -0.25], dtype=torch.float16)],
+        "torch.fmod({0}, {0})",
+        "{0} + 0",
+        "torch.atan2({0}, {0})",
+    ),
+    # seed 1898: 0.5 // inf is 0.0 and -0.75 // inf is -1.0, -0.0 // inf is -0.0 (rsqrt: -inf)
+    "floor_divide_inf_zero_sign": _program(
+        [torch.tensor([0.5, 1.7976931348623157e308, 2.25, -0.75, -0.0], dtype=torch.float64)],
+        "{0} // float('inf')",
+        "torch.rsqrt({0})",
+    ),
 }
 
 

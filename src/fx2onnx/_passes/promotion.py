@@ -74,7 +74,7 @@ class PromoteTypes:
 def _promote_types(graph_module: torch.fx.GraphModule, constants: Mapping[torch.fx.Node, torch.Tensor]) -> bool:
     graph = graph_module.graph
     casts = _CastInserter(graph, constants)
-    graph_changed = False
+    graph_changed = _eager_bool_powers(graph, casts)
     for node in list(graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
@@ -101,6 +101,33 @@ def _promote_types(graph_module: torch.fx.GraphModule, constants: Mapping[torch.
         graph.lint()
         graph_module.recompile()
     return graph_changed
+
+
+def _eager_bool_powers(graph: torch.fx.Graph, casts: _CastInserter) -> bool:
+    """bool ** True is the tensor itself and bool ** False all True, both bool in eager (its kernel copies or fills
+    for the exponents 1 and 0), where torch's meta function, so the traced graph, says int64 (fuzz seeds 894, 1317).
+    The graph's outputs get eager's bool; other uses keep the traced int64 (a cast), as the rest was traced."""
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target != aten.pow.Tensor_Scalar or len(node.args) != 2:
+            continue
+        base, exponent = node.args
+        if type(exponent) is not bool or not isinstance(base, torch.fx.Node) or node_dtype(base) != torch.bool:
+            continue
+        traced = node_dtype(node)
+        if traced in (None, torch.bool):
+            continue
+        # The node itself becomes the copy or fill (the outputs name it).
+        if exponent:
+            node.target, node.args, node.kwargs = aten.clone.default, (base,), {}
+        else:
+            node.target, node.args, node.kwargs = aten.ones_like.default, (base,), {"dtype": torch.bool}
+        node.meta["val"] = node.meta["val"].to(torch.bool)
+        for user in list(node.users):
+            if user.op != "output":
+                user.replace_input_with(node, casts.cast(node, traced, consumer=user))
+        changed = True
+    return changed
 
 
 def _erase_unused_copies(graph: torch.fx.Graph) -> None:

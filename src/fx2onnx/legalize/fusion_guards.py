@@ -12,6 +12,15 @@ session than with optimizations off; each such runtime defect is described, with
   rounds ``(acc * w_scale) * x_scale`` where the graph says ``acc * (x_scale * w_scale)``. The fusion needs the
   Cast's input to come straight from a MatMulInteger: a Reshape to the same shape in between (a view in ONNX
   Runtime, no copy) keeps the graph's own semantics.
+
+- ``NoopElimination`` removes ``Add(x, +0.0)`` (and ``Sub(x, -0.0)``) as a no-op, which it is not for x = -0.0
+  (-0.0 + 0.0 is +0.0, as in eager: ``fmod(x, x) + 0`` then ``atan2`` gave -pi for pi, fuzz seed 1939). Such a
+  node adding a scalar zero becomes ``Where(x == 0, +0.0, x)``, the same values, which nothing removes.
+
+ONNX Runtime also refuses to create a session for a model with an integer ``Div``/``Mod`` by a constant holding a
+zero ("Integer modulo by zero", at kernel creation), where eager's ``empty_uint8 % 0`` is an empty tensor (and a
+non-empty one raises ZeroDivisionError). The zeros of such a constant divisor become ones: the model loads, and
+whatever the input, nothing eager computes changes.
 """
 
 from __future__ import annotations
@@ -29,7 +38,72 @@ def guard_fusions(model: ir.Model) -> int:
         for node in list(graph):
             if node.op_type == "MatMulInteger" and node.domain in _STANDARD:
                 inserted += _separate_from_casts(graph, node)
+            elif node.op_type in ("Div", "Mod") and node.domain in _STANDARD:
+                inserted += _without_zero_divisor(graph, node)
+            elif node.op_type in ("Add", "Sub") and node.domain in _STANDARD:
+                inserted += _zero_addition_kept(graph, node)
     return inserted
+
+
+def _zero_addition_kept(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
+    """Add(x, +0.0) / Add(+0.0, x) / Sub(x, -0.0) of a float x and a scalar: Where(x == 0, +0.0, x)."""
+    if len(node.inputs) != 2:
+        return 0
+    for position in ((0, 1), (1, 0)) if node.op_type == "Add" else ((0, 1),):
+        x, constant = node.inputs[position[0]], _constant_of(node.inputs[position[1]])
+        if x is None or constant is None or constant.shape != () or constant.dtype.kind != "f":
+            continue
+        number = float(constant)
+        if number != 0 or np.signbit(constant) != (node.op_type == "Sub"):
+            continue
+        name = node.name or "zero_addition"
+        zero = ir.node("Constant", [], {"value": ir.tensor(np.zeros((), constant.dtype))}, name=f"{name}_zero")
+        zero.outputs[0].name = f"{name}_zero"
+        zero.outputs[0].type = ir.TensorType(ir.DataType.from_numpy(constant.dtype))
+        zero.outputs[0].shape = ir.Shape([])
+        equal = ir.node("Equal", [x, zero.outputs[0]], name=f"{name}_is_zero")
+        equal.outputs[0].name = f"{name}_is_zero"
+        equal.outputs[0].type = ir.TensorType(ir.DataType.BOOL)
+        where = ir.node("Where", [equal.outputs[0], zero.outputs[0], x], name=f"{name}_positive_zero")
+        graph.insert_before(node, [zero, equal, where])
+        result = node.outputs[0]
+        where.outputs[0].type = result.type
+        where.outputs[0].shape = result.shape
+        kept_name = result.name
+        result.replace_all_uses_with(where.outputs[0], replace_graph_outputs=True)
+        graph.remove(node, safe=True)
+        result.name = f"{name}_removed"
+        where.outputs[0].name = kept_name
+        return 1
+    return 0
+
+
+def _constant_of(value: ir.Value | None) -> np.ndarray | None:
+    if value is None:
+        return None
+    if value.const_value is not None:
+        return value.const_value.numpy()
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
+        return producer.attributes["value"].as_tensor().numpy()
+    return None
+
+
+def _without_zero_divisor(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
+    """An integer Div/Mod by a constant holding a zero divides by a copy with ones there (ONNX Runtime refuses
+    the zero at session creation)."""
+    divisor = _constant_of(node.inputs[1] if len(node.inputs) > 1 else None)
+    if divisor is None or divisor.dtype.kind not in "iu" or not (divisor == 0).any():
+        return 0
+    name = f"{node.name or 'division'}_nonzero_divisor"
+    constant = ir.node("Constant", [], {"value": ir.tensor(np.where(divisor == 0, 1, divisor).astype(divisor.dtype))})
+    constant.name = name
+    constant.outputs[0].name = name
+    constant.outputs[0].type = ir.TensorType(ir.DataType.from_numpy(divisor.dtype))
+    constant.outputs[0].shape = ir.Shape(divisor.shape)
+    graph.insert_before(node, constant)
+    node.replace_input_with(1, constant.outputs[0])
+    return 1
 
 
 def _graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
