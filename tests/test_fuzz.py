@@ -116,6 +116,9 @@ FIXED_EXPORT_ERRORS = {
     "reshape_literal_zero": _program([torch.empty((1, 1, 0), dtype=torch.int8)], "{0}.reshape((1, 0))"),
     "amin_nan": _program([torch.tensor([[1.0, math.nan], [2.0, -3.0]], dtype=torch.float64)], "torch.amin({0}, dim=0)"),
     "isinf_float64": _program([torch.tensor([1e300, -math.inf], dtype=torch.float64)], "torch.isinf({0})"),
+    # seed 10263: eager's all/any of uint8 returns uint8 (the lowering's bool Not met the uint8 output)
+    "all_dim_uint8": _program([torch.tensor([[[6]]], dtype=torch.uint8)], "torch.all({0}, dim=2, keepdim=True)"),
+    "any_dims_uint8_empty": _program([torch.empty((2, 0), dtype=torch.uint8)], "torch.any({0}, dim=(0, 1))"),
 }
 
 
@@ -138,6 +141,13 @@ FIXED_SILENT_MISMATCHES = {
     "any_over_empty_dim": _program([torch.empty((2, 0), dtype=torch.int8)], "torch.any({0}, dim=-1)"),
     "int_remainder_float": _program([torch.tensor([7, 9, 3], dtype=torch.uint8)], "{0} % 0.001"),
     "sign_nan": _program([torch.tensor([math.nan, -1.0, 0.0])], "torch.sign({0})"),
+    # seed 10429: eager accumulates a float32 cumprod/cumsum in float64 (an overflowing prefix comes back finite)
+    "cumprod_float32_in_float64": _program(
+        [torch.tensor([-3.4028234663852886e38, -1.75, 0.25])], "torch.cumprod({0}, 0)"
+    ),
+    "cumsum_float32_in_float64": _program(
+        [torch.tensor([[3e38, 1.0], [3e38, 2.0], [-3e38, 3.0]])], "torch.cumsum({0}, 0)"
+    ),
 }
 
 
