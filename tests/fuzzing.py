@@ -566,9 +566,17 @@ class Outcome:
     @property
     def signature(self) -> str:
         """The cause, without the numbers that vary between programs (for grouping)."""
-        first = self.detail.strip().splitlines()[0] if self.detail.strip() else ""
-        first = re.sub(r"<fuzz program \d+>", "<program>", first)
-        return f"{self.kind}: {re.sub(r'[0-9]+', 'N', first)[:160]}"
+        return f"{self.kind}: {_error_cause(self.detail)}"
+
+
+def _error_cause(detail: str) -> str:
+    """An error's first line without its numbers, and the overload it names (a legalization error's first line
+    is the same for every op)."""
+    first = detail.strip().splitlines()[0] if detail.strip() else ""
+    first = re.sub(r"<fuzz program \d+>", "<program>", first)
+    text = re.sub(r"[0-9]+", "N", first)[:160]
+    overload = re.search(r"overload: (\S+)", detail)
+    return f"{text} [{overload.group(1)}]" if overload else text
 
 
 def _quietly(function: Callable[[], Any]) -> Any:
@@ -828,7 +836,10 @@ def summary(records: Sequence[dict[str, Any]], programs: int | None = None) -> s
     by_cause: dict[str, list[int]] = {}
     for record in sorted(records, key=lambda r: r["seed"]):
         if record["kind"] != OK:
-            by_cause.setdefault(record["cause"], []).append(record["seed"])
+            key = (
+                record["cause"] if record["kind"] == MISMATCH else f"{record['kind']}: {_error_cause(record['detail'])}"
+            )
+            by_cause.setdefault(key, []).append(record["seed"])
     lines.append(f"per cause ({len(by_cause)}):")
     for key, seeds in sorted(by_cause.items(), key=lambda item: (-len(item[1]), item[0])):
         shown = ", ".join(map(str, seeds[:12])) + (", ..." if len(seeds) > 12 else "")
