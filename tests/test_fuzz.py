@@ -177,7 +177,7 @@ def test_fuzz_nightly() -> None:
 @pytest.mark.skipif(not NIGHTLY, reason="starts worker processes: FX2ONNX_NIGHTLY=1 (make test-nightly)")
 def test_records_do_not_depend_on_jobs() -> None:
     """Two worker processes give each seed the record one process gives (a finding's minimized program included)."""
-    seeds = [*range(3), 10041]  # 10041: a finding when this test was written (reported either way)
+    seeds = [*range(3), 10063]  # 10063: a finding (std near float32 max) when this test was written
 
     def records(jobs: int) -> list[dict]:
         found = sorted(fuzzing.run_seeds(seeds, jobs=jobs), key=lambda record: record["seed"])
