@@ -740,6 +740,17 @@ def _integer_power(base: TInt, exponent: TInt | int, dtype: ir.DataType) -> TInt
     return _cast(result, dtype)
 
 
+@lowering("aten::pow.Tensor_Scalar", variant="float")
+def pow_float_number(self: TFloat, exponent: float) -> TFloat:
+    """x ** number. Eager's float32/float64/bfloat16 kernel computes x ** 0.5 as sqrt(x) and x ** -0.5 as
+    1 / sqrt(x), which differ from pow at -inf (NaN, where pow gives inf and 0) and -0.0 (-0.0 and -inf, where pow
+    gives 0 and inf); its float16 kernel calls pow."""
+    if float(exponent) in (0.5, -0.5) and self.dtype != ir.DataType.FLOAT16:
+        root = op.Sqrt(_in_float32(self))
+        return _back(root if float(exponent) > 0 else op.Reciprocal(root), self)
+    return op.Pow(self, _const(float(exponent), self))
+
+
 @lowering("aten::pow.Tensor_Tensor", "aten::pow.Tensor_Scalar")
 def pow_integer(self: TInt, exponent: TInt) -> TInt:
     """Integer powers by squaring, wrapping on overflow like eager (int8 3 ** 100 is -47); eager's results for
