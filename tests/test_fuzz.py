@@ -148,6 +148,10 @@ FIXED_SILENT_MISMATCHES = {
     # seed 11665: eager computes x ** 0.5 as sqrt and x ** -0.5 as rsqrt (NaN at -inf, where Pow gives inf and 0)
     "pow_half_at_minus_inf": _program([torch.tensor([-math.inf, 4.0], dtype=torch.bfloat16)], "torch.pow({0}, 0.5)"),
     "pow_minus_half_at_minus_inf": _program([torch.tensor([-math.inf, 4.0])], "torch.pow({0}, -0.5)"),
+    # seed 12201: eager's cumsum starts from +0.0, so a leading -0.0 gives +0.0 (atan2 then gave pi where eager 0)
+    "cumsum_leading_minus_zero": _program(
+        [torch.tensor([-0.0, -0.0, 1.0])], "torch.atan2(torch.zeros(3), torch.cumsum({0}, 0))"
+    ),
     "cumsum_float32_in_float64": _program(
         [torch.tensor([[3e38, 1.0], [3e38, 2.0], [-3e38, 3.0]])], "torch.cumsum({0}, 0)"
     ),

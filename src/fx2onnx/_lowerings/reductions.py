@@ -332,7 +332,11 @@ def cumsum_float(self: TFloat, dim: int, dtype: int | None = None) -> TFloat:
         return op.Identity(x)
     result_dtype = x.dtype
     wide = op.Cast(x, to=_FLOAT_ACCUMULATOR[result_dtype]) if result_dtype in _FLOAT_ACCUMULATOR else x
-    summed = op.CumSum(wide, op.Constant(value=ir.tensor(dim % len(self.shape), dtype=ir.DataType.INT64)))
+    # Eager's running sum starts from +0.0, so a leading -0.0 gives +0.0; ONNX's CumSum starts from the first element.
+    # The exclusive CumSum starts from +0.0 and adding each element then sums in eager's order. (x + 0.0 would do
+    # too, but the optimizer folds it away.)
+    axis = op.Constant(value=ir.tensor(dim % len(self.shape), dtype=ir.DataType.INT64))
+    summed = op.Add(op.CumSum(wide, axis, exclusive=1), wide)
     return op.Cast(summed, to=result_dtype) if result_dtype in _FLOAT_ACCUMULATOR else summed
 
 
