@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -122,16 +123,22 @@ def _identity(op: Any, x: ir.Value, **_: Any) -> ir.Value:
 
 
 def _scalar_is(value: float) -> Any:
+    """A scalar constant equal to `value`, and for a zero, of its sign: x + -0.0 and x - +0.0 are no-ops, while
+    x + +0.0 and x - -0.0 turn a -0.0 into +0.0 (as eager does: a sum starts from +0.0)."""
+
     def condition(context: Any, x: ir.Value, c: ir.Value, **_: Any) -> bool:
         constant = c.const_value
-        return constant is not None and constant.shape == () and float(constant.numpy()) == value
+        if constant is None or constant.shape != ():
+            return False
+        number = float(constant.numpy())
+        return number == value and (value != 0 or math.copysign(1.0, number) == math.copysign(1.0, value))
 
     return condition
 
 
 _EXACT_NO_OP_RULES = [
-    pattern.RewriteRule(lambda op, x, c: op.Add(x, c), _identity, _scalar_is(0.0), name="AddExactZero"),
-    pattern.RewriteRule(lambda op, x, c: op.Add(c, x), _identity, _scalar_is(0.0), name="ExactZeroAdd"),
+    pattern.RewriteRule(lambda op, x, c: op.Add(x, c), _identity, _scalar_is(-0.0), name="AddExactZero"),
+    pattern.RewriteRule(lambda op, x, c: op.Add(c, x), _identity, _scalar_is(-0.0), name="ExactZeroAdd"),
     pattern.RewriteRule(lambda op, x, c: op.Sub(x, c), _identity, _scalar_is(0.0), name="SubExactZero"),
     pattern.RewriteRule(lambda op, x, c: op.Mul(x, c), _identity, _scalar_is(1.0), name="MulExactOne"),
     pattern.RewriteRule(lambda op, x, c: op.Mul(c, x), _identity, _scalar_is(1.0), name="ExactOneMul"),

@@ -80,6 +80,14 @@ TReal = TypeVar("TReal", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, IN
 _LOW_PRECISION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 
 
+def _positive_zero(x: TFloat) -> TFloat:
+    """x with -0.0 made +0.0 (what eager's x + 0.0 gives). Not Add(x, 0.0): ONNX Runtime's NoopElimination removes
+    it (and Sub(x, -0.0)) as a no-op, which it is not for -0.0 (docs/ort-defects.md). +0.0 is Where's first branch,
+    which ONNX Runtime's Where returns as +0.0."""
+    zero = _const(0.0, x)
+    return op.Where(op.Equal(x, zero), zero, x)
+
+
 def _negative_or_negative_zero(x: TFloat) -> BOOL:
     zero = _const(0.0, x)
     return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Reciprocal(x), zero)))

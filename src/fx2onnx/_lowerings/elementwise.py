@@ -39,7 +39,6 @@ from fx2onnx._lowerings.builders import (
     _in_float32,
     _int_const,
     _is_float,
-    _negative_or_negative_zero,
     _p_norm,
     _scaled_sum,
     _wide,
@@ -254,8 +253,13 @@ def _floor_divide_float(a: TFloat, b: TFloat) -> TFloat:
     divided = op.Where(wrong_side, op.Sub(divided, one), divided)
     floored = op.Floor(divided)
     floored = op.Where(op.Greater(op.Sub(divided, floored), _const(0.5, a)), op.Add(floored, one), floored)
-    signed_zero = op.Where(_negative_or_negative_zero(quotient), _const(-0.0, a), zero)
-    floored = op.Where(op.Equal(divided, zero), signed_zero, floored)
+    # A zero quotient takes a / b's sign (0.0 // -inf is -0.0, eager's copysign(0, a / b)); floored is a zero of
+    # b's sign there (+0.0 / b), negated where the two differ. A product by -1, not a Where picking a -0.0: ONNX
+    # Runtime's Where turns a -0.0 from its first branch into +0.0 and its NotWhereFusion swaps the branches of a
+    # Where(Not(c), ...) (docs/ort-defects.md).
+    negative = _const(-1.0, a)
+    sign_differs = op.Xor(op.Less(op.Reciprocal(floored), zero), op.Less(op.Reciprocal(quotient), zero))
+    floored = op.Mul(floored, op.Where(op.And(op.Equal(divided, zero), sign_differs), negative, one))
     return op.Where(op.Equal(b, zero), quotient, floored)
 
 

@@ -25,6 +25,7 @@ from fx2onnx._lowerings.builders import (
     _flat,
     _in_float32,
     _negative_or_negative_zero,
+    _positive_zero,
     _widened,
 )
 from fx2onnx._lowerings.kernels import double
@@ -138,10 +139,20 @@ def masked_select(self: TReal, mask: BOOL) -> TReal:
 
 @lowering("aten::copysign.Tensor")
 def copysign(self: TFloat, other: TFloat) -> TFloat:
-    """|self| with the sign bit of `other`, -0.0 included (torchlib's Less(other, 0) misses it). copysign(-0.0, -1)
-    still gives +0.0: ONNX Runtime's Abs(-0.0) is -0.0 (and a -0.0 constant is folded into +0.0)."""
-    magnitude = op.Abs(self)
-    return op.Where(op.Not(_negative_or_negative_zero(other)), magnitude, op.Neg(magnitude))
+    """|self| with the sign bit of `other`, -0.0 included (torchlib's Less(other, 0) misses it). The magnitude's
+    zero is made +0.0 (ONNX Runtime's Abs(-0.0) is -0.0), then multiplied by -1 where `other`'s sign bit is set: a
+    product, not a Where picking Neg(magnitude), since ONNX Runtime's Where turns a -0.0 from its first branch into
+    +0.0 (docs/ort-defects.md). A NaN's sign bit is not visible in ONNX: copysign(x, NaN) is |x|."""
+    magnitude = _positive_zero(op.Abs(self))
+    sign = op.Where(_negative_or_negative_zero(other), _const(-1.0, self), _const(1.0, self))
+    return op.Mul(magnitude, sign)
+
+
+@lowering("aten::copysign.Scalar")
+def copysign_scalar(self: TFloat, other: float) -> TFloat:
+    """copysign(x, number): the number's sign bit is known at export (torch's decomposition needs
+    prims::scalar_tensor)."""
+    return op.Mul(_positive_zero(op.Abs(self)), _const(math.copysign(1.0, float(other)), self))
 
 
 # --- searching sorted boundaries -------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from fx2onnx._lowerings.builders import (
     _int_const,
     _is_float,
     _p_norm,
+    _positive_zero,
     _wide,
     log1p,
 )
@@ -659,6 +660,41 @@ def cumprod_integer(ctx: LoweringContext, self: TAccumulable, dim: int, dtype: i
     return _cast(_running_product(ctx, value, axis, value.shape[axis]), result_dtype)
 
 
+# Eager sums floats from a +0.0 accumulator: a sum (or running sum) of -0.0s is +0.0, where ONNX Runtime's
+# ReduceSum/CumSum add the values themselves (-0.0).
+def _from_positive_zero(summed: TFloat) -> TFloat:
+    return _positive_zero(summed) if _is_float(summed) else summed
+
+
+def _float_sum(self: TFloat, dims: Sequence[int], keepdim: bool, dtype: int | None) -> TFloat:
+    x = _cast(self, ir.DataType(dtype)) if dtype is not None else self
+    if len(x.shape) == 0:
+        return _from_positive_zero(x)
+    axes = op.Constant(value_ints=list(dims)) if dims else None
+    return _from_positive_zero(op.ReduceSum(x, axes, keepdims=keepdim))
+
+
+@lowering("aten::sum", variant="float")
+def sum_float(self: TFloat, dtype: int | None = None) -> TFloat:
+    return _float_sum(self, [], False, dtype)
+
+
+@lowering("aten::sum.dim_IntList", variant="float")
+def sum_dim_float(
+    self: TFloat, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
+) -> TFloat:
+    return _float_sum(self, list(dim or []), keepdim, dtype)
+
+
+@lowering("aten::cumsum", variant="float")
+def cumsum_float(self: TFloat, dim: int, dtype: int | None = None) -> TFloat:
+    x = _cast(self, ir.DataType(dtype)) if dtype is not None else self
+    if len(x.shape) == 0:
+        return _from_positive_zero(x)
+    axis = op.Constant(value=ir.tensor(dim % len(x.shape), dtype=ir.DataType.INT64))
+    return _from_positive_zero(op.CumSum(x, axis))
+
+
 @lowering("aten::unique_consecutive")
 def unique_consecutive(
     self: TReal, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
@@ -713,9 +749,51 @@ def unique2(
 # torch decomposes var/std(_mean).correction to prims::var, whose torchlib lowering divides by N - correction
 # even when that is <= 0 and takes ReduceMean of empty tensors; eager divides sum((x - mean)^2) by
 # max(0, N - correction), so an empty or one-element reduction gives NaN or inf exactly as IEEE does.
+# Eager computes a variance two ways (ReduceOps.cpp, std_var_out). A float32/float64 reduction to one element
+# (std_var_all_cpu): the mean in the dtype (sum(x) / n, which overflows near the dtype's max), then the squared
+# deviations summed in float64, the root taken there, and the result rounded once. Any other (and float16/bfloat16):
+# Welford's running mean, which never sums the values, so values near the max give a finite variance (0.0 for equal
+# values). For the latter the values are divided by a power of two near their largest magnitude first (exact: only
+# exponents change) and the results multiplied back.
+_MIN_MAX_EXPONENT = {ir.DataType.FLOAT: (-126.0, 127.0), ir.DataType.DOUBLE: (-1022.0, 1023.0)}
+
+
+def _power_of_two_scale(x: TFloat, axes: INT64 | None) -> TFloat:
+    """2**floor(log2(max |x|)) over `axes` (kept), clipped to the normal exponents; 1 where the largest magnitude is
+    0, infinite, NaN or absent (an empty reduction). The rounding of Log may make it a power too low or too high:
+    any power of two scales exactly."""
+    largest = op.ReduceMax(op.Abs(x), axes, keepdims=True)
+    one = _const(1.0, x)
+    usable = op.And(op.Greater(largest, _const(0.0, x)), op.Not(op.IsInf(largest)))
+    low, high = _MIN_MAX_EXPONENT[x.dtype]
+    exponent = op.Floor(op.Div(op.Log(op.Where(usable, largest, one)), _const(math.log(2.0), x)))
+    exponent = op.Clip(exponent, _const(low, x), _const(high, x))
+    return op.Where(usable, op.Pow(_const(2.0, x), exponent), one)
+
+
+def _dropped(value: TFloat, axes: INT64 | None) -> TFloat:
+    """A keepdims reduction's result without its reduced axes (all of them when `axes` is None)."""
+    return op.Squeeze(value, axes) if axes is not None else op.Reshape(value, op.Constant(value_ints=[]))
+
+
+def _reduces_to_one_element(shape: ir.Shape, dims: list[int]) -> bool:
+    """Statically known to reduce to a single element (the kept dims' sizes multiply to 1)."""
+    rank = len(shape)
+    reduced = {d % rank for d in dims} if dims else set(builtins.range(rank))
+    kept = [shape[a] for a in builtins.range(rank) if a not in reduced]
+    return all(isinstance(size, int) for size in kept) and math.prod(kept) == 1
+
+
 def _variance_and_mean(
-    self: TFloat, dim: Sequence[int] | int | None, correction: float | None, keepdim: bool
+    self: TFloat,
+    dim: Sequence[int] | int | None,
+    correction: float | None,
+    keepdim: bool,
+    root: bool = False,
+    with_mean: bool = False,
 ) -> tuple[TFloat, TFloat]:
+    """The variance (its square root with `root`) and the mean, in the compute dtype (float32 for float16/bfloat16;
+    the caller rounds back). var_mean/std_mean (`with_mean`) always take Welford's way in eager."""
     x = _in_float32(self)
     rank = len(self.shape)
     dims = [dim] if isinstance(dim, int) else list(dim or [])
@@ -726,17 +804,43 @@ def _variance_and_mean(
         axes = op.Constant(value_ints=dims)
         count = op.ReduceProd(op.Gather(op.Shape(x), axes, axis=0), keepdims=False)
     count = op.CastLike(count, x)
-    total = op.ReduceSum(x, axes, keepdims=True) if rank else x
-    mean = op.Div(total, count)
-    centered = op.Sub(x, mean)
+    two_pass = rank > 0 and not with_mean and self.dtype in _MIN_MAX_EXPONENT
+    two_pass = two_pass and _reduces_to_one_element(self.shape, dims)
+    scale = _power_of_two_scale(x, axes) if rank and not two_pass else None
+    scaled = op.Div(x, scale) if scale is not None else x
+    if scale is None:
+        total = op.ReduceSum(scaled, axes, keepdims=True) if rank else scaled
+        mean = op.Div(total, count)
+    else:  # the mean as the largest value plus the mean offset from it: exact for equal values, as Welford's
+        pivot = op.ReduceMax(scaled, axes, keepdims=True)
+        mean = op.Add(pivot, op.Div(op.ReduceSum(op.Sub(scaled, pivot), axes, keepdims=True), count))
+    if two_pass:  # the deviations from the dtype's mean, in float64
+        scaled, centered_mean, count = (_cast(v, ir.DataType.DOUBLE) for v in (x, mean, count))
+    else:
+        centered_mean = mean
+    centered = op.Sub(scaled, centered_mean)
     squares = op.Mul(centered, centered)
     squares_sum = op.ReduceSum(squares, axes, keepdims=keepdim) if rank else squares
-    zero = op.CastLike(0.0, x)
-    divisor = op.Max(op.Sub(count, op.CastLike(1.0 if correction is None else correction, x)), zero)
-    variance = op.Div(squares_sum, divisor)
+    zero = op.CastLike(0.0, count)
+    divisor = op.Max(op.Sub(count, op.CastLike(1.0 if correction is None else correction, count)), zero)
+    if scale is None:
+        variance = op.Div(squares_sum, divisor)
+        variance = op.Sqrt(variance) if root else variance
+    else:
+        mean = op.Mul(mean, scale)
+        kept_scale = scale if keepdim else _dropped(scale, axes)
+        if x.dtype == ir.DataType.DOUBLE:  # eager's float64 sum of squared deviations is inf once it overflows
+            variance = op.Div(op.Mul(op.Mul(squares_sum, kept_scale), kept_scale), divisor)
+            variance = op.Sqrt(variance) if root else variance
+        else:  # eager accumulates float32 in float64: only the variance (or its root) itself overflows
+            variance = op.Div(squares_sum, divisor)
+            if root:
+                variance = op.Mul(op.Sqrt(variance), kept_scale)
+            else:
+                variance = op.Mul(op.Mul(variance, kept_scale), kept_scale)
     if rank and not keepdim:
-        mean = op.Squeeze(mean, axes) if axes is not None else op.Reshape(mean, op.Constant(value_ints=[]))
-    return variance, mean
+        mean = _dropped(mean, axes)
+    return _cast(variance, x.dtype), mean
 
 
 @lowering("aten::var.correction")
@@ -751,15 +855,15 @@ def var_correction(
 def std_correction(
     self: TFloat, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
 ) -> TFloat:
-    variance, _ = _variance_and_mean(self, dim, correction, keepdim)
-    return _back(op.Sqrt(variance), self)
+    deviation, _ = _variance_and_mean(self, dim, correction, keepdim, root=True)
+    return _back(deviation, self)
 
 
 @lowering("aten::var_mean.correction")
 def var_mean_correction(
     self: TFloat, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
 ) -> tuple[TFloat, TFloat]:
-    variance, mean = _variance_and_mean(self, dim, correction, keepdim)
+    variance, mean = _variance_and_mean(self, dim, correction, keepdim, with_mean=True)
     return _back(variance, self), _back(mean, self)
 
 
@@ -767,8 +871,8 @@ def var_mean_correction(
 def std_mean_correction(
     self: TFloat, dim: Sequence[int] | None = None, correction: float | None = None, keepdim: bool = False
 ) -> tuple[TFloat, TFloat]:
-    variance, mean = _variance_and_mean(self, dim, correction, keepdim)
-    return _back(op.Sqrt(variance), self), _back(mean, self)
+    deviation, mean = _variance_and_mean(self, dim, correction, keepdim, root=True, with_mean=True)
+    return _back(deviation, self), _back(mean, self)
 
 
 # --- segment reductions -------------------------------------------------------------------------------------------
