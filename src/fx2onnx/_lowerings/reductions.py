@@ -325,22 +325,6 @@ def cumprod(self: TReal, dim: int, dtype: int | None = None) -> TReal:
     return op.Cast(product, to=result_dtype) if result_dtype in _FLOAT_ACCUMULATOR else product
 
 
-@lowering("aten::cumsum", variant="float")
-def cumsum_float(self: TFloat, dim: int, dtype: int | None = None) -> TFloat:
-    """Running sum, accumulated as eager's (`dtype`, when given, is applied first)."""
-    x = op.Cast(self, to=dtype) if dtype is not None else self
-    if len(self.shape) == 0:
-        return op.Identity(x)
-    result_dtype = x.dtype
-    wide = op.Cast(x, to=_FLOAT_ACCUMULATOR[result_dtype]) if result_dtype in _FLOAT_ACCUMULATOR else x
-    # Eager's running sum starts from +0.0, so a leading -0.0 gives +0.0; ONNX's CumSum starts from the first element.
-    # The exclusive CumSum starts from +0.0 and adding each element then sums in eager's order. (x + 0.0 would do
-    # too, but the optimizer folds it away.)
-    axis = op.Constant(value=ir.tensor(dim % len(self.shape), dtype=ir.DataType.INT64))
-    summed = op.Add(op.CumSum(wide, axis, exclusive=1), wide)
-    return op.Cast(summed, to=result_dtype) if result_dtype in _FLOAT_ACCUMULATOR else summed
-
-
 # --- means: NaN over nothing ---------------------------------------------------------------------------------
 def _mean(self: TFloat, dims: Sequence[int] | None, keepdim: bool, dtype: int | None) -> TFloat:
     """ReduceMean, NaN where it reduced no element (ONNX Runtime gives 0): a non-empty input has no empty
@@ -688,11 +672,14 @@ def sum_dim_float(
 
 @lowering("aten::cumsum", variant="float")
 def cumsum_float(self: TFloat, dim: int, dtype: int | None = None) -> TFloat:
+    """Running sum (`dtype`, when given, is applied first), accumulated as eager's: from +0.0, float32 in float64 and
+    float16/bfloat16 in float32 (_FLOAT_ACCUMULATOR)."""
     x = _cast(self, ir.DataType(dtype)) if dtype is not None else self
     if len(x.shape) == 0:
         return _from_positive_zero(x)
+    wide = _cast(x, _FLOAT_ACCUMULATOR.get(x.dtype, x.dtype))
     axis = op.Constant(value=ir.tensor(dim % len(x.shape), dtype=ir.DataType.INT64))
-    return _from_positive_zero(op.CumSum(x, axis))
+    return _cast(_from_positive_zero(op.CumSum(wide, axis)), x.dtype)
 
 
 @lowering("aten::unique_consecutive")
