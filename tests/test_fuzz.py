@@ -152,6 +152,11 @@ FIXED_SILENT_MISMATCHES = {
     "cumsum_leading_minus_zero": _program(
         [torch.tensor([-0.0, -0.0, 1.0])], "torch.atan2(torch.zeros(3), torch.cumsum({0}, 0))"
     ),
+    # seed 13274: ONNX's Clip without a max clips +inf to the dtype's largest value (eager: inf)
+    "clamp_min_of_inf": _program(
+        [torch.tensor([math.inf, -math.inf, 0.5], dtype=torch.float64)], "torch.clamp({0}, min=1)"
+    ),
+    "clamp_max_of_minus_inf": _program([torch.tensor([math.inf, -math.inf, 0.5])], "torch.clamp({0}, max=-0.5)"),
     "cumsum_float32_in_float64": _program(
         [torch.tensor([[3e38, 1.0], [3e38, 2.0], [-3e38, 3.0]])], "torch.cumsum({0}, 0)"
     ),
