@@ -320,7 +320,10 @@ def cumprod(self: TReal, dim: int, dtype: int | None = None) -> TReal:
     if result_dtype in _FLOAT_ACCUMULATOR:
         x = op.Cast(x, to=_FLOAT_ACCUMULATOR[result_dtype])
     axis, _, x_j, mask, _ = _prefix_layout(x, dim)
-    factors = op.Where(mask, x_j, op.CastLike(1, x))
+    # x_j is Where's second branch, so that a -0.0 stays -0.0: ONNX Runtime's Where turns a -0.0 of its first branch
+    # into +0.0, and its NotWhereFusion swaps the branches of a Where(Not(c), ...) (docs/ort-defects.md).
+    outside = op.Equal(mask, op.Constant(value=ir.tensor(False)))
+    factors = op.Where(outside, op.CastLike(1, x), x_j)
     product = op.ReduceProd(factors, op.Constant(value_ints=[axis + 1]), keepdims=False)
     return op.Cast(product, to=result_dtype) if result_dtype in _FLOAT_ACCUMULATOR else product
 
