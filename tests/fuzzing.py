@@ -14,7 +14,10 @@ at a rounding boundary (floor, comparisons, casts to integers, remainder): a las
 defect. Inputs are small exact numbers, with NaN, +-inf, -0.0 and the dtype's extremes now and then.
 
 Run ``python -m tests.fuzzing --programs 2000 --seed 0`` for counts per class and cause, with each finding's
-seed and minimized program.
+seed and minimized program. ``--jobs N`` judges in N worker processes (a program depends on its seed only, so the
+results do not depend on N), ``--jsonl PATH`` writes every finding as it arrives (seed, kind, cause, minimized
+program, detail), ``--summarize PATH...`` groups such files' findings by cause, ``--seeds-from PATH...`` reruns
+their seeds.
 """
 
 from __future__ import annotations
@@ -23,14 +26,18 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import json
 import math
+import multiprocessing
 import random
 import re
 import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import torch
@@ -559,9 +566,17 @@ class Outcome:
     @property
     def signature(self) -> str:
         """The cause, without the numbers that vary between programs (for grouping)."""
-        first = self.detail.strip().splitlines()[0] if self.detail.strip() else ""
-        first = re.sub(r"<fuzz program \d+>", "<program>", first)
-        return f"{self.kind}: {re.sub(r'[0-9]+', 'N', first)[:160]}"
+        return f"{self.kind}: {_error_cause(self.detail)}"
+
+
+def _error_cause(detail: str) -> str:
+    """An error's first line without its numbers, and the overload it names (a legalization error's first line
+    is the same for every op)."""
+    first = detail.strip().splitlines()[0] if detail.strip() else ""
+    first = re.sub(r"<fuzz program \d+>", "<program>", first)
+    text = re.sub(r"[0-9]+", "N", first)[:160]
+    overload = re.search(r"overload: (\S+)", detail)
+    return f"{text} [{overload.group(1)}]" if overload else text
 
 
 def _quietly(function: Callable[[], Any]) -> Any:
@@ -710,6 +725,17 @@ class Finding:
             f"{self.program.source()}\n"
         )
 
+    def record(self) -> dict[str, Any]:
+        """The finding as one JSON object (a line of --jsonl's file)."""
+        return {
+            "seed": self.seed,
+            "kind": self.outcome.kind,
+            "cause": cause(self.program, self.outcome),
+            "ops": [step.op for step in self.program.steps],
+            "program": self.program.source(),
+            "detail": self.outcome.detail.strip()[:4000],
+        }
+
 
 def fuzz_one(seed: int, *, minimize: bool = True) -> Finding | None:
     program = draw_program(seed)
@@ -721,38 +747,160 @@ def fuzz_one(seed: int, *, minimize: bool = True) -> Finding | None:
     return Finding(seed, outcome, program)
 
 
+def run_seed(seed: int, minimize: bool = True) -> dict[str, Any]:
+    """One program, judged (and its finding shrunk): a finding's record, or {"seed", "kind": "ok"}."""
+    started = time.monotonic()
+    finding = fuzz_one(seed, minimize=minimize)
+    record = {"seed": seed, "kind": OK} if finding is None else finding.record()
+    record["seconds"] = round(time.monotonic() - started, 3)
+    return record
+
+
+# A worker process is replaced after this many programs (torch.export and ONNX Runtime keep caches that grow).
+PROGRAMS_PER_WORKER = 400
+
+
+def _crash_record(seed: int) -> dict[str, Any]:
+    detail = "the worker process died running this program (a crash in torch, the exporter or ONNX Runtime)"
+    return {
+        "seed": seed,
+        "kind": RUN_ERROR,
+        "cause": f"{RUN_ERROR}: worker process died",
+        "ops": [],
+        "program": "",
+        "detail": detail,
+        "seconds": 0.0,
+    }
+
+
+def _run_isolated(seed: int, minimize: bool, context: multiprocessing.context.BaseContext) -> dict[str, Any]:
+    """A seed in a process of its own: its record, or a run error if the process dies."""
+    with ProcessPoolExecutor(1, mp_context=context) as executor:
+        try:
+            return executor.submit(run_seed, seed, minimize).result()
+        except BrokenProcessPool:
+            return _crash_record(seed)
+
+
+def run_seeds(seeds: Sequence[int], *, jobs: int = 1, minimize: bool = True) -> Iterator[dict[str, Any]]:
+    """Each seed's record (run_seed), in `jobs` worker processes, in the order they complete.
+
+    A program is drawn and judged from its seed alone, so the records do not depend on `jobs`. A worker that dies
+    (a crash in native code) takes the programs in flight with it: those are rerun one per process, and the one
+    that kills its process is reported as a run error."""
+    if jobs <= 1:
+        for seed in seeds:
+            yield run_seed(seed, minimize)
+        return
+    context = multiprocessing.get_context("spawn")
+
+    def new_executor() -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(jobs, mp_context=context, max_tasks_per_child=PROGRAMS_PER_WORKER)
+
+    remaining = iter(seeds)
+    in_flight: dict[Future[dict[str, Any]], int] = {}
+    executor = new_executor()
+    try:
+        while True:
+            for seed in remaining:
+                in_flight[executor.submit(run_seed, seed, minimize)] = seed
+                if len(in_flight) >= 2 * jobs:  # a few queued ahead, so that no worker waits
+                    break
+            if not in_flight:
+                return
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            lost = []
+            for future in done:
+                seed = in_flight.pop(future)
+                try:
+                    yield future.result()
+                except BrokenProcessPool:
+                    lost.append(seed)
+            if lost:
+                lost += in_flight.values()
+                in_flight.clear()
+                executor.shutdown(wait=True, cancel_futures=True)
+                for seed in sorted(lost):
+                    yield _run_isolated(seed, minimize, context)
+                executor = new_executor()
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+def summary(records: Sequence[dict[str, Any]], programs: int | None = None) -> str:
+    """Counts per class and the findings grouped by cause (most frequent first), with their seeds."""
+    counts = Counter(record["kind"] for record in records)
+    if programs is not None:
+        counts[OK] = programs - sum(counts[kind] for kind in CLASSES[1:])
+    lines = [f"  {kind}: {counts[kind]}" for kind in CLASSES]
+    by_cause: dict[str, list[int]] = {}
+    for record in sorted(records, key=lambda r: r["seed"]):
+        if record["kind"] != OK:
+            key = (
+                record["cause"] if record["kind"] == MISMATCH else f"{record['kind']}: {_error_cause(record['detail'])}"
+            )
+            by_cause.setdefault(key, []).append(record["seed"])
+    lines.append(f"per cause ({len(by_cause)}):")
+    for key, seeds in sorted(by_cause.items(), key=lambda item: (-len(item[1]), item[0])):
+        shown = ", ".join(map(str, seeds[:12])) + (", ..." if len(seeds) > 12 else "")
+        lines.append(f"  {len(seeds):5d}  {key}  seeds {shown}")
+    return "\n".join(lines)
+
+
+def read_records(paths: Sequence[str]) -> list[dict[str, Any]]:
+    records = []
+    for path in paths:
+        with open(path) as file:
+            records += [json.loads(line) for line in file if line.strip()]
+    return records
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzzing", description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0, help="the first program's seed (then seed+1, ...)")
+    parser.add_argument("--seeds-from", nargs="+", metavar="JSONL", help="rerun the seeds of these findings files")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (the results do not depend on it)")
+    parser.add_argument("--jsonl", metavar="PATH", help="write every finding to PATH, one JSON object a line")
+    parser.add_argument("--summarize", nargs="+", metavar="JSONL", help="only print the summary of findings files")
     parser.add_argument("--no-shrink", action="store_true", help="report findings as drawn, not minimized")
     parser.add_argument("--progress", type=int, default=50, help="print counts every N programs")
     options = parser.parse_args(argv)
+    if options.summarize:
+        print(summary(read_records(options.summarize)))
+        return 0
+    if options.seeds_from:
+        seeds = sorted({record["seed"] for record in read_records(options.seeds_from)})
+        described = f"{len(seeds)} seeds from {', '.join(options.seeds_from)}"
+    else:
+        seeds = list(range(options.seed, options.seed + options.programs))
+        described = f"seeds {options.seed}..{options.seed + options.programs - 1}"
+    output = open(options.jsonl, "w") if options.jsonl else None  # noqa: SIM115 (written as findings arrive)
     counts: Counter[str] = Counter()
-    causes: Counter[str] = Counter()
-    seeds_by_cause: dict[str, list[int]] = {}
+    findings: list[dict[str, Any]] = []
     started = time.monotonic()
-    for n, seed in enumerate(range(options.seed, options.seed + options.programs), 1):
-        finding = fuzz_one(seed, minimize=not options.no_shrink)
-        if finding is None:
-            counts[OK] += 1
-        else:
-            counts[finding.outcome.kind] += 1
-            key = cause(finding.program, finding.outcome)
-            causes[key] += 1
-            seeds_by_cause.setdefault(key, []).append(seed)
-            print(finding.report(), flush=True)
-        if n % options.progress == 0 or n == options.programs:
-            rate = n / (time.monotonic() - started)
-            summary = ", ".join(f"{kind} {counts[kind]}" for kind in CLASSES)
-            print(f"[{n}/{options.programs} programs, {rate:.2f}/s] {summary}", file=sys.stderr, flush=True)
-    print(f"\n{options.programs} programs (seeds {options.seed}..{options.seed + options.programs - 1}):")
-    for kind in CLASSES:
-        print(f"  {kind}: {counts[kind]}")
-    print("per cause:")
-    for key, count in causes.most_common():
-        print(f"  {count:5d}  {key}  seeds {seeds_by_cause[key][:10]}")
-    return 0 if counts[OK] == options.programs else 1
+    try:
+        for n, record in enumerate(run_seeds(seeds, jobs=options.jobs, minimize=not options.no_shrink), 1):
+            counts[record["kind"]] += 1
+            if record["kind"] != OK:
+                findings.append(record)
+                print(
+                    f"--- seed {record['seed']}: {record['cause']}\n{record['detail'][:600]}\n{record['program']}\n",
+                    flush=True,
+                )
+                if output is not None:
+                    output.write(json.dumps(record) + "\n")
+                    output.flush()
+            if n % options.progress == 0 or n == len(seeds):
+                rate = n / (time.monotonic() - started)
+                progress = ", ".join(f"{kind} {counts[kind]}" for kind in CLASSES)
+                print(f"[{n}/{len(seeds)} programs, {rate:.2f}/s] {progress}", file=sys.stderr, flush=True)
+    finally:
+        if output is not None:
+            output.close()
+    print(f"\n{len(seeds)} programs ({described}):")
+    print(summary(findings, programs=len(seeds)))
+    return 0 if counts[OK] == len(seeds) else 1
 
 
 if __name__ == "__main__":

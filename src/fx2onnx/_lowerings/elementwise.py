@@ -790,6 +790,27 @@ def _integer_power(base: TInt, exponent: TInt | int, dtype: ir.DataType) -> TInt
     return _cast(result, dtype)
 
 
+@lowering("aten::clamp", variant="float")
+def clamp_float(self: TFloat, min: float | None = None, max: float | None = None) -> TFloat:
+    """Clip with both bounds: ONNX's Clip without `max` clips to the dtype's largest finite value (the spec's
+    default), so clamp(inf, min=1) gave 3.4e38 (1.8e308 in float64) where eager gives inf; likewise -inf without
+    `min`. A missing bound is an infinite one."""
+    low = _const(-math.inf if min is None else float(min), self)
+    high = _const(math.inf if max is None else float(max), self)
+    return op.Clip(self, low, high)
+
+
+@lowering("aten::pow.Tensor_Scalar", variant="float")
+def pow_float_number(self: TFloat, exponent: float) -> TFloat:
+    """x ** number. Eager's float32/float64/bfloat16 kernel computes x ** 0.5 as sqrt(x) and x ** -0.5 as
+    1 / sqrt(x), which differ from pow at -inf (NaN, where pow gives inf and 0) and -0.0 (-0.0 and -inf, where pow
+    gives 0 and inf); its float16 kernel calls pow."""
+    if float(exponent) in (0.5, -0.5) and self.dtype != ir.DataType.FLOAT16:
+        root = op.Sqrt(_in_float32(self))
+        return _back(root if float(exponent) > 0 else op.Reciprocal(root), self)
+    return op.Pow(self, _const(float(exponent), self))
+
+
 @lowering("aten::pow.Tensor_Tensor", "aten::pow.Tensor_Scalar")
 def pow_integer(self: TInt, exponent: TInt) -> TInt:
     """Integer powers by squaring, wrapping on overflow like eager (int8 3 ** 100 is -47); eager's results for

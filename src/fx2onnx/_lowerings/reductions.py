@@ -227,15 +227,18 @@ def argmin(self: TReal, dim: int | None = None, keepdim: bool = False) -> INT64:
 
 
 def _truth(self: TReal, dim: Sequence[int] | int | None, keepdim: bool, every: bool) -> BOOL:
-    """all (every=True) / any over `dim` (all axes when None or empty): a min / max of 0/1 values."""
+    """all (every=True) / any over `dim` (all axes when None or empty): a min / max of 0/1 values. Bool, except
+    for uint8 input: eager's all/any of uint8 returns uint8 0/1."""
     truth = op.Cast(self, to=BOOL.dtype) if self.dtype != ir.DataType.BOOL else self
     if len(self.shape) == 0:
-        return op.Identity(truth)
-    # all(x) is not any(not x): a max of 0/1 values compared with 0, since ONNX Runtime's ReduceMax over an
-    # empty dim gives the lowest int32 (any() of nothing was True; eager: False, and all() of nothing True).
-    as_int = op.Cast(op.Not(truth) if every else truth, to=INT32.dtype)
-    found = op.Greater(op.ReduceMax(as_int, _axes(dim), keepdims=keepdim), op.Constant(value_int=0))
-    return op.Not(found) if every else found
+        result = op.Identity(truth)
+    else:
+        # all(x) is not any(not x): a max of 0/1 values compared with 0, since ONNX Runtime's ReduceMax over an
+        # empty dim gives the lowest int32 (any() of nothing was True; eager: False, and all() of nothing True).
+        as_int = op.Cast(op.Not(truth) if every else truth, to=INT32.dtype)
+        found = op.Greater(op.ReduceMax(as_int, _axes(dim), keepdims=keepdim), op.Constant(value_int=0))
+        result = op.Not(found) if every else found
+    return op.Cast(result, to=UINT8.dtype) if self.dtype == ir.DataType.UINT8 else result
 
 
 @lowering("aten::all")
@@ -334,17 +337,33 @@ def cummin(self: TReal, dim: int) -> tuple[TReal, INT64]:
     return _cumulative_extreme(self, dim, largest=False)
 
 
+# Eager's CPU cumsum/cumprod of floats accumulate in at::acc_type: float32 in float64, float16/bfloat16 in float32,
+# each output rounded once ([3e38, 3e38, -3e38].cumsum() is [3e38, inf, 3e38]; in float32 the last was NaN).
+_FLOAT_ACCUMULATOR = {
+    ir.DataType.FLOAT: ir.DataType.DOUBLE,
+    ir.DataType.FLOAT16: ir.DataType.FLOAT,
+    ir.DataType.BFLOAT16: ir.DataType.FLOAT,
+}
+
+
 @lowering("aten::cumprod")
 def cumprod(self: TReal, dim: int, dtype: int | None = None) -> TReal:
-    """Running product (`dtype`, when given, is applied first, as eager does)."""
+    """Running product (`dtype`, when given, is applied first, as eager does); floats accumulate as eager's."""
     x = op.Cast(self, to=dtype) if dtype is not None else self
     if len(self.shape) == 0:
         return op.Identity(x)
     if x.dtype == ir.DataType.BOOL:  # eager's product of bools is an integer; promotion gives it another type
         x = op.Cast(x, to=INT64.dtype)
+    result_dtype = x.dtype
+    if result_dtype in _FLOAT_ACCUMULATOR:
+        x = op.Cast(x, to=_FLOAT_ACCUMULATOR[result_dtype])
     axis, _, x_j, mask, _ = _prefix_layout(x, dim)
-    factors = op.Where(mask, x_j, op.CastLike(1, x))
-    return op.ReduceProd(factors, op.Constant(value_ints=[axis + 1]), keepdims=False)
+    # x_j is Where's second branch, so that a -0.0 stays -0.0: ONNX Runtime's Where turns a -0.0 of its first branch
+    # into +0.0, and its NotWhereFusion swaps the branches of a Where(Not(c), ...) (docs/ort-defects.md).
+    outside = op.Equal(mask, op.Constant(value=ir.tensor(False)))
+    factors = op.Where(outside, op.CastLike(1, x), x_j)
+    product = op.ReduceProd(factors, op.Constant(value_ints=[axis + 1]), keepdims=False)
+    return op.Cast(product, to=result_dtype) if result_dtype in _FLOAT_ACCUMULATOR else product
 
 
 # --- means: NaN over nothing ---------------------------------------------------------------------------------
@@ -645,7 +664,9 @@ def cumsum_integer(self: TAccumulable, dim: int, dtype: int | None = None) -> IN
     """Eager accumulates integers and bools in int64 (returned) unless `dtype` is given; ONNX Runtime's CumSum has
     int32/int64 kernels, which wrap like eager's."""
     result_dtype = ir.DataType(dtype) if dtype is not None else ir.DataType.INT64
-    value = _cast(_cast(self, result_dtype), _accumulator(result_dtype) or result_dtype)
+    if _accumulator(result_dtype) is None:  # a float dtype=: the float lowering, on the converted input
+        return cumsum_float.func(_cast(self, result_dtype), dim)
+    value = _cast(_cast(self, result_dtype), _accumulator(result_dtype))
     if len(value.shape) == 0:
         return _cast(value, result_dtype)
     summed = op.CumSum(value, op.Constant(value=ir.tensor(dim % len(value.shape), dtype=ir.DataType.INT64)))
@@ -692,11 +713,14 @@ def sum_dim_float(
 
 @lowering("aten::cumsum", variant="float")
 def cumsum_float(self: TFloat, dim: int, dtype: int | None = None) -> TFloat:
+    """Running sum (`dtype`, when given, is applied first), accumulated as eager's: from +0.0, float32 in float64 and
+    float16/bfloat16 in float32 (_FLOAT_ACCUMULATOR)."""
     x = _cast(self, ir.DataType(dtype)) if dtype is not None else self
     if len(x.shape) == 0:
         return _from_positive_zero(x)
+    wide = _cast(x, _FLOAT_ACCUMULATOR.get(x.dtype, x.dtype))
     axis = op.Constant(value=ir.tensor(dim % len(x.shape), dtype=ir.DataType.INT64))
-    return _from_positive_zero(op.CumSum(x, axis))
+    return _cast(_from_positive_zero(op.CumSum(wide, axis)), x.dtype)
 
 
 @lowering("aten::unique_consecutive")
