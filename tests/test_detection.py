@@ -214,7 +214,7 @@ def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 
 
 def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float) -> dict[str, Any]:
-    """Detections equal up to `atol`: the same count and labels, boxes/scores/masks within atol."""
+    """Detections equal: the same count and labels, boxes/scores/masks within atol + 1e-4 * |eager|."""
     leaves, spec = torch.utils._pytree.tree_flatten(eager)
     assert len(exported) == len(leaves), f"{len(exported)} outputs, eager has {len(leaves)}"
     (eager_detections,) = eager
@@ -227,9 +227,11 @@ def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float
         assert actual.dtype == expected.dtype, name
         assert actual.shape == expected.shape, f"{name}: {tuple(actual.shape)} != eager's {tuple(expected.shape)}"
         if expected.dtype.is_floating_point:
-            difference = (actual - expected).abs().max().item() if expected.numel() else 0.0
-            assert difference <= atol, f"{name}: max abs diff {difference}"
-            worst = max(worst, difference)
+            difference = (actual - expected).abs()
+            # float32 rounding through the network grows with the coordinates (boxes up to 320 px)
+            beyond = difference > atol + 1e-4 * expected.abs()
+            assert not beyond.any(), f"{name}: max abs diff {difference.max().item()}"
+            worst = max(worst, difference.max().item() if expected.numel() else 0.0)
         else:
             assert torch.equal(actual, expected), name
     return {"detections": len(eager_sorted["scores"]), "max_abs_diff": worst}
