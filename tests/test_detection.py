@@ -201,6 +201,12 @@ MODELS = {
 # Where the capture stops (issue 20): both paste or decode per detection in a Python loop whose sizes are
 # values (torchvision's own ONNX path for them is a TorchScript loop, taken only under torch.jit tracing).
 _OPEN = {
+    "retinanet": "exports (size-oblivious guards) and runs, but keeps 78 detections where eager keeps 79 on the "
+    "240x300 image: one candidate differs, not yet located (a near-threshold IoU in NMS, or the per-level top-k)",
+    "fcos": "exports and matches eager (190 detections on each image, boxes within 7.3e-4 px), but both images "
+    "give 190: the test's settings need another count on one image",
+    "ssdlite": "exports and keeps eager's detections and labels, but one box coordinate differs by 0.021 px "
+    "near 0 (beyond 1e-2 + 1e-4 * |eager|; its batch norms scaled from random images amplify float32 rounding)",
     "mask_rcnn": "size-oblivious capture stops in the mask head: IndexError, index 2 out of bounds for a dim of "
     "size Min(50, u9)//50 + 1 (a split of the detections whose count the strategy took at its bound elsewhere)",
     "keypoint_rcnn": "heatmaps_to_keypoints sizes each detection's heatmap resize by int(width.item()): "
@@ -214,7 +220,7 @@ def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 
 
 def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float) -> dict[str, Any]:
-    """Detections equal up to `atol`: the same count and labels, boxes/scores/masks within atol."""
+    """Detections equal: the same count and labels, boxes/scores/masks within atol + 1e-4 * |eager|."""
     leaves, spec = torch.utils._pytree.tree_flatten(eager)
     assert len(exported) == len(leaves), f"{len(exported)} outputs, eager has {len(leaves)}"
     (eager_detections,) = eager
@@ -227,9 +233,11 @@ def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float
         assert actual.dtype == expected.dtype, name
         assert actual.shape == expected.shape, f"{name}: {tuple(actual.shape)} != eager's {tuple(expected.shape)}"
         if expected.dtype.is_floating_point:
-            difference = (actual - expected).abs().max().item() if expected.numel() else 0.0
-            assert difference <= atol, f"{name}: max abs diff {difference}"
-            worst = max(worst, difference)
+            difference = (actual - expected).abs()
+            # float32 rounding through the network grows with the coordinates (boxes up to 320 px)
+            beyond = difference > atol + 1e-4 * expected.abs()
+            assert not beyond.any(), f"{name}: max abs diff {difference.max().item()}"
+            worst = max(worst, difference.max().item() if expected.numel() else 0.0)
         else:
             assert torch.equal(actual, expected), name
     return {"detections": len(eager_sorted["scores"]), "max_abs_diff": worst}
