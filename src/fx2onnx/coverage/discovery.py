@@ -55,8 +55,16 @@ class RecordingExtractor:
     def signatures(self) -> list[Signature]:
         """Every node's signature; ``dispatched`` holds the arguments after promotion where they differ."""
         found = []
+        # A node the FX passes erased keeps its `graph` (and loses its args): only the nodes still in
+        # their graph's node list reached the dispatcher.
+        live: dict[int, set[torch.fx.Node]] = {}
         for node, signature in self._eager:
-            if node.graph is None or node.target is None:  # the passes removed it
+            graph = node.graph
+            if graph is None or node.target is None:
+                continue
+            if id(graph) not in live:
+                live[id(graph)] = set(graph.nodes)
+            if node not in live[id(graph)]:
                 continue
             after = _node_arguments(node)
             if after is not None and after != signature["args"]:
