@@ -109,3 +109,32 @@ def test_grid_sample_3d_in_float64(mode: str, padding_mode: str) -> None:
         large(1, 2, 4, 5, 6),
         fine_grid(1, 3, 2, 4, 3),
     )
+
+
+# uint8 antialiased resizes: eager's fixed-point arithmetic, bit for bit (before: up to 1 off in a third of the
+# pixels, float arithmetic rounded once).
+UINT8_RESIZES = {
+    "bilinear-down": (lambda x: F.interpolate(x, size=(5, 4), mode="bilinear", antialias=True), (1, 3, 13, 11)),
+    "bilinear-up-corners": (
+        lambda x: F.interpolate(x, size=(9, 17), mode="bilinear", antialias=True, align_corners=True),
+        (2, 5, 6, 7),
+    ),
+    "bicubic-down": (lambda x: F.interpolate(x, size=(4, 6), mode="bicubic", antialias=True), (1, 3, 13, 11)),
+    "bicubic-mixed-corners": (
+        lambda x: F.interpolate(x, size=(3, 19), mode="bicubic", antialias=True, align_corners=True),
+        (1, 5, 10, 8),
+    ),
+    "bicubic-scale": (
+        lambda x: F.interpolate(x, scale_factor=0.45, mode="bicubic", antialias=True),
+        (1, 4, 16, 12),
+    ),
+    "bilinear-aa-op": (lambda x: torch.ops.aten._upsample_bilinear2d_aa(x, [3, 7], False), (1, 3, 8, 9)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UINT8_RESIZES))
+def test_uint8_antialiased_resize_is_eagers(name: str) -> None:
+    function, shape = UINT8_RESIZES[name]
+    image = torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(3), dtype=torch.uint8)
+    image.view(-1)[:7] = torch.tensor([0, 255, 0, 255, 255, 0, 0], dtype=torch.uint8)  # overshoots to saturate
+    assert_exports_and_matches(Call(function), (image,))

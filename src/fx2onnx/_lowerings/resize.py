@@ -177,12 +177,18 @@ def _cubic_taps(in_size: int, out_size: int, align_corners: bool, scale: float |
 
 
 def _antialias_taps(
-    in_size: int, out_size: int, align_corners: bool, scale: float | None, cubic: bool, corner_delta: float = 0.0
+    in_size: int,
+    out_size: int,
+    align_corners: bool,
+    scale: float | None,
+    cubic: bool,
+    antialias: bool = True,
+    corner_delta: float = 0.0,
 ) -> Taps:
     """eager's _compute_weights_aa: a window of the filter stretched by the downscale ratio (its support), weights
-    normalized to sum 1. `corner_delta` is 0.5 for uint8 with align_corners (eager's fixed-point kernels)."""
+    normalized to sum 1. Without `antialias` (eager's uint8 kernels), the plain filter; `corner_delta` is 0.5 for
+    uint8 with align_corners and no antialias."""
     ratio = _source_ratio(in_size, out_size, align_corners, scale)
-    antialias = corner_delta == 0.0
     taps = 4 if cubic else 2
     support = taps * 0.5 * ratio if ratio >= 1.0 and antialias else taps * 0.5
     width = math.ceil(support) * 2 + 1 if antialias else taps
@@ -432,6 +438,98 @@ def upsample_bicubic2d_aa_float64(
     scales_w: float | None = None,
 ) -> DOUBLE:
     return _sized_float64(self, output_size, align_corners, [scales_h, scales_w], "cubic_aa")
+
+
+# --- uint8 antialiased resizes: eager's fixed-point kernels -----------------------------------------------------------
+# eager resizes uint8 images one axis at a time (the last first) with its float weights scaled to int16 at the
+# largest precision that keeps the largest weight below 2**15, sums integer products from 2**(precision - 1) and
+# shifts right (floor), saturating to [0, 255]. The integer sums are exact in float64 (below 2**53), so that is
+# where they are computed: the results are eager's bit for bit.
+def _int16_weights(weights: np.ndarray, counted: np.ndarray | None) -> tuple[np.ndarray, int]:
+    largest = float(weights.max())
+    precision = 0
+    while precision < 22 and int(0.5 + largest * (1 << (precision + 1))) < (1 << 15):
+        precision += 1
+    scaled = weights * (1 << precision)
+    rounded = np.where(scaled < 0, np.trunc(scaled - 0.5), np.trunc(scaled + 0.5))  # half away from zero
+    if counted is not None:
+        rounded = np.where(counted, rounded, 0.0)
+    return rounded.astype(np.float64), max(precision, 1)
+
+
+def _resize_uint8_antialias(
+    input: UINT8,
+    output_size: Sequence[int] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float | None] | None,
+    cubic: bool,
+) -> UINT8:
+    spatial = len(output_size) if output_size is not None else len(scale_factors or [])
+    axes = _static_resize_sizes(input, output_size, scale_factors, spatial)
+    if axes is None:  # symbolic sizes: ONNX's antialiased Resize in float, rounded half up and saturated
+        sizes = None if output_size is None else output_size
+        resized = _resize_antialias(
+            op.Cast(input, to=ir.DataType.FLOAT),
+            sizes,
+            align_corners,
+            scale_factors if sizes is None else None,
+            "cubic" if cubic else "linear",
+        )
+        return op.Cast(_round_to_uint8(resized), to=ir.DataType.UINT8)
+    result = op.Cast(input, to=ir.DataType.DOUBLE)
+    rank = len(input.shape)
+    for position in reversed(range(spatial)):
+        in_size, out_size, scale = axes[position]
+        if in_size == out_size:
+            continue
+        indices, weights, counted = _antialias_taps(in_size, out_size, align_corners, scale, cubic)
+        fixed, precision = _int16_weights(weights, counted)
+        total = _gather_axis(result, rank - spatial + position, (indices, fixed, counted))
+        shifted = op.Floor(op.Mul(op.Add(total, double(float(1 << (precision - 1)))), double(2.0**-precision)))
+        result = op.Clip(shifted, double(0.0), double(255.0))
+    return op.Cast(result, to=ir.DataType.UINT8)
+
+
+@lowering("aten::_upsample_bilinear2d_aa.vec", variant="uint8")
+def upsample_bilinear_aa_vec_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> UINT8:
+    return _resize_uint8_antialias(input, output_size, align_corners, scale_factors, cubic=False)
+
+
+@lowering("aten::_upsample_bicubic2d_aa.vec", variant="uint8")
+def upsample_bicubic_aa_vec_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> UINT8:
+    return _resize_uint8_antialias(input, output_size, align_corners, scale_factors, cubic=True)
+
+
+@lowering("aten::_upsample_bilinear2d_aa", variant="uint8")
+def upsample_bilinear2d_aa_uint8(
+    self: UINT8,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> UINT8:
+    return _resize_uint8_antialias(self, output_size, align_corners, [scales_h, scales_w], cubic=False)
+
+
+@lowering("aten::_upsample_bicubic2d_aa", variant="uint8")
+def upsample_bicubic2d_aa_uint8(
+    self: UINT8,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> UINT8:
+    return _resize_uint8_antialias(self, output_size, align_corners, [scales_h, scales_w], cubic=True)
 
 
 # --- grid sampling ----------------------------------------------------------------------------------------------------
