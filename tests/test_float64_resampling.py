@@ -111,8 +111,8 @@ def test_grid_sample_3d_in_float64(mode: str, padding_mode: str) -> None:
     )
 
 
-# uint8 antialiased resizes: eager's fixed-point arithmetic, bit for bit (before: up to 1 off in a third of the
-# pixels, float arithmetic rounded once).
+# uint8 antialiased and bicubic resizes: eager's fixed-point arithmetic, bit for bit (before: float arithmetic
+# rounded once or twice, 1 to 2 off in a part of the pixels).
 UINT8_RESIZES = {
     "bilinear-down": (lambda x: F.interpolate(x, size=(5, 4), mode="bilinear", antialias=True), (1, 3, 13, 11)),
     "bilinear-up-corners": (
@@ -129,11 +129,17 @@ UINT8_RESIZES = {
         (1, 4, 16, 12),
     ),
     "bilinear-aa-op": (lambda x: torch.ops.aten._upsample_bilinear2d_aa(x, [3, 7], False), (1, 3, 8, 9)),
+    "bicubic-plain-up": (lambda x: F.interpolate(x, size=(14, 9), mode="bicubic"), (1, 3, 3, 9)),
+    "bicubic-plain-down-corners": (
+        lambda x: F.interpolate(x, size=(4, 6), mode="bicubic", align_corners=True),
+        (1, 5, 12, 11),
+    ),
+    "bicubic-plain-scale": (lambda x: F.interpolate(x, scale_factor=(1.6, 0.7), mode="bicubic"), (2, 3, 5, 13)),
 }
 
 
 @pytest.mark.parametrize("name", sorted(UINT8_RESIZES))
-def test_uint8_antialiased_resize_is_eagers(name: str) -> None:
+def test_uint8_resize_is_eagers(name: str) -> None:
     function, shape = UINT8_RESIZES[name]
     image = torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(3), dtype=torch.uint8)
     image.view(-1)[:7] = torch.tensor([0, 255, 0, 255, 255, 0, 0], dtype=torch.uint8)  # overshoots to saturate

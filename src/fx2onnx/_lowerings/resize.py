@@ -76,7 +76,9 @@ def upsample_bicubic_vec(
 # height (its fixed-point kernels). Computed in one pass in float and cast back as a cast match would be,
 # results were truncated and wrapped: a bicubic overshoot to -4 became 252, in half of a bicubic upscale's
 # pixels. In two passes, rounding half up, upscales are eager's bit for bit (measured); non-integer
-# downscales are up to 1 off in a few percent of pixels (eager's weights are rounded to fixed point).
+# downscales are up to 1 off in a few percent of pixels (eager's weights are rounded to fixed point). Bilinear keeps
+# this path; bicubic and the antialiased modes compute eager's fixed-point sums (`_resize_uint8_fixed_point`, below)
+# when the sizes are static.
 def _round_to_uint8(value: FLOAT) -> FLOAT:
     half_up = op.Floor(op.Add(value, op.Constant(value_float=0.5)))
     return op.Clip(half_up, op.Constant(value_float=0.0), op.Constant(value_float=255.0))
@@ -112,7 +114,7 @@ def upsample_bicubic_vec_uint8(
     align_corners: bool = False,
     scale_factors: Sequence[float] | None = None,
 ) -> UINT8:
-    return _resize_uint8(input, output_size, align_corners, scale_factors, "cubic")
+    return _resize_uint8_fixed_point(input, output_size, align_corners, scale_factors, "cubic")
 
 
 # --- float64: eager's taps and weights, gathered (ONNX Runtime's Resize has no float64 kernel) ----------------------
@@ -457,15 +459,37 @@ def _int16_weights(weights: np.ndarray, counted: np.ndarray | None) -> tuple[np.
     return rounded.astype(np.float64), max(precision, 1)
 
 
-def _resize_uint8_antialias(
+def _merged_taps(taps: Taps) -> Taps:
+    """Taps clamped onto the same input index merged into one (their weights summed), as eager's uint8 bicubic
+    weights are before they are scaled to int16."""
+    indices, weights, _ = taps
+    merged_indices = np.zeros_like(indices)
+    merged_weights = np.zeros_like(weights)
+    counted = np.zeros(weights.shape, np.bool_)
+    for i in range(indices.shape[0]):
+        distinct = sorted(set(indices[i].tolist()))
+        for j, index in enumerate(distinct):
+            total = 0.0
+            for k in range(indices.shape[1]):
+                if indices[i, k] == index:
+                    total += weights[i, k]
+            merged_indices[i, j], merged_weights[i, j], counted[i, j] = index, total, True
+        merged_indices[i, len(distinct) :] = distinct[0]
+    return merged_indices, merged_weights, counted
+
+
+def _resize_uint8_fixed_point(
     input: UINT8,
     output_size: Sequence[int] | None,
     align_corners: bool,
     scale_factors: Sequence[float | None] | None,
-    cubic: bool,
+    mode: str,
 ) -> UINT8:
+    """`mode`: linear_aa, cubic_aa or cubic (eager's uint8 bicubic: the cubic taps, clamped taps merged)."""
     spatial = len(output_size) if output_size is not None else len(scale_factors or [])
     axes = _static_resize_sizes(input, output_size, scale_factors, spatial)
+    if axes is None and mode == "cubic":
+        return _resize_uint8(input, output_size, align_corners, scale_factors, "cubic")
     if axes is None:  # symbolic sizes: ONNX's antialiased Resize in float, rounded half up and saturated
         sizes = None if output_size is None else output_size
         resized = _resize_antialias(
@@ -473,7 +497,7 @@ def _resize_uint8_antialias(
             sizes,
             align_corners,
             scale_factors if sizes is None else None,
-            "cubic" if cubic else "linear",
+            mode.removesuffix("_aa"),
         )
         return op.Cast(_round_to_uint8(resized), to=ir.DataType.UINT8)
     result = op.Cast(input, to=ir.DataType.DOUBLE)
@@ -482,7 +506,11 @@ def _resize_uint8_antialias(
         in_size, out_size, scale = axes[position]
         if in_size == out_size:
             continue
-        indices, weights, counted = _antialias_taps(in_size, out_size, align_corners, scale, cubic)
+        if mode == "cubic":
+            taps = _merged_taps(_cubic_taps(in_size, out_size, align_corners, scale))
+        else:
+            taps = _antialias_taps(in_size, out_size, align_corners, scale, cubic=mode == "cubic_aa")
+        indices, weights, counted = taps
         fixed, precision = _int16_weights(weights, counted)
         total = _gather_axis(result, rank - spatial + position, (indices, fixed, counted))
         shifted = op.Floor(op.Mul(op.Add(total, double(float(1 << (precision - 1)))), double(2.0**-precision)))
@@ -497,7 +525,7 @@ def upsample_bilinear_aa_vec_uint8(
     align_corners: bool = False,
     scale_factors: Sequence[float] | None = None,
 ) -> UINT8:
-    return _resize_uint8_antialias(input, output_size, align_corners, scale_factors, cubic=False)
+    return _resize_uint8_fixed_point(input, output_size, align_corners, scale_factors, "linear_aa")
 
 
 @lowering("aten::_upsample_bicubic2d_aa.vec", variant="uint8")
@@ -507,7 +535,7 @@ def upsample_bicubic_aa_vec_uint8(
     align_corners: bool = False,
     scale_factors: Sequence[float] | None = None,
 ) -> UINT8:
-    return _resize_uint8_antialias(input, output_size, align_corners, scale_factors, cubic=True)
+    return _resize_uint8_fixed_point(input, output_size, align_corners, scale_factors, "cubic_aa")
 
 
 @lowering("aten::_upsample_bilinear2d_aa", variant="uint8")
@@ -518,7 +546,7 @@ def upsample_bilinear2d_aa_uint8(
     scales_h: float | None = None,
     scales_w: float | None = None,
 ) -> UINT8:
-    return _resize_uint8_antialias(self, output_size, align_corners, [scales_h, scales_w], cubic=False)
+    return _resize_uint8_fixed_point(self, output_size, align_corners, [scales_h, scales_w], "linear_aa")
 
 
 @lowering("aten::_upsample_bicubic2d_aa", variant="uint8")
@@ -529,7 +557,7 @@ def upsample_bicubic2d_aa_uint8(
     scales_h: float | None = None,
     scales_w: float | None = None,
 ) -> UINT8:
-    return _resize_uint8_antialias(self, output_size, align_corners, [scales_h, scales_w], cubic=True)
+    return _resize_uint8_fixed_point(self, output_size, align_corners, [scales_h, scales_w], "cubic_aa")
 
 
 # --- grid sampling ----------------------------------------------------------------------------------------------------
