@@ -18,10 +18,21 @@ $(STAMP): pyproject.toml constraints.txt
 	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
+# torchvision for the detection tests (tests/test_detection.py), outside the venv's site-packages: PyPI's wheel
+# is built against the CUDA torch and its compiled operators do not load beside the CPU torch, so it goes,
+# without its dependencies (it would replace torch), into a folder that only those tests put on sys.path, and
+# tests/torchvision_cpu_ops.py defines its operators in PyTorch (README, "Detection models").
+TORCHVISION_DIR := $(VENV)/torchvision-cpu
+TORCHVISION_STAMP := $(TORCHVISION_DIR)/.installed
+
+$(TORCHVISION_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(TORCHVISION_DIR) torchvision==0.28.0 pillow==11.3.0
+	touch $(TORCHVISION_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/fx2onnx demo
 
-test: $(STAMP)
+test: $(STAMP) $(TORCHVISION_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The property-based tests with many more, randomised, examples (FX2ONNX_NIGHTLY=1), and their statistics.

@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "fx2onnx._complex_layout",
         "fx2onnx._rounding_noise",
         "fx2onnx._streaming",
+        "fx2onnx._weights",
         "fx2onnx._verification",
         "fx2onnx._fake_kernels",
         "fx2onnx._torch_compat",
@@ -41,6 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
         "fx2onnx._safe_save",
         "fx2onnx._progress",
     ),
+    ("fx2onnx._capture_strategies",),  # used by the capture stage only
     ("fx2onnx._capture",),
     ("fx2onnx._passes",),
     ("fx2onnx._emit", "fx2onnx._emit.recorder", "fx2onnx._emit.context"),
@@ -194,6 +196,10 @@ def _resolve(key: str) -> object:
         return getattr(_PYTHON_MODULES[namespace], rest)
     if namespace in _OP_LIBRARIES:
         importlib.import_module(_OP_LIBRARIES[namespace])
+    if namespace == "torchvision":  # its operators, where its compiled extension does not load beside this torch
+        from torchvision_cpu_ops import import_torchvision
+
+        import_torchvision()
     name, _, overload = rest.partition(".")
     found = getattr(getattr(torch.ops, namespace), name)
     if namespace == "higher_order":

@@ -6,7 +6,11 @@ rejects. Both produce a :class:`CapturedGraph`: the graph plus which placeholder
 which are weights, and how inputs/outputs flatten (pytrees).
 
 Decomposition uses torch's table minus every op the registry lowers directly, so that what ONNX can
-express natively (``layer_norm``, ``scaled_dot_product_attention``, ``gelu``...) stays whole.
+express natively (``layer_norm``, ``scaled_dot_product_attention``, ``gelu``...) stays whole. It is local when it
+can be: only the nodes the registry cannot lower are replaced, each by its decomposition traced on its own inputs'
+fake values (``make_fx`` under the graph's fake mode, symbolic sizes included), and in-place writes into fresh
+tensors become their functional ops; torch's ``run_decompositions`` retraces the whole program only where
+correctness needs it (mutated buffers or inputs, writes into tensors that alias others, training-mode batch norm).
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
 from fx2onnx._fake_kernels import static_fake_kernels
-from fx2onnx._records import qualified_name
+from fx2onnx._records import DecompositionRecord, qualified_name, target_name
 from fx2onnx.errors import CaptureError, user_frame
 
 # torch.export is not thread-safe: its tracing modes (the proxy and fake modes, the module hierarchy it records) are
@@ -61,6 +66,8 @@ class CapturedGraph:
     decomposition_seconds: float = 0.0
     # torch.export's suggested fixes applied to the user's `dynamic_shapes` (dims it found constrained or static)
     shape_fixes: list[str] = dataclasses.field(default_factory=list)
+    # none, local or full decomposition, of which nodes, and why
+    decomposition: DecompositionRecord = dataclasses.field(default_factory=DecompositionRecord)
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -212,6 +219,280 @@ def _lowerable_graph(graph_module: torch.fx.GraphModule, registry: Registry) -> 
     return True
 
 
+class NeedsFullDecomposition(Exception):
+    """The graph cannot be decomposed node by node; the message says why (the report gives it)."""
+
+
+# In-place ops that change a tensor's autograd metadata only, never its values: dropped by local functionalization.
+_METADATA_ONLY_IN_PLACE = frozenset({torch.ops.aten.detach_.default, torch.ops.aten.requires_grad_.default})
+
+# Node metadata that says where a node came from: decompositions' nodes inherit it from the node they replace, so
+# errors, the report and the ONNX model's metadata point at the user's line.
+_PROVENANCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "custom")
+
+
+def local_decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
+    """What a node's decomposition may decompose in turn: torch's full table, for the overloads the registry cannot
+    lower. ``make_fx`` applies it recursively, and CompositeImplicitAutograd ops decompose as they are traced.
+    (Not torch.export's default table: building it costs a second, more than the local decompositions themselves.)"""
+    from torch._decomp import decomposition_table as full_table
+
+    return {
+        op: function
+        for op, function in full_table.items()
+        if isinstance(op, torch._ops.OpOverload) and not registry.lowers(qualified_name(op))
+    }
+
+
+def decompose_locally(program: ExportedProgram, registry: Registry) -> DecompositionRecord:
+    """Replace only the nodes of `program` the registry cannot lower by their decompositions, in place.
+
+    Each such node's decomposition is traced on its own inputs' fake values and spliced into the graph where the
+    node was; in-place writes into tensors nothing else aliases become their functional ops. Raises
+    :class:`NeedsFullDecomposition` when correctness needs torch's ``run_decompositions`` (mutated buffers or inputs,
+    a write into a tensor that may alias another, training-mode batch norm, a node whose decomposition cannot be
+    traced on its own); the graph is then still equivalent to the captured one.
+    """
+    signature = program.graph_signature
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
+        mutated = sorted({*signature.buffers_to_mutate.values(), *signature.user_inputs_to_mutate.values()})
+        raise NeedsFullDecomposition(
+            f"the program mutates {', '.join(mutated)}: functionalizing that rewrites the whole program"
+        )
+    record = DecompositionRecord(strategy="local")
+    table: dict[Any, Callable[..., Any]] | None = None
+
+    def lazy_table() -> dict[Any, Callable[..., Any]]:
+        nonlocal table
+        if table is None:
+            table = local_decomposition_table(registry)
+        return table
+
+    _decompose_graph_locally(program.graph_module, registry, lazy_table, record, prefix="")
+    _rename_outputs(program)
+    return record
+
+
+def _decompose_graph_locally(
+    graph_module: torch.fx.GraphModule,
+    registry: Registry,
+    table: Callable[[], dict[Any, Callable[..., Any]]],
+    record: DecompositionRecord,
+    prefix: str,
+) -> None:
+    graph = graph_module.graph
+    order = {node: index for index, node in enumerate(graph.nodes)}
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        target = node.target
+        if target in CONTROL_FLOW_OPERATORS:  # functional by construction: their bodies are decomposed in turn
+            for argument in node.all_input_nodes:
+                body = getattr(graph_module, str(argument.target), None) if argument.op == "get_attr" else None
+                if isinstance(body, torch.fx.GraphModule):
+                    _decompose_graph_locally(body, registry, table, record, f"{prefix}{argument.target}.")
+            continue
+        if not isinstance(target, torch._ops.OpOverload):
+            try:
+                lowered = _lowers(registry, node)
+            except TypeError:
+                lowered = False
+            if not lowered:
+                raise NeedsFullDecomposition(f"`{prefix}{node.name}` calls {target_name(target)}, no ATen overload")
+            continue
+        if _updates_statistics(node, target):
+            raise NeedsFullDecomposition(
+                f"`{prefix}{node.name}` ({qualified_name(target)}) updates running statistics in training mode"
+            )
+        if target._schema.is_mutable:
+            replacement = _functionalize_in_place(graph, node, order)
+            record.functionalized.append((prefix + node.name, qualified_name(target)))
+            changed = True
+            if replacement is None or _kept_whole(registry, replacement):
+                continue
+            node = replacement  # a functional op the registry lacks (resize_as_ -> resize_as): decomposed in turn
+            target = replacement.target
+        elif not target._schema.returns or _kept_whole(registry, node):
+            continue
+        name = prefix + node.name
+        try:
+            _splice_decomposition(graph, node, table(), registry)
+        except NeedsFullDecomposition:
+            raise
+        except Exception as error:  # a decomposition that cannot be traced on its own
+            raise NeedsFullDecomposition(
+                f"`{name}` ({qualified_name(target)}) could not be decomposed on its own: "
+                f"{type(error).__name__}: {_first_lines(str(error), 1)}"
+            ) from error
+        record.nodes.append((name, qualified_name(target)))
+        changed = True
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+
+
+def _kept_whole(registry: Registry, node: torch.fx.Node) -> bool:
+    """Whether decomposition keeps `node` as it is, as torch's tables do in a full decomposition: the registry lowers
+    it, or it has complex inputs and a real lowering and torch's full table has no decomposition for it (the
+    complex-parts pass rewrites it on its parts, or dispatch explains what is missing)."""
+    if _lowers(registry, node):
+        return True
+    from torch._decomp import decomposition_table as full_table
+
+    return _takes_complex(node) and registry.lowers(node.target) and node.target not in full_table
+
+
+def _is_fresh(node: torch.fx.Node) -> bool:
+    """Whether `node`'s value is a tensor of its own: computed by an op that returns no view of its inputs."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    schema = node.target._schema
+    return not schema.is_mutable and all(result.alias_info is None for result in schema.returns)
+
+
+def _may_alias(node: torch.fx.Node) -> bool:
+    """Whether `node` may return a view of one of its inputs (anything but an ATen op that says it does not)."""
+    if node.op == "output":
+        return False
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return True
+    return any(result.alias_info is not None for result in node.target._schema.returns)
+
+
+def _functional_variant(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """``aten.add.Tensor`` for ``aten.add_.Tensor``: the same op returning a new tensor."""
+    name = target._schema.name.split("::")[-1]
+    if not name.endswith("_") or name.startswith("_"):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, target._overloadname, None) if packet is not None else None
+
+
+def _functionalize_in_place(
+    graph: torch.fx.Graph, node: torch.fx.Node, order: dict[torch.fx.Node, float]
+) -> torch.fx.Node | None:
+    """Replace the in-place op `node` by its functional variant, where that provably changes nothing: the tensor it
+    writes into is fresh and no view of it is taken before the write (uses after the write read the new value).
+    Returns the functional node (None when the op only changed autograd metadata and was dropped)."""
+    target = node.target
+    assert isinstance(target, torch._ops.OpOverload)
+    where = f"`{node.name}` ({qualified_name(target)})"
+    if target in _METADATA_ONLY_IN_PLACE:
+        node.replace_all_uses_with(node.args[0])
+        graph.erase_node(node)
+        return None
+    arguments = target._schema.arguments
+    written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
+    functional = _functional_variant(target)
+    if written != [arguments[0].name] or functional is None or not isinstance(node.args[0], torch.fx.Node):
+        raise NeedsFullDecomposition(f"{where} writes into {', '.join(written) or 'its inputs'}")
+    base = node.args[0]
+    if not _is_fresh(base):
+        raise NeedsFullDecomposition(
+            f"{where} writes into `{base.name}`, which may share its memory with another tensor"
+        )
+    for user in base.users:
+        if user is not node and order.get(user, -1) < order[node] and _may_alias(user):
+            raise NeedsFullDecomposition(
+                f"{where} writes into `{base.name}`, of which `{user.name}` took a view before"
+            )
+    expected = node.meta.get("val")
+    values = pytree.tree_map_only(torch.fx.Node, lambda a: a.meta.get("val"), (node.args, node.kwargs))
+    fake_mode = torch._guards.detect_fake_mode(pytree.tree_leaves(values))
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        result = functional(*values[0], **values[1])
+    if not isinstance(expected, torch.Tensor) or result.dtype != expected.dtype or result.shape != expected.shape:
+        # eager casts the result into the written tensor's dtype; the functional op would keep its own
+        raise NeedsFullDecomposition(f"{where} computes in another dtype than it writes")
+    with graph.inserting_before(node):
+        replacement = graph.call_function(functional, node.args, node.kwargs)
+    replacement.meta = dict(node.meta)
+    order[replacement] = order[node] - 0.5
+    for user in list(base.users):
+        if user is not node and user is not replacement and order.get(user, -1) > order[node]:
+            user.replace_input_with(base, replacement)  # it reads the value after the write
+    node.replace_all_uses_with(replacement)
+    graph.erase_node(node)
+    return replacement
+
+
+def _splice_decomposition(
+    graph: torch.fx.Graph, node: torch.fx.Node, table: dict[Any, Callable[..., Any]], registry: Registry
+) -> None:
+    """Trace `node`'s decomposition on its inputs' fake values and put the traced nodes in its place."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    target = node.target
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    positions = [index for index, leaf in enumerate(flat) if isinstance(leaf, torch.fx.Node)]
+    inputs: list[torch.fx.Node] = [flat[index] for index in positions]
+    values = [argument.meta.get("val") for argument in inputs]
+    if any(value is None for value in values):
+        raise NeedsFullDecomposition(f"`{node.name}` has an input without a recorded value")
+    fake_mode = torch._guards.detect_fake_mode([*values, node.meta.get("val")])
+
+    def call(*traced: Any) -> Any:
+        leaves = list(flat)
+        for index, value in zip(positions, traced):
+            leaves[index] = value
+        args, kwargs = pytree.tree_unflatten(leaves, spec)
+        return target(*args, **kwargs)
+
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        traced = make_fx(call, decomposition_table=table, tracing_mode="real")(*values)
+    for sub in traced.graph.nodes:
+        if sub.op == "get_attr":
+            raise NeedsFullDecomposition(f"the decomposition of `{node.name}` creates a constant tensor")
+        if sub.op != "call_function" or sub.target is operator.getitem:
+            continue
+        if isinstance(sub.target, torch._ops.OpOverload) and sub.target._schema.is_mutable:
+            raise NeedsFullDecomposition(f"the decomposition of `{node.name}` writes in place ({sub.target})")
+        try:
+            lowered = _kept_whole(registry, sub)
+        except TypeError:
+            lowered = False
+        if not lowered:
+            raise NeedsFullDecomposition(
+                f"the decomposition of `{node.name}` ({qualified_name(target)}) holds {target_name(sub.target)}, "
+                "which the registry cannot lower"
+            )
+    placeholders = [sub for sub in traced.graph.nodes if sub.op == "placeholder"]
+    env: dict[torch.fx.Node, torch.fx.Node] = dict(zip(placeholders, inputs))
+    provenance = {key: node.meta[key] for key in _PROVENANCE_META if key in node.meta}
+    result: Any = None
+    with graph.inserting_before(node):
+        for sub in traced.graph.nodes:
+            if sub.op == "placeholder":
+                continue
+            if sub.op == "output":
+                result = pytree.tree_map_only(torch.fx.Node, env.__getitem__, sub.args[0])
+                continue
+            copied = graph.node_copy(sub, env.__getitem__)
+            copied.meta.update(provenance)
+            env[sub] = copied
+    if isinstance(result, (list, tuple)):
+        for user in list(node.users):
+            if user.target is not operator.getitem:
+                raise NeedsFullDecomposition(f"`{user.name}` takes `{node.name}`'s results as a whole")
+            user.replace_all_uses_with(result[user.args[1]])
+            graph.erase_node(user)
+    elif isinstance(result, torch.fx.Node):
+        node.replace_all_uses_with(result)
+    else:
+        raise NeedsFullDecomposition(f"the decomposition of `{node.name}` returns {type(result).__name__}")
+    graph.erase_node(node)
+
+
+def _rename_outputs(program: ExportedProgram) -> None:
+    """Point the graph signature's outputs at the nodes that now compute them (a decomposed output has a new node)."""
+    output = next(n for n in program.graph_module.graph.nodes if n.op == "output")
+    for spec, argument in zip(program.graph_signature.output_specs, output.args[0]):
+        name = getattr(spec.arg, "name", None)
+        if name is not None and isinstance(argument, torch.fx.Node) and argument.name != name:
+            spec.arg = dataclasses.replace(spec.arg, name=argument.name)
+
+
 class TorchExportExtractor:
     """``torch.export.export``; non-strict unless ``strict=True``."""
 
@@ -231,6 +512,8 @@ class TorchExportExtractor:
         start = time.perf_counter()
         trace_seconds = 0.0
         shape_fixes: list[str] = []
+        attempts: list[capture_strategies.StrategyAttempt] = []
+        assumptions: list[capture_strategies.Assumption] = []
         if isinstance(model, ExportedProgram):
             program = model
         else:
@@ -243,8 +526,10 @@ class TorchExportExtractor:
                     onnx_export_flag(),
                 ):  # static: composite ops whose fake run is data-dependent
                     traced_at = time.perf_counter()
-                    program, shape_fixes = _export_with_suggested_fixes(
-                        model, args, kwargs, dynamic_shapes, strict=self.strict
+                    program, shape_fixes = capture_strategies.first_that_captures(
+                        lambda: _export_with_suggested_fixes(model, args, kwargs, dynamic_shapes, strict=self.strict),
+                        attempts,
+                        assumptions,
                     )
                     trace_seconds = time.perf_counter() - traced_at
             except Exception as error:
@@ -254,9 +539,11 @@ class TorchExportExtractor:
                     f"{_first_lines(str(error))}\n"
                     + (f"  from: {frame}\n" if frame else "")
                     + f"  inputs: {_describe_inputs(args, kwargs)}\n"
-                    f"  remedy: {_capture_remedy(error, self.strict)}",
+                    f"  remedy: {_capture_remedy(error, self.strict)}"
+                    + "".join(f"\n  {note}" for note in getattr(error, "__notes__", [])),
                     frame=frame,
                 ) from error
+            capture_strategies.warn_if_assumed(attempts, assumptions)
         before = _overloads(program.graph_module)
         if self.registry is not None and lowerable_as_captured(program, self.registry):
             # Decomposing would keep every op (the table leaves out what the registry lowers) and only
@@ -265,8 +552,28 @@ class TorchExportExtractor:
             captured.seconds = time.perf_counter() - start
             captured.trace_seconds = trace_seconds
             captured.shape_fixes = shape_fixes
+            captured.decomposition = DecompositionRecord("none", "the registry lowers every captured op")
             return captured
         decomposed_at = time.perf_counter()
+        reason = "no registry says which ops to keep"
+        if self.registry is not None:
+            try:
+                with static_fake_kernels():
+                    record = decompose_locally(program, self.registry)
+            except NeedsFullDecomposition as why:
+                reason = str(why)
+            else:
+                # Only the nodes the registry cannot lower were replaced; retracing the whole program
+                # (run_decompositions) would cost more than torch.export itself on large models.
+                record.reason = "only the nodes the registry cannot lower"
+                captured = from_exported_program(program, self.name)
+                captured.seconds = time.perf_counter() - start
+                captured.trace_seconds = trace_seconds
+                captured.decomposition_seconds = time.perf_counter() - decomposed_at
+                captured.decomposed = sorted({target for _, target in record.nodes})
+                captured.shape_fixes = shape_fixes
+                captured.decomposition = record
+                return captured
         with static_fake_kernels():
             program = program.run_decompositions(dict(decompositions))
             if self.registry is not None:
@@ -282,6 +589,7 @@ class TorchExportExtractor:
         captured.decomposition_seconds = decomposition_seconds
         captured.decomposed = sorted(before - after)
         captured.shape_fixes = shape_fixes
+        captured.decomposition = DecompositionRecord("full", reason)
         return captured
 
 
@@ -429,6 +737,7 @@ class SymbolicTraceExtractor:
             strategy=self.name,
             seconds=seconds,
             trace_seconds=seconds,  # make_fx traces and decomposes in one go
+            decomposition=DecompositionRecord("full", "symbolic_trace: make_fx decomposes as it traces"),
         )
 
 

@@ -20,6 +20,7 @@ from fx2onnx import _dtypes as dtypes
 from fx2onnx import _finalize as finalize_stage
 from fx2onnx import _passes as passes
 from fx2onnx import _torch_compat as torch_compat
+from fx2onnx import _weights as checkpoint_weights
 from fx2onnx import legalize
 from fx2onnx._dispatch import Dispatcher
 from fx2onnx._emit import control_flow
@@ -53,6 +54,7 @@ def export(
     verify: bool = False,
     target: str = "onnxruntime-cpu",
     fast_math: bool = False,
+    weights: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     report: bool | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     artifacts_dir: str | os.PathLike[str] = ".",
     dump_exported_program: bool = False,
@@ -78,6 +80,12 @@ def export(
     (or `verbose=True`, as torch reads it) shows the stages and the emitted nodes on stderr, `progress=False`
     (or `verbose=False`) never; by default they show once an export has taken two seconds, when stderr is a
     terminal (:mod:`fx2onnx._progress`).
+
+    `weights` supplies the weights of a model built without them (on the ``meta`` device, or with fake tensors):
+    a safetensors file, a folder of safetensors shards (with transformers' ``model.safetensors.index.json``), or
+    a mapping from name to tensor, keyed by the model's ``state_dict`` names. The graph is captured from the
+    weightless model; the weights are read from the checkpoint only when the model is saved, block by block,
+    converted to the dtype of the model's parameters (:mod:`fx2onnx._weights`).
     """
     unknown = set(torchscript_options) - set(torch_compat.IGNORED_OPTIONS)
     if unknown:
@@ -133,6 +141,7 @@ def export(
                 verify=verify,
                 target=target,
                 fast_math=fast_math,
+                weights=weights,
                 progress=shown,
             )
     except Exception as error:
@@ -177,6 +186,7 @@ def _export(
     verify: bool,
     target: str,
     fast_math: bool,
+    weights: str | os.PathLike[str] | Mapping[str, Any] | None,
     progress: ExportProgress,
 ) -> ONNXProgram:
     timer = StageClock(export_report.stage_seconds, progress)
@@ -199,9 +209,11 @@ def _export(
         "decomposition": captured.decomposition_seconds,
     }
     export_report.decomposed = captured.decomposed
+    export_report.decomposition = captured.decomposition
     opset_version = opset_for_dtypes(captured, opset_version)
     export_report.opset = opset_version
     flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
+    bound = _bind_weights(captured, model, weights)  # before the work of emission: a bad checkpoint fails fast
     _warn_about_dynamic_dims(
         captured, capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes), flat_inputs, export_report
     )
@@ -231,6 +243,8 @@ def _export(
     export_report.decisions = result.decisions
     export_report.casts = result.casts
     model_ir = result.model
+    if bound is not None:
+        checkpoint_weights.attach(model_ir, bound)
 
     with timer("finalize"):
         finalize_stage.finalize(model_ir, opset_version, optimize=optimize)
@@ -243,6 +257,8 @@ def _export(
         if not finalize_stage.every_value_typed(model_ir):
             common_passes.ShapeInferencePass()(model_ir)
         finalize_stage.check_model(model_ir)
+    if bound is not None:
+        checkpoint_weights.record_provenance(model_ir)
 
     if isinstance(model, torch.export.ExportedProgram):
         module = model.module()
@@ -255,6 +271,7 @@ def _export(
         in_spec=captured.in_spec,
         report=export_report,
         captured=captured,
+        weights=weights,
     )
     if verify:
         with timer("verify"):
@@ -273,6 +290,25 @@ def _export(
                 where = f"\n  first differing node: {first}" if first is not None else ""
             raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed) + where)
     return program
+
+
+def _bind_weights(
+    captured: capture_stage.CapturedGraph,
+    model: Any,
+    weights: str | os.PathLike[str] | Mapping[str, Any] | None,
+) -> dict[str, checkpoint_weights.CheckpointTensor] | None:
+    """The checkpoint's tensor for each captured weight (`weights=`); without it, a clear error for a weightless
+    model rather than a failure when the optimizer first reads a meta tensor."""
+    if weights is not None:
+        return checkpoint_weights.bind(captured.weights, model, weights)
+    weightless = [name for name, tensor in captured.weights.values() if checkpoint_weights.is_weightless(tensor)]
+    if weightless:
+        raise checkpoint_weights.WeightsError(
+            f"{len(weightless)} of the model's weights hold no data (meta or fake tensors: {', '.join(weightless[:3])}"
+            f"{', ...' if len(weightless) > 3 else ''})\n  remedy: pass weights= (a safetensors file, a folder of "
+            "shards with model.safetensors.index.json, or a mapping from state_dict name to tensor)"
+        )
+    return None
 
 
 def _warn_about_dynamic_dims(

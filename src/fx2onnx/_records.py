@@ -63,3 +63,29 @@ class CastRecord:
     from_dtype: str
     to_dtype: str
     reason: str  # "dispatch": to fit the implementation; "eager-dtype": back to eager's dtype; "legalize"
+
+
+@dataclasses.dataclass
+class DecompositionRecord:
+    """How capture decomposed the graph torch.export produced, and why.
+
+    `strategy` is ``"none"`` (the registry lowers every op as captured), ``"local"`` (only the nodes it cannot lower
+    were replaced by their decompositions, each traced on its own inputs, the rest left as captured) or ``"full"``
+    (torch's ``run_decompositions`` retraced the whole program: the reason says what needed it).
+    """
+
+    strategy: str = "none"
+    reason: str = ""
+    nodes: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (FX node name, overload) replaced locally
+    functionalized: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # in-place nodes made functional
+
+    def describe(self) -> str:
+        """One line: the strategy, the nodes it replaced, the reason."""
+        parts = [self.strategy]
+        if self.nodes:
+            parts.append("decomposed " + ", ".join(f"`{name}` ({target})" for name, target in self.nodes))
+        if self.functionalized:
+            parts.append("made functional " + ", ".join(f"`{name}` ({target})" for name, target in self.functionalized))
+        if self.reason:
+            parts.append(self.reason)
+        return "; ".join(parts)

@@ -7,10 +7,11 @@ onnxscript's torchlib. The dispatcher tries them in this order and prefers the f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, Union
 
 import onnx_ir as ir
@@ -75,7 +76,8 @@ _WRAPPED: dict[Callable[..., Any], TracedOnnxFunction] = {}
 
 def _function_name(function: OnnxCallable) -> str:
     inner = getattr(function, "func", None) or getattr(function, "function", None) or function
-    return getattr(inner, "__qualname__", getattr(function, "name", repr(function)))
+    name = getattr(inner, "__qualname__", None) or getattr(function, "name", None)
+    return name if name is not None else repr(function)  # repr only when needed: onnxscript's is slow
 
 
 class Registry:
@@ -197,9 +199,28 @@ def apply_translation_table(registry: Registry, table: dict[Target, Any] | None)
     return registry
 
 
+@contextlib.contextmanager
+def _lazy_signatures() -> Iterator[None]:
+    """While torchlib's op modules are first imported, its trace-only functions are created with lazy signatures
+    (:class:`~fx2onnx._emit.recorder.LazyTracedOnnxFunction`, a subclass computing the same signature on first use):
+    torchlib's decorator creates them through ``onnxscript.values.TracedOnnxFunction``, swapped for the import's
+    duration. An already imported torchlib stays as it is."""
+    import onnxscript.values
+
+    from fx2onnx._emit.recorder import LazyTracedOnnxFunction
+
+    original = onnxscript.values.TracedOnnxFunction
+    onnxscript.values.TracedOnnxFunction = LazyTracedOnnxFunction  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        onnxscript.values.TracedOnnxFunction = original  # type: ignore[misc]
+
+
 @functools.cache
 def _default_registry() -> Registry:
-    from onnxscript.function_libs.torch_lib import ops as _torchlib_ops  # noqa: F401  (populates registration)
+    with _lazy_signatures():
+        from onnxscript.function_libs.torch_lib import ops as _torchlib_ops  # noqa: F401  (populates registration)
     from onnxscript.function_libs.torch_lib import registration
 
     from fx2onnx import _lowerings as lowerings
@@ -222,6 +243,9 @@ def _default_registry() -> Registry:
             registry._add_default(key, _torchlib_impl(function, complex=False))
         for function in overloaded.complex:
             registry._add_default(key, _torchlib_impl(function, complex=True))
+    for alias, original in lowerings.registered_aliases().items():
+        for implementation in registry.overloads(original):
+            registry._add_default(alias, implementation)
     return registry
 
 

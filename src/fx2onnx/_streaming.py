@@ -39,6 +39,8 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.tensor_adapters import TorchTensor
 
+from fx2onnx._weights import CheckpointTensor
+
 # Above this many bytes of weights, a model goes to external data (protobuf's limit is 2 GB).
 EXTERNAL_DATA_THRESHOLD = int(1.5 * 1024**3)
 # Tensors smaller than this go through protobuf as usual; streaming them would not save anything.
@@ -175,7 +177,7 @@ def _stand_ins(values: list[ir.Value], *, location: str, offsets: dict[str, int]
 def _streamable(tensor: ir.TensorProtocol | None) -> bool:
     return (
         sys.byteorder == "little"  # raw_data is little-endian; elsewhere let onnx_ir convert
-        and type(tensor) in (TorchTensor, ir.Tensor)
+        and type(tensor) in (TorchTensor, ir.Tensor, CheckpointTensor)
         and tensor.dtype != ir.DataType.STRING
         and tensor.dtype.bitwidth % 8 == 0
         and tensor.nbytes >= STREAM_THRESHOLD_BYTES
@@ -183,7 +185,9 @@ def _streamable(tensor: ir.TensorProtocol | None) -> bool:
 
 
 def _write_tensor(file: _Sink, tensor: ir.TensorProtocol) -> None:
-    if _streamable(tensor):
+    if isinstance(tensor, CheckpointTensor):  # read from the checkpoint block by block (fx2onnx/_weights.py)
+        written = tensor.stream_to(file)
+    elif _streamable(tensor):
         written = _write_array(file, tensor.numpy())
     else:
         data = tensor.tobytes()

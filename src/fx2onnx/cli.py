@@ -199,6 +199,27 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", action="append", default=[], help="write the report here (.md or .sarif)")
     parser.add_argument("--verify", action="store_true", help="compare ONNX Runtime with eager on the inputs")
     parser.add_argument("--external-data", action="store_true", help="weights to <output>.data")
+    parser.add_argument(
+        "--weights",
+        metavar="CHECKPOINT",
+        help="read the weights from this safetensors file or folder of shards (with model.safetensors.index.json) "
+        "when saving; the factory's model is built on the meta device (no memory for its weights)",
+    )
+
+
+def _configure_verify_weights(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="a saved .onnx file")
+    parser.add_argument("--weights", metavar="CHECKPOINT", help="the checkpoint it was exported from")
+    parser.add_argument("--samples", type=int, default=64, help="elements of each weight compared (default 64)")
+    parser.add_argument("--full", action="store_true", help="compare every byte")
+
+
+def _verify_weights(options: argparse.Namespace) -> int:
+    from fx2onnx._weights import verify_weights
+
+    check = verify_weights(options.model, options.weights, samples=options.samples, full=options.full)
+    print(check)
+    return 0 if check.passed else 1
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
@@ -233,7 +254,12 @@ def _torch_dtype(name: str) -> Any:
 def _model_and_inputs(options: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     import torch
 
-    made = load_factory(options.factory)()
+    factory = load_factory(options.factory)
+    if getattr(options, "weights", None):  # weights come from the checkpoint: build the model without them
+        with torch.device("meta"):
+            made = factory()
+    else:
+        made = factory()
     if isinstance(made, tuple):
         model, args, kwargs = (*made, None, None)[:3]
     else:
@@ -251,6 +277,10 @@ def _model_and_inputs(options: argparse.Namespace) -> tuple[Any, tuple[Any, ...]
         raise ValueError(f"{options.factory} returned no example inputs; give them with --input-shape")
     args = args if isinstance(args, tuple) else (args,)
     kwargs = dict(kwargs or {})
+    # Inputs the factory made under the meta device hold no data: zeros of their shapes (capture needs no more).
+    args, kwargs = torch.utils._pytree.tree_map_only(
+        torch.Tensor, lambda a: torch.zeros_like(a, device="cpu") if a.is_meta else a, (args, kwargs)
+    )
     if options.dtype:
         dtype = _torch_dtype(options.dtype)
         model = model.to(dtype)
@@ -312,6 +342,7 @@ def _export(options: argparse.Namespace) -> int:
         report=options.report or None,
         f=options.output,
         external_data=options.external_data or None,
+        weights=options.weights,
         progress=True,
     )
     print(program.report.summary())
@@ -435,6 +466,12 @@ SUBCOMMANDS: list[Subcommand] = [
         "export MODULE:FACTORY (a function returning a model [, inputs]) to ONNX",
         _configure_export,
         _export,
+    ),
+    Subcommand(
+        "verify-weights",
+        "check a saved model's graph (onnx.checker), external data, and weights against their checkpoint",
+        _configure_verify_weights,
+        _verify_weights,
     ),
     Subcommand(
         "inspect",

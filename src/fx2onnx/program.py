@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from fx2onnx import _dtypes as dtypes
 from fx2onnx import _rounding_noise as rounding_noise
 from fx2onnx import _safe_save as safe_save
 from fx2onnx import _streaming as streaming
+from fx2onnx import _weights as checkpoint_weights
 from fx2onnx._capture import EXPORT_LOCK, flatten_inputs
 from fx2onnx._intermediates import verify_with_intermediates
 from fx2onnx._verification import (
@@ -54,8 +55,10 @@ class ONNXProgram:
         in_spec: pytree.TreeSpec | None,
         report: ExportReport | None = None,
         captured: CapturedGraph | None = None,
+        weights: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
+        self.weights = weights  # the checkpoint of a model exported without weights in memory (fx2onnx/_weights.py)
         self.exported_program = exported_program
         self.report = report
         self.captured = captured  # the ATen graph that was emitted (for verify(intermediates=True))
@@ -121,6 +124,15 @@ class ONNXProgram:
                 ir.save(self.model, staged_model, external_data=staged_data_name)
 
         return safe_save.save_atomically(path, data_name, write, durable=durable)
+
+    def verify_weights(
+        self, path: str | os.PathLike[str], *, samples: int = 64, full: bool = False
+    ) -> checkpoint_weights.WeightsCheck:
+        """Check the model saved at `path` without loading its weights: ``onnx.checker`` (``full_check``), every
+        external-data reference complete and in bounds, and, for a model exported with ``weights=``, `samples`
+        elements of every initializer read from the checkpoint compared byte for byte with it (``full=True``:
+        every byte). The result prints one line (and the problems); ``.passed`` says whether all is well."""
+        return checkpoint_weights.verify_weights(path, self.weights, samples=samples, full=full)
 
     # --- running --------------------------------------------------------------------------------
     def session(self, *, optimized: bool = True) -> onnxruntime.InferenceSession:
@@ -227,6 +239,14 @@ class ONNXProgram:
         # Eager may update its inputs (a KV cache appends this step's keys): it gets its own copy, so that ONNX
         # Runtime, and the caller, see the inputs as they were given.
         eager_args, eager_kwargs = copy.deepcopy((args, kwargs))
+        if isinstance(self._module, torch.nn.Module) and any(
+            checkpoint_weights.is_weightless(t) for t in (*self._module.parameters(), *self._module.buffers())
+        ):
+            raise ValueError(
+                "the model was exported without weights in memory (meta or fake tensors): eager cannot run it; "
+                "compare program(...) with a model built with the weights, or check the saved weights with "
+                "verify_weights(path)"
+            )
         with torch.no_grad(), EXPORT_LOCK:  # not while another thread traces the same model (capture.EXPORT_LOCK)
             expected = self._module(*eager_args, **eager_kwargs)
         # Python numbers the model returns (a size, a constant) are 0-d outputs of the graph: int64, bool, or float32

@@ -22,7 +22,7 @@ import torch.fx
 from fx2onnx import _dtypes as dtypes
 from fx2onnx import errors
 from fx2onnx._dispatch import DispatchDecision
-from fx2onnx._records import BASE_OPSET, CastRecord
+from fx2onnx._records import BASE_OPSET, CastRecord, DecompositionRecord
 from fx2onnx._version import __version__
 
 if TYPE_CHECKING:
@@ -128,6 +128,8 @@ class ExportReport:
     strategy: str = ""
     graph_nodes: int = 0
     decomposed: list[str] = dataclasses.field(default_factory=list)
+    # none, local (which nodes) or full (why): how capture decomposed the graph
+    decomposition: DecompositionRecord = dataclasses.field(default_factory=DecompositionRecord)
     decisions: list[DispatchDecision] = dataclasses.field(default_factory=list)
     casts: list[CastRecord] = dataclasses.field(default_factory=list)
     stage_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -256,6 +258,7 @@ class ExportReport:
         ]
         decomposed = ", ".join(f"`{d}`" for d in self.decomposed) or "none"
         lines += [f"Decompositions applied: {decomposed}", ""]
+        lines += [f"Decomposition strategy: {self.decomposition.describe()}", ""]
         passes = ", ".join(f"`{p}`" for p in self.fx_passes) or "none"
         lines += [f"FX passes that changed the graph: {passes}", ""]
         if self.dynamic_dims:
@@ -496,6 +499,14 @@ class ExportReport:
                 "fxNodes": self.graph_nodes,
             },
             "decompositions": list(self.decomposed),
+            "decomposition": {
+                "strategy": self.decomposition.strategy,
+                "reason": self.decomposition.reason,
+                "nodes": [{"node": name, "overload": target} for name, target in self.decomposition.nodes],
+                "functionalized": [
+                    {"node": name, "overload": target} for name, target in self.decomposition.functionalized
+                ],
+            },
             "fxPasses": list(self.fx_passes),
             "dispatchTable": [
                 {

@@ -11,7 +11,8 @@ values.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -539,3 +540,27 @@ def infer_node_types(node: ir.Node, opset_imports: Mapping[str, int]) -> None:
         shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
         if shape is not None and output.shape is None:
             output.shape = shape
+
+
+class LazyTracedOnnxFunction(TracedOnnxFunction):
+    """A traced function whose signature (its type constraints, read from its annotations) is computed when first
+    asked for, not when it is defined: the registry holds ~1,000 of them and an export looks up a few dozen.
+
+    Reading the annotations cost ~40% of building the registry, the first export's fixed cost. The signature is
+    the one :class:`TracedOnnxFunction` computes, by the same code, so dispatch decides exactly as before.
+    """
+
+    def __init__(self, opset: onnxscript.values.Opset, func: Callable[..., Any]) -> None:
+        onnxscript.values.Op.__init__(self, opset, func.__name__)  # what TracedOnnxFunction does, minus the signature
+        self.func = func
+        functools.update_wrapper(self, func)
+
+    @property
+    def op_signature(self) -> Any:
+        if self._signature is None:
+            self._signature = TracedOnnxFunction(self.opset, self.func).op_signature
+        return self._signature
+
+    @op_signature.setter
+    def op_signature(self, value: Any) -> None:
+        self._signature = value

@@ -28,6 +28,8 @@ import onnxscript.rewriter
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules.common import slice_split_rule
 
+from fx2onnx import _weights
+
 
 def optimize(model: ir.Model, num_iterations: int = 2) -> None:
     """What ``onnxscript.optimizer.optimize_ir(model)`` does, without the quadratic rule where it cannot match."""
@@ -139,6 +141,8 @@ _EXACT_NO_OP_RULES = [
 
 class _FoldConstants(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        # Weights still in their checkpoint (export(weights=...)) are transposed unread, as a permutation.
+        _weights.fold_transposes(model)
         result = onnxscript.optimizer.fold_constants_ir(model, onnx_shape_inference=False)
         return ir.passes.PassResult(model, result.modified)
 

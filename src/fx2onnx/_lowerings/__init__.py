@@ -12,6 +12,7 @@ from fx2onnx._lowerings import (
     complex,
     convolution,
     creation,
+    detection,
     elementwise,
     indexing,
     linalg,
@@ -26,13 +27,14 @@ from fx2onnx._lowerings import (
     spectral,
     symbolic,
 )
-from fx2onnx._lowerings.rules import DOMAIN, Rule, lowering, registered_rules
+from fx2onnx._lowerings.rules import DOMAIN, Rule, lowering, registered_aliases, registered_rules
 
 FAMILIES = (
     attention,
     complex,
     convolution,
     creation,
+    detection,
     elementwise,
     indexing,
     linalg,
@@ -48,4 +50,4 @@ FAMILIES = (
     symbolic,
 )
 
-__all__ = ["DOMAIN", "FAMILIES", "Rule", "lowering", "registered_rules"]
+__all__ = ["DOMAIN", "FAMILIES", "Rule", "lowering", "registered_aliases", "registered_rules"]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript import BOOL, INT32
+from onnxscript import BOOL, INT32, INT64
 from onnxscript import opset18 as op
 
 from fx2onnx import _complex_layout as complex_layout
@@ -274,3 +274,17 @@ def split_with_sizes_complex(self: TComponent, split_sizes: Sequence[int], dim: 
         parts.append(op.Slice(self, *bounds, op.Constant(value_ints=[axis])))
         start += size
     return parts
+
+
+@lowering("aten::sym_size.int", complex=True)
+def sym_size_int_complex(self: TComponent, dim: int) -> INT64:
+    """A complex tensor's size along `dim` (counted from the complex shape's end when negative)."""
+    axis = dim % _complex_rank(self)
+    return op.Squeeze(op.Shape(self, start=axis, end=axis + 1))
+
+
+@lowering("aten::sym_storage_offset", complex=True)
+def sym_storage_offset_complex(self: TComponent, dim: int = 0) -> INT64:
+    """Storage offsets mean nothing in ONNX (the value only feeds as_strided's bookkeeping), as for real tensors."""
+    del self, dim
+    return op.Constant(value_int=0)

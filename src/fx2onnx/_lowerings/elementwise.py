@@ -48,7 +48,7 @@ from fx2onnx._lowerings.builders import (
     log1p,
 )
 from fx2onnx._lowerings.kernels import _erf, _with_sign_of, acos_of_double, atan_nonnegative, double, keep_nan
-from fx2onnx._lowerings.rules import lowering
+from fx2onnx._lowerings.rules import alias, lowering
 
 # torch's constants for selu (ATen's Activation.cpp).
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -334,6 +334,52 @@ def to_dtype(
 ) -> TReal:
     del non_blocking, copy, memory_format
     return op.Cast(self, to=dtype)
+
+
+@lowering("aten::to.dtype_layout")
+def to_dtype_layout(
+    self: TReal,
+    dtype: int | None = None,
+    layout: str | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+    non_blocking: bool = False,
+    copy: bool = False,
+    memory_format: str | None = None,
+) -> TReal:
+    """``Tensor.to(device)``, ``.to(device=, dtype=)`` (transformers' models call it): a Cast, or the tensor itself
+    when no dtype is given (devices and layouts mean nothing in an ONNX graph)."""
+    del layout, device, pin_memory, non_blocking, copy, memory_format
+    return op.Identity(self) if dtype is None else op.Cast(self, to=dtype)
+
+
+@lowering("aten::to.device")
+def to_device(
+    self: TReal,
+    device: str | None,
+    dtype: int,
+    non_blocking: bool = False,
+    copy: bool = False,
+    memory_format: str | None = None,
+) -> TReal:
+    """``Tensor.to(device, dtype)``: a Cast (LLaMA's rotary embedding calls it)."""
+    del device, non_blocking, copy, memory_format
+    return op.Cast(self, to=dtype)
+
+
+@lowering("aten::to.other")
+def to_other(
+    self: TReal, other: TReal, non_blocking: bool = False, copy: bool = False, memory_format: str | None = None
+) -> TReal:
+    """``Tensor.to(other)``: `other`'s dtype."""
+    del non_blocking, copy, memory_format
+    return op.CastLike(self, other)
+
+
+# `min(a, b)`/`max(a, b)` of two tensors are ATen's minimum/maximum under another name (T5's relative position
+# buckets call them): lowered by whatever lowers those, so that NaN and bool semantics stay the same.
+alias("aten::min.other", "aten::minimum")
+alias("aten::max.other", "aten::maximum")
 
 
 @lowering("aten::_conj_physical", "aten::conj_physical")

@@ -579,6 +579,28 @@ def prod_dim_integer(
     return _reduced(ctx, self, [dim], keepdim, dtype, product=True)
 
 
+@lowering("aten::diff")
+def diff(self: TReal, n: int = 1, dim: int = -1, prepend: TReal | None = None, append: TReal | None = None) -> TReal:
+    """`n`-th forward difference along `dim`, after `prepend`/`append` are joined to `self` (transformers' mask code
+    finds packed sequences with it). Each step subtracts neighbours, as eager does (integers wrap; bools differ by
+    xor, eager's ``!=``)."""
+    if n == 0:  # eager returns the input itself, without prepend and append
+        return op.Identity(self)
+    rank = len(self.shape)
+    axis = dim % rank
+    parts = [part for part in (prepend, self, append) if part is not None]
+    value = op.Concat(*parts, axis=axis) if len(parts) > 1 else self
+    axes = op.Constant(value=ir.tensor([axis], dtype=ir.DataType.INT64))
+    zero = op.Constant(value=ir.tensor([0], dtype=ir.DataType.INT64))
+    one = op.Constant(value=ir.tensor([1], dtype=ir.DataType.INT64))
+    last = op.Constant(value=ir.tensor([-1], dtype=ir.DataType.INT64))
+    end = op.Constant(value=ir.tensor([np.iinfo(np.int64).max], dtype=ir.DataType.INT64))
+    for _ in range(n):
+        later, earlier = op.Slice(value, one, end, axes), op.Slice(value, zero, last, axes)
+        value = op.Xor(later, earlier) if self.dtype == ir.DataType.BOOL else op.Sub(later, earlier)
+    return value
+
+
 @lowering("aten::cumsum")
 def cumsum_integer(self: TAccumulable, dim: int, dtype: int | None = None) -> INT64:
     """Eager accumulates integers and bools in int64 (returned) unless `dtype` is given; ONNX Runtime's CumSum has

@@ -18,6 +18,7 @@ import onnxscript
 from onnxscript.values import TracedOnnxFunction
 
 from fx2onnx._emit.context import with_context
+from fx2onnx._emit.recorder import LazyTracedOnnxFunction
 from fx2onnx._records import BASE_OPSET
 
 DOMAIN = "pkg.fx2onnx"
@@ -60,7 +61,7 @@ def lowering(
     """
 
     def decorate(function: Callable[..., Any]) -> TracedOnnxFunction:
-        traced = TracedOnnxFunction(_OPSET, with_context(function) if context else function)
+        traced = LazyTracedOnnxFunction(_OPSET, with_context(function) if context else function)
         order = next(_ORDER)
         _RULES.extend(Rule(target, traced, opset, complex, variant, order) for target in targets)
         return traced
@@ -71,3 +72,18 @@ def lowering(
 def registered_rules() -> list[Rule]:
     """Every registered rule, by precedence."""
     return sorted(_RULES, key=lambda rule: rule.precedence)
+
+
+_ALIASES: dict[str, str] = {}
+
+
+def alias(target: str, same_as: str) -> None:
+    """`target` is lowered exactly as `same_as` is (an overload ATen defines as another op under a second name,
+    ``aten::min.other`` for ``aten::minimum``): the registry gives it the same implementations, fx2onnx's and
+    torchlib's, in the same order."""
+    _ALIASES[target] = same_as
+
+
+def registered_aliases() -> dict[str, str]:
+    """Every alias: target -> the target whose implementations it shares."""
+    return dict(_ALIASES)

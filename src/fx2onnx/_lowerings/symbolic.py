@@ -56,7 +56,9 @@ def sym_sqrt(a: TNumber) -> FLOAT:
 def floordiv(a: TNumber, b: TNumber) -> TNumber:
     """Python's ``a // b``, which rounds toward -inf (torchlib's lowering truncates: wrong for negative operands,
     as in the ceil-division idiom ``-(-n // k)``)."""
-    if a.dtype == FLOAT.dtype:
+    reference = b if isinstance(a, int) else a  # one operand may be a Python constant (``18200 // min(50, n)``)
+    a, b = (op.CastLike(x, reference) if isinstance(x, int) else x for x in (a, b))
+    if reference.dtype == FLOAT.dtype:
         return op.Floor(op.Div(a, b))
     zero = op.CastLike(0, a)
     quotient = op.Div(a, b)  # truncates toward zero

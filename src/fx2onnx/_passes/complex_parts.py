@@ -14,6 +14,7 @@ is left to the dispatcher. What it does not list keeps failing with the dispatch
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from fx2onnx._passes import complex_functions, complex_linalg
 from fx2onnx._passes.base import PassResult
 from fx2onnx._passes.node_builder import NodeBuilder, fake_mode_of, replace_node
 
@@ -44,6 +46,23 @@ PER_PART = {
     aten.sum.dim_IntList,
     aten.mean.default,
     aten.mean.dim,
+    aten.tile.default,
+    aten.repeat.default,
+    aten.repeat_interleave.self_int,
+    aten.index_select.default,
+    aten.scatter.src,
+    aten.scatter_add.default,
+    aten.put.default,
+    aten.masked_scatter.default,
+    aten.alias.default,
+    aten.alias_copy.default,
+    aten.as_strided_scatter.default,
+    aten.diagonal_scatter.default,
+    aten.select_scatter.default,
+    aten.slice_scatter.default,
+    aten.combinations.default,
+    aten.masked_select.default,
+    aten.resize.default,
 }
 # The same, for ops returning a list of tensors (used through getitem).
 PER_PART_LISTS = {
@@ -54,6 +73,7 @@ PER_PART_LISTS = {
     aten.atleast_1d.Sequence,
     aten.atleast_2d.Sequence,
     aten.atleast_3d.Sequence,
+    aten.broadcast_tensors.default,
 }
 # Bilinear in two complex operands: (a + ib)(c + id) = (ac - bd) + i(ad + bc), each product the op itself.
 PRODUCTS = {
@@ -63,6 +83,8 @@ PRODUCTS = {
     aten.matmul.default,
     aten.mv.default,
     aten.outer.default,
+    aten.linalg_cross.default,
+    aten.cross.default,
 }
 # Equal where both parts are (eq), different where either is (ne); comparing with a number compares its parts.
 COMPARISONS = {
@@ -99,12 +121,152 @@ VARIANCES = {
     aten.std.dim: aten.sqrt.default,
     aten.std.default: aten.sqrt.default,
 }
+NORMS = {aten.linalg_vector_norm.default, aten.norm.Scalar, aten.norm.ScalarOpt_dim}
 # e^(a + ib) = e^a (cos b + i sin b); log(a + ib) = log|a + ib| + i atan2(b, a).
 EXP = {aten.exp.default}
 LOG = {aten.log.default}
 # Where a complex value is non-zero: where either part is (logical_not: where neither is).
-NONZERO = {aten.nonzero.default, aten.argwhere.default, aten.logical_not.default}
+NONZERO = {aten.nonzero.default, aten.nonzero_static.default, aten.argwhere.default, aten.logical_not.default}
 
+
+# Ops rewritten as other ops on complex values, which the next round of this pass takes on.
+COMPOSITES: dict[Any, Callable[[Any, torch.fx.Node], torch.fx.Node]] = {}
+
+
+def _composite(*targets: Any) -> Callable[[Callable[[Any, torch.fx.Node], torch.fx.Node]], Any]:
+    def register(function: Callable[[Any, torch.fx.Node], torch.fx.Node]) -> Any:
+        COMPOSITES.update(dict.fromkeys(targets, function))
+        return function
+
+    return register
+
+
+@_composite(aten.addbmm.default)
+def _addbmm(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    """beta self + alpha sum_b(batch1[b] @ batch2[b]); beta = 0 ignores self (its NaN too), as eager."""
+    self, batch1, batch2 = node.args[:3]
+    beta = node.kwargs.get("beta", node.args[3] if len(node.args) > 3 else 1)
+    alpha = node.kwargs.get("alpha", node.args[4] if len(node.args) > 4 else 1)
+    total = build.call(aten.sum.dim_IntList, build.call(aten.bmm.default, batch1, batch2), [0])
+    if alpha != 1:
+        total = build.call(aten.mul.Tensor, total, alpha)
+    if beta == 0:
+        return build.call(aten.expand.default, total, list(node.meta["val"].shape))
+    scaled = self if beta == 1 else build.call(aten.mul.Tensor, self, beta)
+    return build.call(aten.add.Tensor, scaled, total)
+
+
+@_composite(aten.linear.default)
+def _linear(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    """input @ weight.T + bias."""
+    value, weight = node.args[:2]
+    bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    rank = len(weight.meta["val"].shape)
+    transposed = build.call(aten.t.default, weight) if rank == 2 else weight
+    result = build.call(aten.matmul.default, value, transposed)
+    return result if bias is None else build.call(aten.add.Tensor, result, bias)
+
+
+@_composite(aten.isfinite.default)
+def _isfinite(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    value = node.args[0]
+    finite = [build.call(aten.isfinite.default, build.part(value, which)) for which in (0, 1)]
+    return build.call(aten.logical_and.default, *finite)
+
+
+def _either_part_nan(build: Any, value: torch.fx.Node) -> torch.fx.Node:
+    if not _is_complex(value):
+        return build.call(aten.isnan.default, value)
+    nan = [build.call(aten.isnan.default, build.part(value, which)) for which in (0, 1)]
+    return build.call(aten.logical_or.default, *nan)
+
+
+@_composite(aten.isnan.default)
+def _isnan(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    return _either_part_nan(build, node.args[0])
+
+
+@_composite(aten.isinf.default)
+def _isinf(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    value = node.args[0]
+    infinite = [build.call(aten.isinf.default, build.part(value, which)) for which in (0, 1)]
+    return build.call(aten.logical_or.default, *infinite)
+
+
+@_composite(aten.type_as.default)
+def _type_as(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    return build.call(torch.ops.prims.convert_element_type.default, node.args[0], node.args[1].meta["val"].dtype)
+
+
+@_composite(aten.scatter.reduce)
+def _scatter_reduce(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    """scatter with reduce='add' is linear: on each part; 'multiply' is left to the dispatcher's error."""
+    reduce = node.kwargs.get("reduce", node.args[4] if len(node.args) > 4 else None)
+    if reduce != "add":
+        raise _NotOnParts
+    return _per_part(build, node)
+
+
+@_composite(aten.isclose.default)
+def _isclose(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    """Eager's: equal, or |a - b| finite and within atol + rtol |b|; both NaN (in either part) with equal_nan."""
+    a, b = node.args[:2]
+    names = ("rtol", "atol", "equal_nan")
+    defaults = (1e-5, 1e-8, False)
+    rtol, atol, equal_nan = (
+        node.kwargs.get(name, node.args[2 + i] if len(node.args) > 2 + i else default)
+        for i, (name, default) in enumerate(zip(names, defaults))
+    )
+    close = build.call(aten.eq.Tensor, a, b)
+    if equal_nan:
+        both_nan = build.call(aten.logical_and.default, _either_part_nan(build, a), _either_part_nan(build, b))
+        close = build.call(aten.logical_or.default, close, both_nan)
+    if rtol == 0 and atol == 0:
+        return close
+    allowed = build.call(aten.add.Tensor, build.call(aten.mul.Tensor, build.call(aten.abs.default, b), rtol), atol)
+    actual = build.call(aten.abs.default, build.call(aten.sub.Tensor, a, b))
+    within = build.call(
+        aten.logical_and.default,
+        build.call(aten.isfinite.default, actual),
+        build.call(aten.le.Tensor, actual, allowed),
+    )
+    return build.call(aten.logical_or.default, close, within)
+
+
+@_composite(aten.abs.default)
+def _abs(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    """|x + iy| in float64, so that complex64's squares do not overflow (|3e30 + 0i| is 3e30, not inf)."""
+    value = node.args[0]
+    squares = []
+    for which in (0, 1):
+        wide = build.call(torch.ops.prims.convert_element_type.default, build.part(value, which), torch.float64)
+        squares.append(build.call(aten.mul.Tensor, wide, wide))
+    modulus = build.call(aten.sqrt.default, build.call(aten.add.Tensor, *squares))
+    return build.call(torch.ops.prims.convert_element_type.default, modulus, node.meta["val"].dtype)
+
+
+@_composite(aten.einsum.default)
+def _einsum(build: Any, node: torch.fx.Node) -> torch.fx.Node:
+    """A product of complex operands: the einsum of every choice of parts, i^k for k imaginary parts chosen."""
+    equation, operands = node.args[0], list(node.args[1])
+    choices: list[list[tuple[torch.fx.Node, int]]] = [[]]
+    for operand in operands:
+        options = [(build.part(operand, 0), 0), (build.part(operand, 1), 1)] if _is_complex(operand) else [(operand, 0)]
+        choices = [[*chosen, option] for chosen in choices for option in options]
+    sums: list[torch.fx.Node | None] = [None, None]
+    for chosen in choices:
+        imaginary = sum(k for _, k in chosen)
+        term = build.call(aten.einsum.default, equation, [v for v, _ in chosen])
+        if imaginary % 4 in (2, 3):
+            term = build.call(aten.neg.default, term)
+        which = imaginary % 2
+        sums[which] = term if sums[which] is None else build.call(aten.add.Tensor, sums[which], term)
+    real, imag = sums
+    assert real is not None and imag is not None
+    return build.complex(real, imag)
+
+
+COMPOSITES.update(complex_linalg.COMPOSITES)
 
 _WITH_COMPLEX_INPUTS = frozenset(
     PER_PART
@@ -116,6 +278,13 @@ _WITH_COMPLEX_INPUTS = frozenset(
     | COMPARISONS.keys()
     | VARIANCES.keys()
     | {aten.linalg_vector_norm.default}
+    | complex_functions.UNARY.keys()
+    | complex_functions.POWERS
+    | complex_functions.PRODUCTS_ALONG
+    | COMPOSITES.keys()
+    | complex_linalg.COMPOSITES.keys()
+    | complex_linalg.TUPLES.keys()
+    | {aten.var_mean.correction, aten.norm.Scalar, aten.norm.ScalarOpt_dim}
 )
 _ALL = _WITH_COMPLEX_INPUTS | FACTORIES.keys() | NEW_FACTORIES.keys()
 
@@ -151,19 +320,49 @@ def _rewrite_complex_on_parts(
     graph = graph_module.graph
     fake_mode = fake_mode_of(graph)
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
-    for node in list(graph.nodes):
-        if _list_per_part(node) and not (registry is not None and _left_to_registry(node, registry)):
-            replaced.update(_rewrite_list_per_part(_Builder(graph, node, fake_mode), node))
-            continue
-        rewrite = _rewrite_for(node)
-        if rewrite is None or (registry is not None and _left_to_registry(node, registry)):
-            continue
-        replaced[node] = rewrite(_Builder(graph, node, fake_mode), node)
-        replace_node(node, replaced[node])
+    # A rewrite may use ops that are themselves rewritten (addbmm's bmm and sum): walk until none is left.
+    for _ in range(_MAX_ROUNDS):
+        found = _rewrite_round(graph, registry, fake_mode)
+        # an earlier replacement rewritten in this round now stands for its own replacement
+        replaced = {old: found.get(new, new) for old, new in replaced.items()} | found
+        if not found:
+            break
     if replaced:
         graph.lint()
         graph_module.recompile()
     return replaced
+
+
+_MAX_ROUNDS = 4
+
+
+def _rewrite_round(
+    graph: torch.fx.Graph, registry: Registry | None, fake_mode: Any
+) -> dict[torch.fx.Node, torch.fx.Node]:
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in list(graph.nodes):
+        if _list_per_part(node) and not (registry is not None and _left_to_registry(node, registry)):
+            replaced.update(_rewrite_list_per_part(_Builder(graph, node, fake_mode), node))
+            continue
+        if _variance_and_mean(node) and not (registry is not None and _left_to_registry(node, registry)):
+            replaced.update(_rewrite_variance_and_mean(_Builder(graph, node, fake_mode), node))
+            continue
+        if _tuple_on_parts(node) and not (registry is not None and _left_to_registry(node, registry)):
+            replaced.update(_rewrite_tuple(_Builder(graph, node, fake_mode), node))
+            continue
+        rewrite = _rewrite_for(node)
+        if rewrite is None or (registry is not None and _left_to_registry(node, registry)):
+            continue
+        try:
+            replaced[node] = rewrite(_Builder(graph, node, fake_mode), node)
+        except _NotOnParts:
+            continue
+        replace_node(node, replaced[node])
+    return replaced
+
+
+class _NotOnParts(Exception):
+    """Raised by a rewrite, before it adds nodes, when this node's arguments are not the case it handles."""
 
 
 def _list_per_part(node: torch.fx.Node) -> bool:
@@ -195,6 +394,54 @@ def _rewrite_list_per_part(build: _Builder, node: torch.fx.Node) -> dict[torch.f
     return replaced
 
 
+def _variance_and_mean(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and node.target is aten.var_mean.correction
+        and _is_complex(node.args[0])
+        and all(user.target is operator.getitem for user in node.users)
+    )
+
+
+def _rewrite_variance_and_mean(build: _Builder, node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
+    """var_mean as ``var`` and ``mean`` nodes, which the next round rewrites on the parts."""
+    value, dim = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.kwargs.get("keepdim", False)
+    results = (
+        build.call(aten.var.correction, value, dim, correction=node.kwargs.get("correction"), keepdim=keepdim),
+        build.call(aten.mean.dim, value, dim, keepdim),
+    )
+    replaced = {}
+    for user in list(node.users):
+        replaced[user] = results[user.args[1]]
+        replace_node(user, replaced[user])
+    build.graph.erase_node(node)
+    return replaced
+
+
+def _tuple_on_parts(node: torch.fx.Node) -> bool:
+    """A tuple-returning op of complex_linalg's whose users take only the results it can give."""
+    return (
+        node.op == "call_function"
+        and node.target in complex_linalg.TUPLES
+        and _is_complex(node.args[0])
+        and all(
+            user.target is operator.getitem and user.args[1] in complex_linalg.TUPLE_RESULTS[node.target]
+            for user in node.users
+        )
+    )
+
+
+def _rewrite_tuple(build: _Builder, node: torch.fx.Node) -> dict[torch.fx.Node, torch.fx.Node]:
+    results = complex_linalg.TUPLES[node.target](build, node)
+    replaced = {}
+    for user in list(node.users):
+        replaced[user] = results[user.args[1]]
+        replace_node(user, replaced[user])
+    build.graph.erase_node(node)
+    return replaced
+
+
 def _left_to_registry(node: torch.fx.Node, registry: Registry) -> bool:
     """Whether a user registered an implementation of `node`'s op for complex inputs (torchlib's are replaced:
     where this pass lists an op, torchlib's complex lowering failed, e.g. ``sum`` over several dims)."""
@@ -212,13 +459,25 @@ class _Builder(NodeBuilder):
     def part(self, value: torch.fx.Node, which: int) -> torch.fx.Node:
         """The real (0) or imaginary (1) part of complex `value`."""
         if (value, which) not in self.parts:
+            source = value
+            if value.meta["val"].is_conj():  # a conjugate view (x.mH) holds its values already conjugated in ONNX
+                source = self.call(aten.resolve_conj.default, value)
             self.parts[value, which] = self.call(
-                aten.select.int, self.call(aten.view_as_real.default, value), -1, which
+                aten.select.int, self.call(aten.view_as_real.default, source), -1, which
             )
         return self.parts[value, which]
 
     def complex(self, real: torch.fx.Node, imag: torch.fx.Node) -> torch.fx.Node:
-        return self.call(aten.complex.default, real, imag)
+        value = real.meta["val"]
+        if not any(isinstance(size, torch.SymInt) for size in value.shape):
+            return self.call(aten.complex.default, real, imag)
+        # torch's meta for complex asks for concrete sizes: one that depends on values (masked_select) has none
+        with self.graph.inserting_before(self.origin):
+            new = self.graph.call_function(aten.complex.default, (real, imag))
+        with self.fake_mode or contextlib.nullcontext():
+            new.meta["val"] = value.new_empty(value.shape, dtype=value.dtype.to_complex())
+        new.meta.update({k: self.origin.meta[k] for k in ("stack_trace", "nn_module_stack") if k in self.origin.meta})
+        return new
 
 
 def _is_complex(value: Any) -> bool:
@@ -235,6 +494,10 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
     if (node.target in FACTORIES or node.target in NEW_FACTORIES) and node.meta["val"].is_complex():
         return _factory_per_part
     leaves = pytree.tree_leaves((node.args, node.kwargs))
+    if node.target in COMPOSITES and any(_is_complex(a) for a in node.all_input_nodes):
+        return COMPOSITES[node.target]
+    if node.target in complex_functions.POWERS and node.meta["val"].is_complex():
+        return complex_functions.pow_
     if node.target in COMPARISONS and any(_is_complex(a) for a in node.args) and not node.kwargs:
         return _compare_parts
     if not any(_is_complex(leaf) for leaf in leaves) or any(isinstance(leaf, complex) for leaf in leaves):
@@ -245,10 +508,11 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
         if all(v.is_complex() for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()):
             return _per_part
         return None
-    if node.target in PRODUCTS and all(_is_complex(a) for a in node.args[:2]) and not node.kwargs:
+    if node.target in PRODUCTS and all(_is_complex(a) for a in node.args[:2]):
         return _product
-    if node.target is aten.linalg_vector_norm.default and _is_complex(node.args[0]) and "dtype" not in node.kwargs:
+    if node.target in NORMS and _is_complex(node.args[0]) and _complex_or_no_dtype(node):
         return _norm_of_magnitudes
+
     if node.target in NONZERO and _is_complex(node.args[0]):
         return _nonzero_of_either_part
     if node.target in VARIANCES and _is_complex(node.args[0]):
@@ -257,6 +521,10 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
         return _exp_of_parts
     if node.target in LOG and _is_complex(node.args[0]):
         return _log_of_parts
+    if node.target in complex_functions.UNARY and _is_complex(node.args[0]) and node.meta["val"].is_complex():
+        return complex_functions.unary
+    if node.target in complex_functions.PRODUCTS_ALONG and _is_complex(node.args[0]) and node.meta["val"].is_complex():
+        return complex_functions.product
     return None
 
 
@@ -273,7 +541,12 @@ def _per_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
         )
         if kwargs.get("dtype") is not None:
             kwargs = {**kwargs, "dtype": kwargs["dtype"].to_real()}
-        return build.call(node.target, *args, **kwargs)
+        part = build.call(node.target, *args, **kwargs)
+        # both parts have the result's sizes: the same symbols where they depend on values (combinations,
+        # masked_select), not a new unbacked size per part, which the complex value could not reconcile
+        with build.fake_mode or contextlib.nullcontext():
+            part.meta["val"] = node.meta["val"].real.clone()
+        return part
 
     return build.complex(on_part(0), on_part(1))
 
@@ -281,15 +554,25 @@ def _per_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
 def _product(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
     left, right = node.args[:2]
     (a, b), (c, d) = ((build.part(v, 0), build.part(v, 1)) for v in (left, right))
-    product = node.target
-    real = build.call(aten.sub.Tensor, build.call(product, a, c), build.call(product, b, d))
-    imag = build.call(aten.add.Tensor, build.call(product, a, d), build.call(product, b, c))
+    rest, kwargs = node.args[2:], node.kwargs  # linalg_cross's dim
+
+    def product(left: torch.fx.Node, right: torch.fx.Node) -> torch.fx.Node:
+        if node.target is aten.outer.default:  # no real lowering: capture decomposes it for real inputs
+            return build.call(aten.mul.Tensor, build.call(aten.unsqueeze.default, left, -1), right)
+        return build.call(node.target, left, right, *rest, **kwargs)
+
+    real = build.call(aten.sub.Tensor, product(a, c), product(b, d))
+    imag = build.call(aten.add.Tensor, product(a, d), product(b, c))
     return build.complex(real, imag)
 
 
 def _norm_of_magnitudes(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
-    magnitude = build.call(aten.abs.default, node.args[0])
-    return build.call(node.target, magnitude, *node.args[1:], **node.kwargs)
+    value, kwargs = node.args[0], dict(node.kwargs)
+    if kwargs.get("dtype") is not None:  # the complex dtype the values are cast to first; the norm is of its parts'
+        value = build.call(torch.ops.prims.convert_element_type.default, value, kwargs["dtype"])
+        kwargs["dtype"] = kwargs["dtype"].to_real()
+    magnitude = build.call(aten.abs.default, value)
+    return build.call(node.target, magnitude, *node.args[1:], **kwargs)
 
 
 def _compare_parts(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:

@@ -1,0 +1,230 @@
+"""Capture through data-dependent code: the strategies tried after torch.export stops on a data-dependent guard.
+
+Ops whose output size depends on values (nonzero, masked_select, unique, ``torchvision::nms``, boolean-mask
+indexing) give their outputs *unbacked* sizes: symbols with no example value. Python code that branches on such
+a size (torchvision's ``if boxes.numel() == 0: return empty``) makes torch.export raise
+``GuardOnDataDependentSymNode``. The strategies, in order:
+
+1. ``torch.export`` as is (``_capture._export_with_suggested_fixes``): most models.
+2. **size-oblivious guards**: a guard that torch cannot decide on an unbacked size is decided as torch's own
+   size-oblivious reasoning does, for a size of at least 2 (``numel() == 0`` is False, ``size(0) > 1`` is True):
+   the general branch, the one that also computes the right thing on 0 or 1 elements in ops that take empty
+   tensors (an ONNX graph does). Each decision is recorded with the user's line and reported as an assumption.
+   Undecidable even so (a comparison with a value the size could take either side of), it fails as before.
+3. **real-tensor propagation** (torch.export.draft_export's mode): the guard is decided by the example's own
+   values, and becomes a runtime assertion of the graph; the graph is then exact for the example's case only.
+
+The first that succeeds is used; when none does, the error of the first (the user's line, torch's message)
+is raised with what each later strategy hit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import sympy
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+
+__all__ = [
+    "Assumption",
+    "StrategyAttempt",
+    "first_that_captures",
+    "is_data_dependent",
+    "real_tensor_propagation",
+    "size_oblivious_guards",
+    "warn_if_assumed",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Assumption:
+    """A guard on a data-dependent size decided without an example value."""
+
+    expression: str
+    decided: str
+    source_line: str  # the user's (or library's) line that asked
+
+    def __str__(self) -> str:
+        return f"{self.expression} taken as {self.decided} at {self.source_line}"
+
+
+@dataclasses.dataclass
+class StrategyAttempt:
+    """One capture strategy tried, and why it failed (empty when it succeeded)."""
+
+    strategy: str
+    failure: str = ""
+
+
+def is_data_dependent(error: BaseException) -> bool:
+    """True for torch.export's refusal to branch on a value-dependent size (possibly wrapped)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, GuardOnDataDependentSymNode) or "data-dependent" in str(current).lower():
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _asking_line() -> str:
+    """The innermost frame outside torch: the model's (or its library's) line whose guard is decided."""
+    for frame in reversed(traceback.extract_stack()):
+        filename = frame.filename.replace("\\", "/")
+        if "/torch/" in filename or "/fx2onnx/" in filename or filename.endswith("contextlib.py"):
+            continue
+        return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
+    return "<unknown>"
+
+
+@contextlib.contextmanager
+def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
+    """While active, a guard on unbacked sizes that torch cannot decide is decided size-obliviously."""
+    original: Callable[..., Any] = ShapeEnv._evaluate_expr
+
+    def evaluate(
+        self: ShapeEnv,
+        orig_expr: Any,
+        hint: Any = None,
+        fx_node: Any = None,
+        size_oblivious: bool = False,
+        fallback_value: bool | None = None,
+        *,
+        forcing_spec: bool = False,
+    ) -> Any:
+        try:
+            return original(self, orig_expr, hint, fx_node, size_oblivious, fallback_value, forcing_spec=forcing_spec)
+        except GuardOnDataDependentSymNode:
+            if size_oblivious:
+                raise
+            if not isinstance(orig_expr, sympy.logic.boolalg.Boolean):
+                result = _largest_value(self, orig_expr)
+                if result is None:
+                    raise
+                assumptions.append(Assumption(str(orig_expr), f"{result} (its largest value)", _asking_line()))
+                return result
+            try:
+                result = original(self, orig_expr, hint, fx_node, True, fallback_value, forcing_spec=forcing_spec)
+            except GuardOnDataDependentSymNode:  # undecidable for sizes >= 2 too: a threshold on a count
+                result = _at_smallest_sizes(self, orig_expr)
+                if result is None:
+                    raise
+                assumptions.append(Assumption(str(orig_expr), f"{result} (for the smallest sizes)", _asking_line()))
+                return result
+            assumptions.append(Assumption(str(orig_expr), str(result), _asking_line()))
+            return result
+
+    ShapeEnv._evaluate_expr = evaluate  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ShapeEnv._evaluate_expr = original  # type: ignore[method-assign]
+
+
+def _largest_value(shape_env: ShapeEnv, expression: Any) -> Any:
+    """A data-dependent integer that Python needs as an int (``len(boxes)``), when bounded above: its bound.
+
+    The bounded counts of detection code are "keep at most K" (``min(K, number kept by NMS)``): at their bound
+    for any input with enough candidates. The choice is asserted at run time in the graph and reported.
+    """
+    bounds = shape_env.bound_sympy(expression, size_oblivious=True)
+    upper = bounds.upper
+    if not isinstance(upper, sympy.Integer) or upper == bounds.lower:
+        return None
+    shape_env.guard_or_defer_runtime_assert(
+        sympy.Eq(expression, upper), f"fx2onnx: {expression} taken as its largest value {upper}"
+    )
+    return upper
+
+
+def _at_smallest_sizes(shape_env: ShapeEnv, condition: Any) -> Any:
+    """A condition on data-dependent counts that no size-oblivious reasoning decides (``numel() > 4000``):
+    its value for each count at its smallest size-oblivious value (2, or the count's lower bound).
+
+    Such thresholds choose between two implementations of one result (torchvision's batched NMS: a loop
+    over classes above 4000 boxes, one NMS below); the one for small counts is the vectorized one. The choice is
+    asserted at run time in the graph and reported.
+    """
+    smallest = {}
+    for symbol in condition.free_symbols:
+        if symbol not in shape_env.size_like:  # a value (``x.sum().item() > 0``), not a count: no smallest
+            return None
+        lower = shape_env.bound_sympy(symbol, size_oblivious=True).lower
+        smallest[symbol] = max(sympy.Integer(2), lower) if isinstance(lower, sympy.Integer) else sympy.Integer(2)
+    decided = condition.xreplace(smallest)
+    if decided not in (sympy.true, sympy.false):
+        return None
+    shape_env.guard_or_defer_runtime_assert(
+        condition if decided is sympy.true else sympy.Not(condition),
+        f"fx2onnx: {condition} taken as {decided} (for the smallest sizes)",
+    )
+    return decided
+
+
+@contextlib.contextmanager
+def real_tensor_propagation() -> Iterator[None]:
+    """torch.export.draft_export's mode: undecidable guards take the example's values, as runtime asserts."""
+    from torch._functorch import config as functorch_config
+
+    with functorch_config.patch(fake_tensor_propagate_real_tensors=True):
+        yield
+
+
+STRATEGIES = ("torch.export", "size-oblivious guards", "real-tensor propagation")
+
+
+def first_that_captures(
+    export: Callable[[], Any], attempts: list[StrategyAttempt], assumptions: list[Assumption]
+) -> Any:
+    """``export()`` under each strategy in turn until one captures; the first error when none does.
+
+    Only a data-dependent failure moves on to the next strategy: any other error is the model's or the
+    user's, and later strategies would hit it too. `attempts` and `assumptions` are filled in for the report.
+    """
+    modes: list[Callable[[], contextlib.AbstractContextManager[None]]] = [
+        contextlib.nullcontext,
+        lambda: size_oblivious_guards(assumptions),
+        real_tensor_propagation,
+    ]
+    first_error: BaseException | None = None
+    for name, mode in zip(STRATEGIES, modes):
+        attempts.append(StrategyAttempt(name))
+        assumptions.clear()
+        try:
+            with mode():
+                return export()
+        except Exception as error:
+            attempts[-1].failure = f"{type(error).__name__}: {_first_line(error)}"
+            if first_error is None:
+                first_error = error
+            if not is_data_dependent(error):
+                break
+    assert first_error is not None
+    first_error.add_note(
+        "fx2onnx tried these capture strategies:\n"
+        + "\n".join(f"  {attempt.strategy}: {attempt.failure}" for attempt in attempts)
+    )
+    raise first_error
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def warn_if_assumed(attempts: list[StrategyAttempt], assumptions: list[Assumption]) -> None:
+    """Say which strategy captured when it was not the first, and what it assumed (never silently)."""
+    if len(attempts) <= 1:
+        return
+    lines = [f"{attempt.strategy} failed: {attempt.failure}" for attempt in attempts[:-1]]
+    lines.append(f"captured with {attempts[-1].strategy}")
+    if attempts[-1].strategy == "real-tensor propagation":
+        lines.append("guards on data-dependent sizes took the example's values: the graph follows its branches")
+    lines += [f"assumed: {assumption}" for assumption in assumptions]
+    warnings.warn("data-dependent code in the model:\n  " + "\n  ".join(lines), stacklevel=4)

@@ -1,0 +1,245 @@
+"""torchvision's detection operators and models, exported and compared with eager.
+
+torchvision comes from ``make test`` (Makefile: ``.venv/torchvision-cpu``, PyPI's wheel without its
+dependencies; ``FX2ONNX_TORCHVISION_DIR`` names another folder), its operators from ``torchvision_cpu_ops``.
+The models have random weights and small images (256-320 px), ResNet-18 FPN backbones where torchvision's
+builders take another (ResNet-50 is 5 times slower to run eagerly here and tests nothing more).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+import torch
+
+import fx2onnx
+from torchvision_cpu_ops import import_torchvision
+
+try:
+    torchvision = import_torchvision()
+except ImportError as error:  # `make test` installs it: only a hand-made environment lacks it
+    if os.environ.get("CI"):
+        raise
+    pytest.skip(f"torchvision is not installed ({error}); `make test` installs it", allow_module_level=True)
+
+from torchvision.models import detection
+from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+
+
+class Nms(torch.nn.Module):
+    def __init__(self, iou_threshold: float) -> None:
+        super().__init__()
+        self.iou_threshold = iou_threshold
+
+    def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return torchvision.ops.nms(boxes, scores, self.iou_threshold)
+
+
+class RoiAlign(torch.nn.Module):
+    def __init__(self, output_size: tuple[int, int], spatial_scale: float, sampling_ratio: int, aligned: bool):
+        super().__init__()
+        self.options = (output_size, spatial_scale, sampling_ratio, aligned)
+
+    def forward(self, features: torch.Tensor, rois: torch.Tensor) -> torch.Tensor:
+        return torchvision.ops.roi_align(features, rois, *self.options)
+
+
+def _random_boxes(count: int, generator: torch.Generator) -> torch.Tensor:
+    corners = torch.rand(count, 2, generator=generator) * 60
+    sizes = torch.rand(count, 2, generator=generator) * 40 + 1
+    return torch.cat([corners, corners + sizes], dim=1)
+
+
+def test_nms_keeps_what_torchvision_keeps_in_its_order(check) -> None:
+    generator = torch.Generator().manual_seed(0)
+    boxes, scores = _random_boxes(200, generator), torch.rand(200, generator=generator)
+    other_boxes, other_scores = _random_boxes(37, generator), torch.rand(37, generator=generator)
+    count = torch.export.Dim("count", min=2, max=4096)
+    check(
+        Nms(0.5),
+        (boxes, scores),
+        run_with=[((boxes, scores), {}), ((other_boxes, other_scores), {})],
+        dynamic_shapes=({0: count}, {0: count}),
+    )
+
+
+def test_nms_ties_equal_boxes_zero_areas_and_the_threshold_itself() -> None:
+    # equal scores (kept by increasing index), equal boxes, boxes of zero area (suppress nothing),
+    # and an IoU exactly at the threshold (kept: only an IoU above it suppresses)
+    boxes = torch.tensor(
+        [[0, 0, 10, 10], [0, 0, 10, 10], [0, 0, 10, 10], [5, 5, 5, 9], [5, 5, 5, 9], [0, 0, 10, 5], [20, 20, 30, 30]],
+        dtype=torch.float32,
+    )
+    scores = torch.tensor([0.5, 0.9, 0.9, 0.95, 0.95, 0.7, 0.9])
+    for threshold_model, expected_extra in ((Nms(0.5), True), (Nms(0.49), False)):
+        program = fx2onnx.export(threshold_model, (boxes, scores))
+        (actual,) = program(boxes, scores)
+        expected = threshold_model(boxes, scores)
+        assert actual.tolist() == expected.tolist()
+        assert (5 in expected.tolist()) == expected_extra  # IoU([0,0,10,5], [0,0,10,10]) is exactly 0.5
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+@pytest.mark.parametrize("sampling_ratio", [2, 0, -1])
+def test_roi_align(check, aligned: bool, sampling_ratio: int) -> None:
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(2, 3, 24, 20, generator=generator)
+    boxes = _random_boxes(11, generator) / 2
+    # inside the feature map (40 x 48 at scale 0.5): beyond its far edges ONNX Runtime's RoiAlign samples
+    # differently from torchvision's PyTorch roi_align (up to 2.2 apart here); detection models clip their boxes
+    boxes[:, 0::2] = boxes[:, 0::2].clamp(max=39.0)
+    boxes[:, 1::2] = boxes[:, 1::2].clamp(max=47.0)
+    boxes[0] = torch.tensor([3.0, 4.0, 3.2, 4.1])  # smaller than a pixel: aligned=False widens it to one
+    rois = torch.cat([torch.randint(0, 2, (11, 1), generator=generator).float(), boxes], dim=1)
+    check(RoiAlign((5, 4), 0.5, sampling_ratio, aligned), (features, rois), atol=1e-5, rtol=1e-5)
+
+
+# --- models ---------------------------------------------------------------------------------------------------
+
+_SMALL = {"min_size": 256, "max_size": 320}
+_IMAGES = ((3, 240, 300), (3, 300, 224))
+
+
+def _fpn18() -> torch.nn.Module:
+    return resnet_fpn_backbone(backbone_name="resnet18", weights=None, trainable_layers=5)
+
+
+def _faster_rcnn() -> torch.nn.Module:
+    return detection.FasterRCNN(
+        _fpn18(),
+        num_classes=5,
+        box_score_thresh=0.3,
+        rpn_pre_nms_top_n_test=200,
+        rpn_post_nms_top_n_test=50,
+        box_detections_per_img=50,
+        **_SMALL,
+    )
+
+
+def _fpn18_p6p7() -> torch.nn.Module:
+    from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+
+    return resnet_fpn_backbone(
+        backbone_name="resnet18",
+        weights=None,
+        trainable_layers=5,
+        returned_layers=[2, 3, 4],
+        extra_blocks=LastLevelP6P7(256, 256),
+    )
+
+
+def _retinanet() -> torch.nn.Module:
+    return detection.RetinaNet(
+        _fpn18_p6p7(), num_classes=5, score_thresh=0.3, topk_candidates=100, detections_per_img=50, **_SMALL
+    )
+
+
+def _fcos() -> torch.nn.Module:
+    return detection.FCOS(
+        _fpn18_p6p7(), num_classes=5, score_thresh=0.3, topk_candidates=100, detections_per_img=50, **_SMALL
+    )
+
+
+def _ssdlite() -> torch.nn.Module:
+    return detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=5, score_thresh=0.3, detections_per_img=50
+    )
+
+
+def _mask_rcnn() -> torch.nn.Module:
+    return detection.MaskRCNN(
+        _fpn18(),
+        num_classes=5,
+        box_score_thresh=0.3,
+        rpn_pre_nms_top_n_test=200,
+        rpn_post_nms_top_n_test=50,
+        box_detections_per_img=50,
+        **_SMALL,
+    )
+
+
+def _keypoint_rcnn() -> torch.nn.Module:
+    return detection.KeypointRCNN(
+        _fpn18(),
+        num_classes=2,
+        num_keypoints=5,
+        box_score_thresh=0.3,
+        rpn_pre_nms_top_n_test=200,
+        rpn_post_nms_top_n_test=50,
+        box_detections_per_img=50,
+        **_SMALL,
+    )
+
+
+MODELS = {
+    "faster_rcnn": _faster_rcnn,
+    "retinanet": _retinanet,
+    "fcos": _fcos,
+    "ssdlite": _ssdlite,
+    "mask_rcnn": _mask_rcnn,
+    "keypoint_rcnn": _keypoint_rcnn,
+}
+
+
+def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    order = torch.sort(detections["scores"], descending=True, stable=True).indices
+    return {name: value[order] for name, value in detections.items()}
+
+
+def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float) -> dict[str, Any]:
+    """Detections equal up to `atol`: the same count and labels, boxes/scores/masks within atol."""
+    (eager_detections,) = eager
+    (exported_detections,) = exported
+    eager_sorted, exported_sorted = _sorted_by_score(eager_detections), _sorted_by_score(exported_detections)
+    assert eager_sorted.keys() == exported_sorted.keys()
+    worst = 0.0
+    for name, expected in eager_sorted.items():
+        actual = exported_sorted[name]
+        assert actual.dtype == expected.dtype, name
+        assert actual.shape == expected.shape, f"{name}: {tuple(actual.shape)} != eager's {tuple(expected.shape)}"
+        if expected.dtype.is_floating_point:
+            difference = (actual - expected).abs().max().item() if expected.numel() else 0.0
+            assert difference <= atol, f"{name}: max abs diff {difference}"
+            worst = max(worst, difference)
+        else:
+            assert torch.equal(actual, expected), name
+    return {"detections": len(eager_sorted["scores"]), "max_abs_diff": worst}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_detection_model_matches_eager_on_two_image_sizes(name: str, record_property: Any) -> None:
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    images = [torch.rand(shape, generator=torch.Generator().manual_seed(index)) for index, shape in enumerate(_IMAGES)]
+    figures = []
+    counts = set()
+    for image in images:
+        start = time.perf_counter()
+        program = fx2onnx.export(model, ([image],))
+        seconds = time.perf_counter() - start
+        with torch.no_grad():
+            eager = model([image])
+        figure = _compare(eager, program([image]), atol=1e-2)  # boxes in pixels, up to 320
+        figures.append({"image": tuple(image.shape), "export_seconds": round(seconds, 1), **figure})
+        counts.add(figure["detections"])
+    record_property("figures", figures)
+    print(name, figures)
+    assert len(counts) == len(images), f"the images should give different numbers of detections: {figures}"
+
+
+class RoiPool(torch.nn.Module):
+    def forward(self, features: torch.Tensor, rois: torch.Tensor) -> torch.Tensor:
+        return torchvision.ops.roi_pool(features, rois, (3, 4), 0.5)
+
+
+def test_roi_pool(check) -> None:
+    generator = torch.Generator().manual_seed(2)
+    features = torch.randn(2, 3, 16, 12, generator=generator)
+    boxes = _random_boxes(9, generator) / 3
+    boxes[0] = torch.tensor([40.0, 40.0, 50.0, 50.0])  # outside the map: empty bins give 0
+    boxes[1] = torch.tensor([3.0, 5.0, 3.0, 5.0])  # one pixel, half-way points (rounded away from zero)
+    rois = torch.cat([torch.randint(0, 2, (9, 1), generator=generator).float(), boxes], dim=1)
+    check(RoiPool(), (features, rois))
