@@ -185,6 +185,41 @@ def test_discovery_data_is_current() -> None:
         assert set(entry["dtypes"]) <= set(_TORCH_DTYPES)
 
 
+# Cells whose signatures the sweep records: a complex op the FX passes rewrite on its parts (its captured node
+# is erased), float16 ops rewritten to compute in float32, a plain integer op.
+REGENERATED_CELLS = [
+    ("as_strided", "complex64"),
+    ("hstack", "complex64"),
+    ("nn.functional.silu", "float16"),
+    ("add", "int8"),
+]
+
+
+@pytest.mark.parametrize(("op", "dtype"), REGENERATED_CELLS, ids=lambda value: str(value))
+def test_regenerating_cells_reproduces_the_data(op: str, dtype: str) -> None:
+    """A cell's signatures recorded again (as the sweep does: its samples, in process) are the published ones:
+    each is in the data, and each published signature that lists the cell is recorded again."""
+    from fx2onnx.coverage.cases import Case
+    from fx2onnx.coverage.runner import run_case
+
+    if not recorded_with_this_torch():
+        pytest.skip("the data was recorded with another torch release")
+    case = f"{op}/{dtype}"
+    record = run_case(Case(op, dtype, "fx2onnx", samples=3))
+    regenerated = {discovery.signature_key(s) for s in record["signatures"]}
+    published = {
+        discovery.signature_key({"overload": overload, **signature}): signature["cases"]
+        for overload, entry in discovery.load().items()
+        for signature in entry["signatures"]
+    }
+    assert sorted(regenerated - set(published)) == [], f"{case} records signatures the data lacks"
+    listing = {key for key, cases in published.items() if case in cases}
+    assert sorted(listing - regenerated) == [], f"the data lists {case} for signatures it no longer records"
+    for signature in record["signatures"]:
+        if discovery.tensor_dtypes(signature["args"]) and "dispatched" in signature:
+            assert discovery.tensor_dtypes(signature["dispatched"]), f"{signature}: no tensor left (an erased node)"
+
+
 def test_every_eager_signature_has_an_implementation(gaps_and_kinds: Any) -> None:
     gaps, kinds = gaps_and_kinds
     known = known_gaps()

@@ -115,8 +115,18 @@ def test_case_statuses_in_process() -> None:
 
 def test_matrix_summary_and_rendering() -> None:
     records = [
-        {"engine": "fx2onnx", "op": "add", "dtype": "float32", "status": "ok", "first": "ok"},
+        {"engine": "fx2onnx", "op": "add", "dtype": "float32", "status": "ok", "first": "ok", "fixed": "ok"},
         {"engine": "fx2onnx", "op": "add", "dtype": "bfloat16", "status": "no_kernel", "detail": "K: Add(14)"},
+        {
+            "engine": "fx2onnx",
+            "op": "mul",
+            "dtype": "float16",
+            "status": "ok",
+            "first": "ok",
+            "fixed": "mismatch",
+            "fixed_detail": "output 0: values differ, max abs err 0.02",
+        },
+        {"engine": "fx2onnx", "op": "mul", "dtype": "float32", "status": "ok", "first": "ok"},
         {"engine": "fx2onnx", "op": "cos", "dtype": "bool", "status": "excluded", "detail": "eager fails"},
         {"engine": "fx2onnx", "op": "cos", "dtype": "int8", "status": "mismatch", "first": "ok", "sample": 2},
         {"engine": "reference", "op": "add", "dtype": "float32", "status": "ok"},
@@ -124,8 +134,12 @@ def test_matrix_summary_and_rendering() -> None:
     ]
     payload = matrix.update_matrix(None, records, samples=3, reference_samples=1)
     overall = payload["summary"]["overall"]
-    assert (overall["cases"], overall["ok"], overall["excluded"]) == (4, 1, 1)
-    assert overall["pass_rate"] == round(1 / 3, 4)
+    assert (overall["cases"], overall["ok"], overall["excluded"]) == (6, 3, 1)
+    assert overall["pass_rate"] == round(3 / 5, 4)
+    # At the fixed tolerance: mul/float16 passed only by eager's noise; mul/float32 predates the field.
+    assert (overall["fixed_ok"], overall["noise_only"], overall["fixed_unknown"]) == (1, 1, 1)
+    assert overall["fixed_pass_rate"] == round(2 / 5, 4)
+    assert payload["cells"]["mul"]["float16"]["fixed_detail"].endswith("0.02")
     # On the first sample, cos/int8 passes for fx2onnx (it failed on sample 2) and fails for the reference.
     assert overall["first_sample"] == {
         "compared": 2,
@@ -136,6 +150,7 @@ def test_matrix_summary_and_rendering() -> None:
     }
     text = matrix.render_matrix(payload)
     assert "| `add` | ✓ |  | " in text and "| K |" in text
+    assert "| `mul` | ✓ |  | ≈ |" in text and "| `mul`/f16 | output 0: values differ, max abs err 0.02 |" in text
     assert "| `cos` |" in text and "| M |" in text
     reference = matrix.render_reference(payload)
     assert "✓ / I" in reference

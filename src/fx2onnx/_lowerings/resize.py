@@ -6,11 +6,13 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import onnx_ir as ir
-from onnxscript import FLOAT, INT64, UINT8
+from onnxscript import DOUBLE, FLOAT, INT64, UINT8
 from onnxscript import opset18 as op
 
 from fx2onnx._lowerings.builders import TFloat, _back, _in_float32, _spatial_sizes
+from fx2onnx._lowerings.kernels import double
 from fx2onnx._lowerings.rules import lowering
 
 
@@ -74,7 +76,9 @@ def upsample_bicubic_vec(
 # height (its fixed-point kernels). Computed in one pass in float and cast back as a cast match would be,
 # results were truncated and wrapped: a bicubic overshoot to -4 became 252, in half of a bicubic upscale's
 # pixels. In two passes, rounding half up, upscales are eager's bit for bit (measured); non-integer
-# downscales are up to 1 off in a few percent of pixels (eager's weights are rounded to fixed point).
+# downscales are up to 1 off in a few percent of pixels (eager's weights are rounded to fixed point). Bilinear keeps
+# this path; bicubic and the antialiased modes compute eager's fixed-point sums (`_resize_uint8_fixed_point`, below)
+# when the sizes are static.
 def _round_to_uint8(value: FLOAT) -> FLOAT:
     half_up = op.Floor(op.Add(value, op.Constant(value_float=0.5)))
     return op.Clip(half_up, op.Constant(value_float=0.0), op.Constant(value_float=255.0))
@@ -110,7 +114,450 @@ def upsample_bicubic_vec_uint8(
     align_corners: bool = False,
     scale_factors: Sequence[float] | None = None,
 ) -> UINT8:
-    return _resize_uint8(input, output_size, align_corners, scale_factors, "cubic")
+    return _resize_uint8_fixed_point(input, output_size, align_corners, scale_factors, "cubic")
+
+
+# --- float64: eager's taps and weights, gathered (ONNX Runtime's Resize has no float64 kernel) ----------------------
+# Resize in float64 is legalized to float32 (results 1e-7 off eager). With static sizes, each resized axis instead
+# gathers its taps and sums them with eager's weights, computed here as eager computes them (in double), the last
+# axis first as eager's kernels nest their sums: linear and cubic agree with eager to an ulp or two.
+_CUBIC_A = -0.75  # eager's bicubic interpolation
+_AA_CUBIC_A = -0.5  # eager's antialiased bicubic filter (PIL's)
+
+# Per output index of one axis: input indices [out, taps], weights [out, taps], and which taps count (None: all).
+Taps = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]
+
+
+def _source_ratio(in_size: int, out_size: int, align_corners: bool, scale: float | None) -> float:
+    """eager's area_pixel_compute_scale: input pixels per output pixel."""
+    if align_corners:
+        return (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    return 1.0 / scale if scale is not None and scale > 0 else in_size / out_size
+
+
+def _cubic_near(x: float, a: float) -> float:  # |x| <= 1
+    return ((a + 2) * x - (a + 3)) * x * x + 1
+
+
+def _cubic_far(x: float, a: float) -> float:  # 1 < |x| < 2
+    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+
+def _source_index(real: float, in_size: int) -> tuple[int, float]:
+    """eager's guard_index_and_lambda: the tap below `real` (floored in float32, as eager's floorf) and the
+    fraction past it, clamped to [0, 1]."""
+    index = min(math.floor(float(np.float32(real))), in_size - 1)
+    return index, min(max(real - index, 0.0), 1.0)
+
+
+def _linear_taps(in_size: int, out_size: int, align_corners: bool, scale: float | None) -> Taps:
+    ratio = _source_ratio(in_size, out_size, align_corners, scale)
+    indices = np.zeros((out_size, 2), np.int64)
+    weights = np.zeros((out_size, 2), np.float64)
+    for i in range(out_size):
+        if in_size == out_size:
+            indices[i], weights[i] = (i, i), (1.0, 0.0)
+            continue
+        real = ratio * i if align_corners else max(ratio * (i + 0.5) - 0.5, 0.0)
+        low, fraction = _source_index(real, in_size)
+        indices[i] = (low, low + (1 if low < in_size - 1 else 0))
+        weights[i] = (1.0 - fraction, fraction)
+    return indices, weights, None
+
+
+def _cubic_taps(in_size: int, out_size: int, align_corners: bool, scale: float | None) -> Taps:
+    ratio = _source_ratio(in_size, out_size, align_corners, scale)
+    indices = np.zeros((out_size, 4), np.int64)
+    weights = np.zeros((out_size, 4), np.float64)
+    a = _CUBIC_A
+    for i in range(out_size):
+        real = ratio * i if align_corners else ratio * (i + 0.5) - 0.5
+        low, t = _source_index(real, in_size)
+        weights[i] = (_cubic_far(t + 1.0, a), _cubic_near(t, a), _cubic_near(1.0 - t, a), _cubic_far(2.0 - t, a))
+        indices[i] = [min(max(low - 1 + k, 0), in_size - 1) for k in range(4)]
+    return indices, weights, None
+
+
+def _antialias_taps(
+    in_size: int,
+    out_size: int,
+    align_corners: bool,
+    scale: float | None,
+    cubic: bool,
+    antialias: bool = True,
+    corner_delta: float = 0.0,
+) -> Taps:
+    """eager's _compute_weights_aa: a window of the filter stretched by the downscale ratio (its support), weights
+    normalized to sum 1. Without `antialias` (eager's uint8 kernels), the plain filter; `corner_delta` is 0.5 for
+    uint8 with align_corners and no antialias."""
+    ratio = _source_ratio(in_size, out_size, align_corners, scale)
+    taps = 4 if cubic else 2
+    support = taps * 0.5 * ratio if ratio >= 1.0 and antialias else taps * 0.5
+    width = math.ceil(support) * 2 + 1 if antialias else taps
+    inverse = 1.0 / ratio if ratio >= 1.0 and antialias else 1.0
+
+    def kernel(x: float) -> float:
+        x = abs(x)
+        if cubic:
+            a = _AA_CUBIC_A if antialias else _CUBIC_A
+            return _cubic_near(x, a) if x < 1.0 else _cubic_far(x, a) if x < 2.0 else 0.0
+        return 1.0 - x if x < 1.0 else 0.0
+
+    indices = np.zeros((out_size, width), np.int64)
+    weights = np.zeros((out_size, width), np.float64)
+    counted = np.zeros((out_size, width), np.bool_)
+    for i in range(out_size):
+        center = ratio * (i + 0.5 - corner_delta)
+        start = max(int(center - support + 0.5 + corner_delta), 0)
+        count = min(max(min(int(center + support + 0.5 + corner_delta), in_size) - start, 0), width)
+        values = [kernel((j + start - center + 0.5 - corner_delta) * inverse) for j in range(count)]
+        total = 0.0
+        for value in values:
+            total += value
+        for j, value in enumerate(values):
+            indices[i, j], weights[i, j], counted[i, j] = start + j, value / total if total != 0.0 else value, True
+        indices[i, count:] = start
+    return indices, weights, counted
+
+
+def _gather_axis(x: DOUBLE, axis: int, taps: Taps) -> DOUBLE:
+    """Sum over the taps of x's slices along `axis` times their weights, in tap order (eager's)."""
+    indices, weights, counted = taps
+    rank = len(x.shape)
+    shape = [-1] + [1] * (rank - 1 - axis)
+    result = None
+    for k in range(indices.shape[1]):
+        taken = op.Gather(x, op.Constant(value=ir.tensor(np.ascontiguousarray(indices[:, k]))), axis=axis)
+        term = op.Mul(taken, op.Constant(value=ir.tensor(weights[:, k].reshape(shape).copy())))
+        if counted is not None and not counted[:, k].all():  # a tap past the window adds nothing (not 0 * inf)
+            term = op.Where(op.Constant(value=ir.tensor(counted[:, k].reshape(shape).copy())), term, double(0.0))
+        result = term if result is None else op.Add(result, term)
+    assert result is not None
+    return result
+
+
+def _static_resize_sizes(
+    input: TFloat, output_size: Sequence[int] | None, scale_factors: Sequence[float | None] | None, spatial: int
+) -> list[tuple[int, int, float | None]] | None:
+    """Per spatial axis (in, out, eager's scale or None); None when a size is symbolic."""
+    sizes = list(input.shape)[-spatial:]
+    scales: list[float | None] = list(scale_factors) if scale_factors is not None else [None] * spatial
+    if output_size is not None:
+        outs = list(output_size)
+    else:
+        outs = [
+            int(size * scale) if isinstance(size, int) and scale is not None else None
+            for size, scale in zip(sizes, scales)
+        ]
+    if not all(isinstance(n, int) for n in [*sizes, *outs]):
+        return None
+    return [(int(i), int(o), s) for i, o, s in zip(sizes, outs, scales)]
+
+
+def _resize_float64(
+    input: DOUBLE,
+    output_size: Sequence[int] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float | None] | None,
+    mode: str,
+    spatial: int,
+) -> DOUBLE | None:
+    """`mode`: linear, cubic, linear_aa or cubic_aa; None when the sizes are symbolic (the caller falls back)."""
+    axes = _static_resize_sizes(input, output_size, scale_factors, spatial)
+    if axes is None:
+        return None
+    result = input
+    rank = len(input.shape)
+    for position in reversed(range(spatial)):  # the last axis first, as eager nests its sums
+        in_size, out_size, scale = axes[position]
+        if mode.endswith("_aa"):
+            if in_size == out_size:
+                continue  # eager's separable kernel skips an axis it does not resize
+            taps = _antialias_taps(in_size, out_size, align_corners, scale, cubic=mode == "cubic_aa")
+        elif mode == "cubic":
+            taps = _cubic_taps(in_size, out_size, align_corners, scale)
+        else:
+            taps = _linear_taps(in_size, out_size, align_corners, scale)
+        result = _gather_axis(result, rank - spatial + position, taps)
+    return result
+
+
+def _vec_float64(
+    input: DOUBLE,
+    output_size: Sequence[int] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float] | None,
+    mode: str,
+) -> DOUBLE:
+    spatial = len(output_size) if output_size is not None else len(scale_factors or [])
+    result = _resize_float64(input, output_size, align_corners, scale_factors, mode, spatial)
+    if result is not None:
+        return result
+    if mode.endswith("_aa"):
+        return _resize_antialias(input, output_size, align_corners, scale_factors, mode.removesuffix("_aa"))
+    return _resize(input, output_size, align_corners, scale_factors, mode)
+
+
+def _resize_antialias(
+    input: TFloat,
+    output_size: Sequence[int] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float] | None,
+    mode: str,
+) -> TFloat:
+    """Symbolic sizes: ONNX's antialiased Resize (float32 in ONNX Runtime)."""
+    spatial = len(output_size) if output_size is not None else len(scale_factors or [])
+    axes = list(range(2, 2 + spatial))
+    if output_size is not None:
+        scales, sizes = None, op.Constant(value_ints=[int(n) for n in output_size])
+    else:
+        scales, sizes = op.Constant(value_floats=[float(s) for s in scale_factors or []]), None
+    return op.Resize(
+        input,
+        None,
+        scales,
+        sizes,
+        axes=axes,
+        mode=mode,
+        antialias=1,
+        coordinate_transformation_mode="align_corners" if align_corners else "pytorch_half_pixel",
+        cubic_coeff_a=-0.5,
+        exclude_outside=1,
+    )
+
+
+@lowering(
+    "aten::upsample_linear1d.vec", "aten::upsample_bilinear2d.vec", "aten::upsample_trilinear3d.vec", variant="float64"
+)
+def upsample_linear_vec_float64(
+    input: DOUBLE,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> DOUBLE:
+    return _vec_float64(input, output_size, align_corners, scale_factors, "linear")
+
+
+@lowering("aten::upsample_bicubic2d.vec", variant="float64")
+def upsample_bicubic_vec_float64(
+    input: DOUBLE,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> DOUBLE:
+    return _vec_float64(input, output_size, align_corners, scale_factors, "cubic")
+
+
+@lowering("aten::_upsample_bilinear2d_aa.vec", variant="float64")
+def upsample_bilinear_aa_vec_float64(
+    input: DOUBLE,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> DOUBLE:
+    return _vec_float64(input, output_size, align_corners, scale_factors, "linear_aa")
+
+
+@lowering("aten::_upsample_bicubic2d_aa.vec", variant="float64")
+def upsample_bicubic_aa_vec_float64(
+    input: DOUBLE,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> DOUBLE:
+    return _vec_float64(input, output_size, align_corners, scale_factors, "cubic_aa")
+
+
+def _sized_float64(
+    input: DOUBLE, output_size: Sequence[int], align_corners: bool, scales: Sequence[float | None], mode: str
+) -> DOUBLE:
+    result = _resize_float64(input, output_size, align_corners, scales, mode, len(output_size))
+    if result is not None:
+        return result
+    if mode.endswith("_aa"):
+        return _resize_antialias(input, output_size, align_corners, None, mode.removesuffix("_aa"))
+    return _resize(input, output_size, align_corners, None, mode)
+
+
+@lowering("aten::upsample_linear1d", variant="float64")
+def upsample_linear1d_float64(
+    self: DOUBLE, output_size: Sequence[int], align_corners: bool, scales: float | None = None
+) -> DOUBLE:
+    return _sized_float64(self, output_size, align_corners, [scales], "linear")
+
+
+@lowering("aten::upsample_bilinear2d", variant="float64")
+def upsample_bilinear2d_float64(
+    self: DOUBLE,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> DOUBLE:
+    return _sized_float64(self, output_size, align_corners, [scales_h, scales_w], "linear")
+
+
+@lowering("aten::upsample_trilinear3d", variant="float64")
+def upsample_trilinear3d_float64(
+    self: DOUBLE,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_d: float | None = None,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> DOUBLE:
+    return _sized_float64(self, output_size, align_corners, [scales_d, scales_h, scales_w], "linear")
+
+
+@lowering("aten::upsample_bicubic2d", variant="float64")
+def upsample_bicubic2d_float64(
+    self: DOUBLE,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> DOUBLE:
+    return _sized_float64(self, output_size, align_corners, [scales_h, scales_w], "cubic")
+
+
+@lowering("aten::_upsample_bilinear2d_aa", variant="float64")
+def upsample_bilinear2d_aa_float64(
+    self: DOUBLE,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> DOUBLE:
+    return _sized_float64(self, output_size, align_corners, [scales_h, scales_w], "linear_aa")
+
+
+@lowering("aten::_upsample_bicubic2d_aa", variant="float64")
+def upsample_bicubic2d_aa_float64(
+    self: DOUBLE,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> DOUBLE:
+    return _sized_float64(self, output_size, align_corners, [scales_h, scales_w], "cubic_aa")
+
+
+# --- uint8 antialiased resizes: eager's fixed-point kernels -----------------------------------------------------------
+# eager resizes uint8 images one axis at a time (the last first) with its float weights scaled to int16 at the
+# largest precision that keeps the largest weight below 2**15, sums integer products from 2**(precision - 1) and
+# shifts right (floor), saturating to [0, 255]. The integer sums are exact in float64 (below 2**53), so that is
+# where they are computed: the results are eager's bit for bit.
+def _int16_weights(weights: np.ndarray, counted: np.ndarray | None) -> tuple[np.ndarray, int]:
+    largest = float(weights.max())
+    precision = 0
+    while precision < 22 and int(0.5 + largest * (1 << (precision + 1))) < (1 << 15):
+        precision += 1
+    scaled = weights * (1 << precision)
+    rounded = np.where(scaled < 0, np.trunc(scaled - 0.5), np.trunc(scaled + 0.5))  # half away from zero
+    if counted is not None:
+        rounded = np.where(counted, rounded, 0.0)
+    return rounded.astype(np.float64), max(precision, 1)
+
+
+def _merged_taps(taps: Taps) -> Taps:
+    """Taps clamped onto the same input index merged into one (their weights summed), as eager's uint8 bicubic
+    weights are before they are scaled to int16."""
+    indices, weights, _ = taps
+    merged_indices = np.zeros_like(indices)
+    merged_weights = np.zeros_like(weights)
+    counted = np.zeros(weights.shape, np.bool_)
+    for i in range(indices.shape[0]):
+        distinct = sorted(set(indices[i].tolist()))
+        for j, index in enumerate(distinct):
+            total = 0.0
+            for k in range(indices.shape[1]):
+                if indices[i, k] == index:
+                    total += weights[i, k]
+            merged_indices[i, j], merged_weights[i, j], counted[i, j] = index, total, True
+        merged_indices[i, len(distinct) :] = distinct[0]
+    return merged_indices, merged_weights, counted
+
+
+def _resize_uint8_fixed_point(
+    input: UINT8,
+    output_size: Sequence[int] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float | None] | None,
+    mode: str,
+) -> UINT8:
+    """`mode`: linear_aa, cubic_aa or cubic (eager's uint8 bicubic: the cubic taps, clamped taps merged)."""
+    spatial = len(output_size) if output_size is not None else len(scale_factors or [])
+    axes = _static_resize_sizes(input, output_size, scale_factors, spatial)
+    if axes is None and mode == "cubic":
+        return _resize_uint8(input, output_size, align_corners, scale_factors, "cubic")
+    if axes is None:  # symbolic sizes: ONNX's antialiased Resize in float, rounded half up and saturated
+        sizes = None if output_size is None else output_size
+        resized = _resize_antialias(
+            op.Cast(input, to=ir.DataType.FLOAT),
+            sizes,
+            align_corners,
+            scale_factors if sizes is None else None,
+            mode.removesuffix("_aa"),
+        )
+        return op.Cast(_round_to_uint8(resized), to=ir.DataType.UINT8)
+    result = op.Cast(input, to=ir.DataType.DOUBLE)
+    rank = len(input.shape)
+    for position in reversed(range(spatial)):
+        in_size, out_size, scale = axes[position]
+        if in_size == out_size:
+            continue
+        if mode == "cubic":
+            taps = _merged_taps(_cubic_taps(in_size, out_size, align_corners, scale))
+        else:
+            taps = _antialias_taps(in_size, out_size, align_corners, scale, cubic=mode == "cubic_aa")
+        indices, weights, counted = taps
+        fixed, precision = _int16_weights(weights, counted)
+        total = _gather_axis(result, rank - spatial + position, (indices, fixed, counted))
+        shifted = op.Floor(op.Mul(op.Add(total, double(float(1 << (precision - 1)))), double(2.0**-precision)))
+        result = op.Clip(shifted, double(0.0), double(255.0))
+    return op.Cast(result, to=ir.DataType.UINT8)
+
+
+@lowering("aten::_upsample_bilinear2d_aa.vec", variant="uint8")
+def upsample_bilinear_aa_vec_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> UINT8:
+    return _resize_uint8_fixed_point(input, output_size, align_corners, scale_factors, "linear_aa")
+
+
+@lowering("aten::_upsample_bicubic2d_aa.vec", variant="uint8")
+def upsample_bicubic_aa_vec_uint8(
+    input: UINT8,
+    output_size: Sequence[int] | None = None,
+    align_corners: bool = False,
+    scale_factors: Sequence[float] | None = None,
+) -> UINT8:
+    return _resize_uint8_fixed_point(input, output_size, align_corners, scale_factors, "cubic_aa")
+
+
+@lowering("aten::_upsample_bilinear2d_aa", variant="uint8")
+def upsample_bilinear2d_aa_uint8(
+    self: UINT8,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> UINT8:
+    return _resize_uint8_fixed_point(self, output_size, align_corners, [scales_h, scales_w], "linear_aa")
+
+
+@lowering("aten::_upsample_bicubic2d_aa", variant="uint8")
+def upsample_bicubic2d_aa_uint8(
+    self: UINT8,
+    output_size: Sequence[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> UINT8:
+    return _resize_uint8_fixed_point(self, output_size, align_corners, [scales_h, scales_w], "cubic_aa")
 
 
 # --- grid sampling ----------------------------------------------------------------------------------------------------
@@ -258,3 +705,13 @@ def grid_sampler_3d(
     if interpolation_mode not in (0, 1):
         raise ValueError(f"grid_sampler_3d: eager has no interpolation mode {interpolation_mode} in 3-D")
     return _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners, "grid_sampler_3d")
+
+
+@lowering("aten::grid_sampler", variant="float64")
+def grid_sampler_float64(
+    input: DOUBLE, grid: DOUBLE, interpolation_mode: int, padding_mode: int, align_corners: bool
+) -> DOUBLE:
+    """F.grid_sample's overload: torchlib's is ONNX's GridSample, which ONNX Runtime runs in float32 only."""
+    if len(input.shape) == 5:
+        return grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners)
+    return grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners)

@@ -47,6 +47,9 @@ class SampleOutcome:
     detail: str = ""
     cause: str = ""  # the innermost error when it says more than the outer one
     seconds: float = 0.0
+    # An ok sample that fails the fixed tolerance (TOLERANCES) and passed only because eager's own
+    # rounding is as far from the float64 result: the fixed-tolerance mismatch.
+    noise_only: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v not in ("", None)}
@@ -187,6 +190,7 @@ def compare_outputs(sample: PreparedSample, actual: Sequence[torch.Tensor]) -> S
     if len(actual) != len(expected):
         return SampleOutcome(sample.index, MISMATCH, f"{len(actual)} outputs, eager has {len(expected)}")
     golden: list[torch.Tensor] | None = None
+    noise_only = ""
     for position, (want, got) in enumerate(zip(expected, actual)):
         rtol, atol = TOLERANCES.get(want.dtype, (0.0, 0.0))
         result = compare(f"output {position}", want, got, rtol=rtol, atol=atol)
@@ -197,15 +201,18 @@ def compare_outputs(sample: PreparedSample, actual: Sequence[torch.Tensor]) -> S
             continue
         if sample.op in _SELECTING and _selects_eager_value(sample, position, got):
             continue
+        if sample.op in _SIGN_FREE and _same_up_to_signs(sample, position, want, got, rtol, atol):
+            continue
         if want.dtype in _ROUNDED and result.expected_shape == result.actual_shape and want.dtype == got.dtype:
             golden = golden if golden is not None else _float64_outputs(sample)
             if golden is not None and len(golden) == len(expected):
                 verdict = _as_close_as_eager(want, got, golden[position], rtol, atol)
                 if verdict is None:
+                    noise_only = noise_only or detail
                     continue
                 detail = f"{detail} ({verdict})"
         return SampleOutcome(sample.index, MISMATCH, detail)
-    return SampleOutcome(sample.index, OK)
+    return SampleOutcome(sample.index, OK, noise_only=noise_only)
 
 
 # Ops whose index output eager leaves unspecified among equal values (an unstable sort picks any order of
@@ -270,6 +277,22 @@ def _selects_eager_value(sample: PreparedSample, position: int, onnx: torch.Tens
     return bool(same.all())
 
 
+# Ops whose eigenvector output is defined up to the sign of each vector (a column): op -> position of that output.
+# LAPACK's choice of sign follows no rule an exporter can reproduce; a vector that is eager's times -1 is right.
+_SIGN_FREE: dict[str, int] = {"linalg.eigh": 1}
+
+
+def _same_up_to_signs(
+    sample: PreparedSample, position: int, eager: torch.Tensor, onnx: torch.Tensor, rtol: float, atol: float
+) -> bool:
+    from fx2onnx._verification import compare
+
+    if position != _SIGN_FREE[sample.op] or eager.shape != onnx.shape or eager.dim() < 2 or eager.numel() == 0:
+        return False
+    signs = torch.where((eager * onnx).sum(dim=-2, keepdim=True) < 0, -1.0, 1.0).to(onnx.dtype)
+    return compare("eigenvectors", eager, onnx * signs, rtol=rtol, atol=atol).passed
+
+
 # Float types whose results depend on where an implementation rounds (accumulation order, fused ops).
 _ROUNDED = (torch.float16, torch.bfloat16, torch.float32)
 _ERROR_FACTOR = 2.0
@@ -302,13 +325,17 @@ def _as_close_as_eager(
     exact = exact.to(torch.float64)
     onnx_error = (onnx.to(torch.float64) - exact).abs()
     eager_error = (eager.to(torch.float64) - exact).abs()
-    finite = torch.isfinite(exact)
+    finite = torch.isfinite(exact.to(eager.dtype))  # a float64 result beyond the dtype's range rounds to inf
     if not bool((torch.isfinite(onnx.to(torch.float64)) == finite).all()):
         return "non-finite where the float64 result is finite (or the reverse)"
-    onnx_error, eager_error = onnx_error[finite], eager_error[finite]
+    # Where eager itself overflowed (NaN or inf where the float64 result is finite: matrix_exp's float16 products),
+    # eager's error says nothing of its rounding: those elements are judged by the tolerance and the error of the rest.
+    eager_overflowed = ~torch.isfinite(eager_error)
+    onnx_error, eager_error = onnx_error[finite], eager_error[finite & ~eager_overflowed]
     if onnx_error.numel() == 0:
         return None
-    bound = atol + rtol * exact[finite].abs() + _ERROR_FACTOR * float(eager_error.max())
+    largest_eager_error = float(eager_error.max()) if eager_error.numel() else 0.0
+    bound = atol + rtol * exact[finite].abs() + _ERROR_FACTOR * largest_eager_error
     if bool((onnx_error <= bound).all()):
         return None
     return f"vs float64: ONNX max err {float(onnx_error.max()):.3g}, eager max err {float(eager_error.max()):.3g}"

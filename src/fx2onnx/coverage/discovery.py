@@ -55,8 +55,16 @@ class RecordingExtractor:
     def signatures(self) -> list[Signature]:
         """Every node's signature; ``dispatched`` holds the arguments after promotion where they differ."""
         found = []
+        # A node the FX passes erased keeps its `graph` (and loses its args): only the nodes still in
+        # their graph's node list reached the dispatcher.
+        live: dict[int, set[torch.fx.Node]] = {}
         for node, signature in self._eager:
-            if node.graph is None or node.target is None:  # the passes removed it
+            graph = node.graph
+            if graph is None or node.target is None:
+                continue
+            if id(graph) not in live:
+                live[id(graph)] = set(graph.nodes)
+            if node not in live[id(graph)]:
                 continue
             after = _node_arguments(node)
             if after is not None and after != signature["args"]:
@@ -158,8 +166,12 @@ def aggregate(
 ) -> dict[str, Any]:
     """Per overload: the eager dtypes seen and each distinct signature, with the cases it came from.
 
-    `previous` (an earlier aggregate) is extended, so a sweep of some ops keeps what others found.
+    `previous` (an earlier aggregate) is extended, so a sweep of some ops keeps what others found; the cases
+    that `records` ran again are taken out of its signatures first (a signature only they had recorded, and that
+    they no longer produce, is dropped).
     """
+    records = list(records)
+    rerun = {f"{record['op']}/{record['dtype']}" for record in records if record.get("engine", "fx2onnx") == "fx2onnx"}
     overloads: dict[str, dict[str, Any]] = {}
     seen: dict[str, dict[str, Any]] = {}
 
@@ -178,7 +190,9 @@ def aggregate(
 
     for overload, entry in (previous or {}).items():
         for signature in entry["signatures"]:
-            add(overload, signature["args"], signature.get("dispatched"), signature["cases"])
+            kept = [case for case in signature["cases"] if case not in rerun]
+            if kept:
+                add(overload, signature["args"], signature.get("dispatched"), kept)
     for record in records:
         case = f"{record['op']}/{record['dtype']}"
         for signature in record.get("signatures", []):

@@ -69,6 +69,12 @@ def run_case(case: Case, emit: Emit | None = None) -> dict[str, Any]:
         return _finish(record, start, check.EXCLUDED, detail=reason)
     failed = next((o for o in outcomes if o.status != check.OK), None)
     if failed is None:
+        # The cell's result at the fixed tolerance: ok, or the first sample that passed only by eager's noise.
+        noisy = next((o for o in outcomes if o.noise_only), None)
+        if noisy is None:
+            record["fixed"] = check.OK
+        else:
+            record.update(fixed=check.MISMATCH, fixed_detail=noisy.noise_only, fixed_sample=noisy.index)
         return _finish(record, start, check.OK)
     return _finish(record, start, failed.status, detail=failed.detail, cause=failed.cause, sample=failed.index)
 
