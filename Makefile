@@ -36,7 +36,7 @@ test: $(STAMP) $(TORCHVISION_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The property-based tests with many more, randomised, examples (FX2ONNX_NIGHTLY=1), and their statistics.
-test-nightly: $(STAMP)
+test-nightly: $(STAMP) $(TORCHVISION_STAMP)
 	FX2ONNX_NIGHTLY=1 $(BIN)/python -m pytest -q --hypothesis-show-statistics
 
 # The suite against the newest torch on the package index (pip's requirement in TORCH_LATEST: pass

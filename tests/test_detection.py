@@ -213,6 +213,8 @@ _OPEN = {
     "TruncToInt of an unbacked float, which no size reasoning decides",
 }
 
+_NIGHTLY = os.environ.get("FX2ONNX_NIGHTLY") == "1"
+
 
 def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     order = torch.sort(detections["scores"], descending=True, stable=True).indices
@@ -246,7 +248,16 @@ def _compare(eager: list[dict[str, torch.Tensor]], exported: Any, *, atol: float
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(name, marks=pytest.mark.xfail(reason=_OPEN[name], strict=True)) if name in _OPEN else name
+        pytest.param(
+            name,
+            marks=[
+                # each still captures twice before it fails: minutes of CI for a known result, so nightly only
+                pytest.mark.skipif(not _NIGHTLY, reason=f"open (runs in `make test-nightly`): {_OPEN[name]}"),
+                pytest.mark.xfail(reason=_OPEN[name], strict=True),
+            ],
+        )
+        if name in _OPEN
+        else name
         for name in MODELS
     ],
 )
