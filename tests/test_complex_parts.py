@@ -336,6 +336,7 @@ LINALG: dict[str, Callable[..., Any]] = {
     "lu of a tall matrix": lambda a, b, f: torch.linalg.lu(b),
     "lu_unpack": lambda a, b, f: torch.lu_unpack(*torch.linalg.lu_factor(a)),
     "lu_solve": lambda a, b, f: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b),
+    "lu_solve with no columns": lambda a, b, f: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b[..., :0]),
     "lu_solve adjoint, right": lambda a, b, f: torch.linalg.lu_solve(
         *torch.linalg.lu_factor(a), b.mT, left=False, adjoint=True
     ),

@@ -122,6 +122,10 @@ def _matrix_solve(build: Build, a: torch.fx.Node, b: torch.fx.Node) -> torch.fx.
     """A X = B for a matrix B (never read as vectors), with A's and B's batch dims broadcast."""
     a_value, b_value = a.meta["val"], b.meta["val"]
     batch = torch.broadcast_shapes(tuple(a_value.shape[:-2]), tuple(b_value.shape[:-2]))
+    if 0 in b_value.shape[-2:]:  # nothing to solve for (ONNX Runtime's Concat refuses the empty embedding)
+        shape = [*batch, *b_value.shape[-2:]]
+        zeros = [build.call(aten.zeros.default, shape, dtype=b_value.dtype.to_real()) for _ in (0, 1)]
+        return build.complex(*zeros)
     a = build.call(aten.expand.default, a, [*batch, *a_value.shape[-2:]])
     b = build.call(aten.expand.default, b, [*batch, *b_value.shape[-2:]])
     real = build.call(aten.linalg_solve.default, embed(build, a), stack_parts(build, b, -2))
