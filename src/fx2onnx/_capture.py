@@ -430,6 +430,9 @@ def _splice_decomposition(
 
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
         traced = make_fx(call, decomposition_table=table, tracing_mode="real")(*values)
+    # make_fx keeps results nobody reads (a tuple op's unused outputs): dropped, so that later passes see only
+    # the results the graph uses (the complex parts pass rewrites _linalg_solve_ex when only result/info are read)
+    traced.graph.eliminate_dead_code()
     for sub in traced.graph.nodes:
         if sub.op == "get_attr":
             raise NeedsFullDecomposition(f"the decomposition of `{node.name}` creates a constant tensor")
