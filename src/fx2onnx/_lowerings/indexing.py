@@ -106,6 +106,24 @@ def reshape(self: TReal, shape: Sequence[INT64]) -> TReal:
     return op.Reshape(self, _shape_value(shape), allowzero=1 if literal_zero else 0)
 
 
+@lowering("aten::flatten.using_ints")
+def flatten(self: TReal, start_dim: int = 0, end_dim: int = -1) -> TReal:
+    """Dims start_dim..end_dim merged into their product, built from the shape without a -1 (torchlib's
+    Reshape of an empty tensor to [head, -1] fails the checker: a -1 cannot be inferred beside a 0)."""
+    rank = len(self.shape)
+    if rank == 0:
+        return op.Reshape(self, op.Constant(value_ints=[1]))
+    start, end = start_dim % rank, end_dim % rank
+    if start == end:
+        return op.Identity(self)
+    merged = op.ReduceProd(op.Shape(self, start=start, end=end + 1), keepdims=1)
+    parts = [op.Shape(self, start=0, end=start)] if start > 0 else []
+    parts.append(merged)
+    if end + 1 < rank:
+        parts.append(op.Shape(self, start=end + 1))
+    return op.Reshape(self, op.Concat(*parts, axis=0), allowzero=1)
+
+
 @lowering("aten::cat")
 def cat(tensors: Sequence[TReal], dim: int = 0) -> TReal:
     """Concat, without the 1-D empty tensors eager ignores beside tensors of any rank; a cat of only those is
