@@ -154,6 +154,19 @@ FIXED_SILENT_MISMATCHES = {
     "bool_pow_true": _program([torch.tensor(False)], "torch.pow({0}, True)"),
     "bool_pow_false_then_used": _program([torch.tensor([True, False])], "torch.pow({0}, False)", "{0} + 3"),
     "lt_pow_true": _program([torch.tensor(-1.5, dtype=torch.float16)], "{0} < {0}", "torch.pow({0}, True)"),
+    # seeds 10741, 11062: the bool power's users compute in bool too, as in eager (sorted, expanded: bool)
+    "bool_pow_true_sorted": _program(
+        [torch.tensor([[2.25]], dtype=torch.float16)],
+        "{0} <= 7",
+        "torch.pow({0}, True)",
+        "torch.sort({0}, dim=-2, descending=True).values",
+    ),
+    "bool_pow_true_expanded": _program(
+        [torch.tensor(-3.25, dtype=torch.float64)],
+        "torch.logical_or({0}, {0})",
+        "torch.pow({0}, True)",
+        "{0}.expand((2, 1, 4))",
+    ),
     # seed 933: eager sums from a +0.0 accumulator (rsqrt of a sum of -0.0s is +inf)
     "sum_negative_zero_rsqrt": _program(
         [torch.tensor([[[[1.25]], [[0.0]], [[math.nan]], [[3.4028234663852886e38]], [[3.0]]]])],

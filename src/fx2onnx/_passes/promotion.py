@@ -32,6 +32,7 @@ from torch._prims_common import elementwise_dtypes, get_computation_dtype
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from fx2onnx._passes.base import PassResult
+from fx2onnx._passes.node_builder import fake_mode_of
 from fx2onnx._passes.promotion_rules import (
     CAST,
     CONVERSIONS,
@@ -123,11 +124,50 @@ def _eager_bool_powers(graph: torch.fx.Graph, casts: _CastInserter) -> bool:
         else:
             node.target, node.args, node.kwargs = aten.ones_like.default, (base,), {"dtype": torch.bool}
         node.meta["val"] = node.meta["val"].to(torch.bool)
-        for user in list(node.users):
-            if user.op != "output":
-                user.replace_input_with(node, casts.cast(node, traced, consumer=user))
+        if not _retrace_users(graph, node):
+            for user in list(node.users):
+                if user.op != "output":
+                    user.replace_input_with(node, casts.cast(node, traced, consumer=user))
         changed = True
     return changed
+
+
+def _retrace_users(graph: torch.fx.Graph, start: torch.fx.Node) -> bool:
+    """Recompute the values (dtypes) of the nodes downstream of `start`, whose dtype changed, on their arguments'
+    fake values, so that they compute in eager's dtypes (bool ** True then sorted or expanded stays bool). Applied
+    only if every node retraces to its old shape; otherwise nothing changes and False is returned."""
+    mode = fake_mode_of(graph)
+    if mode is None:
+        return False
+    changed: dict[torch.fx.Node, Any] = {start: start.meta["val"]}
+    seen = False
+    for node in graph.nodes:
+        if node is start:
+            seen = True
+            continue
+        if not seen or node.op != "call_function" or not any(arg in changed for arg in node.all_input_nodes):
+            continue
+        try:
+            args, kwargs = pytree.tree_map_only(
+                torch.fx.Node, lambda n: changed.get(n, n.meta.get("val")), (node.args, node.kwargs)
+            )
+            with mode:
+                value = node.target(*args, **kwargs)
+        except Exception:  # an op that cannot be retraced on its own: keep the traced dtypes (casts)
+            return False
+        old = node.meta.get("val")
+        old_leaves, new_leaves = pytree.tree_leaves(old), pytree.tree_leaves(value)
+        if len(old_leaves) != len(new_leaves) or any(
+            isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor)
+            or (isinstance(a, torch.Tensor) and a.shape != b.shape)
+            for a, b in zip(old_leaves, new_leaves)
+        ):
+            return False
+        if any(isinstance(a, torch.Tensor) and a.dtype != b.dtype for a, b in zip(old_leaves, new_leaves)):
+            changed[node] = value
+    for node, value in changed.items():
+        node.meta["val"] = value
+    return True
 
 
 def _erase_unused_copies(graph: torch.fx.Graph) -> None:
