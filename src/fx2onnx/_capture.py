@@ -467,7 +467,15 @@ def _splice_decomposition(
         for user in list(node.users):
             if user.target is not operator.getitem:
                 raise NeedsFullDecomposition(f"`{user.name}` takes `{node.name}`'s results as a whole")
-            user.replace_all_uses_with(result[user.args[1]])
+            replacement = result[user.args[1]]
+            if isinstance(replacement, (list, tuple)):  # a list result (histogramdd's edges): read item by item
+                for reader in list(user.users):
+                    if reader.target is not operator.getitem:
+                        raise NeedsFullDecomposition(f"`{reader.name}` takes `{user.name}`'s list as a whole")
+                    reader.replace_all_uses_with(replacement[reader.args[1]])
+                    graph.erase_node(reader)
+            else:
+                user.replace_all_uses_with(replacement)
             graph.erase_node(user)
     elif isinstance(result, torch.fx.Node):
         node.replace_all_uses_with(result)
