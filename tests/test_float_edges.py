@@ -298,6 +298,11 @@ def family_failures(family: str, dtype: torch.dtype, args: tuple[torch.Tensor, .
             exclude = KNOWN[name](args[0], args[1] if len(args) > 1 else None)
         if name in OVERFLOWING_SUMS and want.is_floating_point():
             exclude = ~want.isfinite() & ~got.isfinite()
+            # once a term is 2**24 times the result, huge terms cancelled and the order decides what they absorbed
+            # first (bf16 [4e16, 3e38, -3e38, ...]: eager 1.4e16, float64 in ONNX Runtime's order -3e16)
+            finite = args[0].double().abs().nan_to_num(nan=0.0, posinf=0.0)
+            largest = finite.max() if finite.numel() else torch.tensor(0.0, dtype=torch.float64)
+            exclude = exclude | (want.double().abs() * 2.0**24 < largest)
         if name in SPREAD_OVERFLOWS and dtype == torch.float64:
             exclude = SPREAD_OVERFLOWS[name](args[0])
         problem = mismatches(want, got, exclude, zero_sign=name not in ZERO_SIGN_FREE)
