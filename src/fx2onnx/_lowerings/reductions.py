@@ -697,9 +697,9 @@ def _float_sum(self: TFloat, dims: Sequence[int], keepdim: bool, dtype: int | No
         return _from_positive_zero(x)
     axes = op.Constant(value_ints=list(dims)) if dims else None
     if x.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
-        # eager adds float16/bfloat16 in float32 in its own order; ONNX Runtime's float32 order can let a huge
-        # term absorb the small ones that eager's order kept (bf16 [4e16, 3e38, -3e38, ...] summed to 88.5, eager
-        # 1.4e16): in float64 the rounding to the dtype is the only one left
+        # eager adds float16/bfloat16 in float32; float64 here loses less to the order of the additions, though
+        # not nothing: where huge terms cancel (bf16 [4e16, 3e38, -3e38, ...]) the order still decides what they
+        # absorbed, and no order matches eager's for every input (the float edge tests leave such sums out)
         wide = op.ReduceSum(_cast(x, ir.DataType.DOUBLE), axes, keepdims=keepdim)
         return _from_positive_zero(_cast(wide, x.dtype))
     return _from_positive_zero(op.ReduceSum(x, axes, keepdims=keepdim))
