@@ -27,6 +27,8 @@ _ROWS = torch.tensor([0, 2])
 CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], ...]]] = {
     # on each part
     "cumsum": (lambda x: x.cumsum(1), ((3, 4),)),
+    "diff": (lambda x, y: torch.diff(x, n=2, dim=0, append=y), ((3, 2), (2, 2))),
+    "diff of order 0": (lambda x: torch.diff(x, 0), ((1,),)),
     "diagonal": (lambda x: torch.diagonal(x, 1), ((4, 4),)),
     "diag": (torch.diag, ((4, 4),)),
     "trace": (torch.trace, ((4, 4),)),
@@ -274,6 +276,7 @@ COMPOSITES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], 
     "abs beyond float32's squares": (lambda x: torch.abs(x * 1e30), ((3, 4),)),
     "cov": (torch.cov, ((3, 4),)),
     "cov of one variable": (lambda x: torch.cov(x, correction=0), ((4,),)),
+    "corrcoef of one row": (torch.corrcoef, ((1, 2),)),  # eager squeezes to 0-d
     "cov with weights": (
         lambda x: torch.cov(x, fweights=torch.tensor([1, 2, 3, 1]), aweights=torch.tensor([0.5, 1.0, 2.0, 1.0])),
         ((3, 4),),
