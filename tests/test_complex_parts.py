@@ -18,7 +18,7 @@ from conftest import Call, assert_exports_and_matches
 
 
 def _complex(*shape: int, dtype: torch.dtype = torch.complex64) -> torch.Tensor:
-    return torch.randn(*shape, dtype=dtype)
+    return torch.randn(shape, dtype=dtype)
 
 
 _INDEX = torch.tensor([[0, 1, 2, 0], [3, 2, 1, 0]])
@@ -111,6 +111,11 @@ def test_complex_op_on_parts_matches_eager(case: str, dtype: torch.dtype) -> Non
 # Decomposed locally into one complex `cat`, which has a complex lowering: no part needs rewriting (a full
 # decomposition went through atleast_1d on the parts).
 DECOMPOSED_INTO_COMPLEX_LOWERINGS = frozenset({"hstack", "vstack"})
+
+
+def test_take_of_a_0d_complex_tensor_with_an_index_input() -> None:
+    """Decomposed, take guarded on the index's value (the complex64 take cell): it is now taken on the parts."""
+    assert_exports_and_matches(Call(torch.take), (_complex(), torch.tensor(0)))
 
 
 def test_real_inputs_are_left_alone() -> None:

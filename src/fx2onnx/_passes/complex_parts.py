@@ -37,6 +37,7 @@ PER_PART = {
     aten.diagonal_copy.default,
     aten.diag_embed.default,
     aten.gather.default,
+    aten.take.default,
     aten.index_put.default,
     aten.copy.default,
     aten.as_strided.default,
