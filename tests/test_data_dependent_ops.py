@@ -1,0 +1,39 @@
+"""Ops whose result depends on the data's values beyond elementwise arithmetic: histc's range from the data, the
+split points of tensor_split from a tensor, input validation on values (gaussian_nll_loss), each against eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tests.conftest import Call, assert_exports_and_matches
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def _histc(bins: int, low: float, high: float) -> Call:
+    return Call(lambda x: torch.histc(x, bins=bins, min=low, max=high))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_histc_min_equal_max_bins_the_data_range(dtype: torch.dtype) -> None:
+    """min == max: eager bins between the data's own min and max (MoE routing: tokens per expert)."""
+    experts = torch.tensor([0, 3, 3, 1, 7, 7, 7, 2, 5, 0, 3], dtype=dtype)
+    assert_exports_and_matches(_histc(8, 0, 0), (experts,))
+    normal = torch.randn(3, 40, generator=torch.Generator().manual_seed(0)).to(dtype)
+    assert_exports_and_matches(_histc(5, 2, 2), (normal,))
+    # all equal: widened by 1 each way, so every value lands in the middle bin
+    assert_exports_and_matches(_histc(3, 0, 0), (torch.full((6,), 4.0, dtype=dtype),))
+    info = torch.finfo(dtype)
+    extremes = torch.tensor([info.max, info.max / 2, info.tiny, -info.tiny, 0.0, info.max / 3], dtype=dtype)
+    assert_exports_and_matches(_histc(6, 0, 0), (extremes,))
+    assert_exports_and_matches(_histc(4, 0, 0), (torch.tensor([-info.max, -info.max / 4, -1.0], dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_histc_given_range(dtype: torch.dtype) -> None:
+    """Outside the range and NaN skipped, the right edge in the last bin, edges rounded to the dtype."""
+    nan, inf = float("nan"), float("inf")
+    values = torch.tensor([nan, -1.0, 1.0, 0.3, 2.0, -5.0, inf, -inf, 0.1, 0.7, -0.2], dtype=dtype)
+    assert_exports_and_matches(_histc(10, -1, 1), (values,))
+    assert_exports_and_matches(_histc(7, 0.1, 0.7), (values,))
+    assert_exports_and_matches(_histc(4, 0, 0), (torch.zeros(0, dtype=dtype),))
