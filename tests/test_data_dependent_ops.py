@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.conftest import Call, assert_exports_and_matches
+
+from conftest import Call, assert_exports_and_matches
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
@@ -37,3 +38,19 @@ def test_histc_given_range(dtype: torch.dtype) -> None:
     assert_exports_and_matches(_histc(10, -1, 1), (values,))
     assert_exports_and_matches(_histc(7, 0.1, 0.7), (values,))
     assert_exports_and_matches(_histc(4, 0, 0), (torch.zeros(0, dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.filterwarnings("ignore:data-dependent code in the model")
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_gaussian_nll_loss(dtype: torch.dtype, reduction: str) -> None:
+    """Its check of the variance (``if torch.any(var < 0): raise``) is input validation: captured as valid."""
+    generator = torch.Generator().manual_seed(1)
+    mean, target = (torch.randn(4, 3, generator=generator).to(dtype) for _ in range(2))
+    variance = torch.rand(4, 3, generator=generator).to(dtype)
+    variance[0, :2] = torch.tensor([0.0, 1e-7])  # clamped to eps
+    variance[1, 0] = torch.finfo(dtype).max
+    loss = Call(lambda m, t, v: torch.nn.functional.gaussian_nll_loss(m, t, v, full=True, reduction=reduction))
+    assert_exports_and_matches(loss, (mean, target, variance))
+    homoscedastic = Call(lambda m, t, v: torch.nn.functional.gaussian_nll_loss(m, t, v, reduction=reduction))
+    assert_exports_and_matches(homoscedastic, (mean, target, variance[:, 0]))
