@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import fx2onnx
+from fx2onnx.errors import CaptureError
+
 from conftest import Call, assert_exports_and_matches
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -54,3 +57,22 @@ def test_gaussian_nll_loss(dtype: torch.dtype, reduction: str) -> None:
     assert_exports_and_matches(loss, (mean, target, variance))
     homoscedastic = Call(lambda m, t, v: torch.nn.functional.gaussian_nll_loss(m, t, v, reduction=reduction))
     assert_exports_and_matches(homoscedastic, (mean, target, variance[:, 0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int8, torch.uint8, torch.bool, torch.int64])
+def test_tensor_split_at_a_tensor_of_indices_read_at_run_time(dtype: torch.dtype) -> None:
+    x = torch.arange(5 * 6 * 7).reshape(5, 6, 7).to(dtype)
+    program = assert_exports_and_matches(Call(lambda t, i: torch.tensor_split(t, i, 1)), (x, torch.tensor([1, 4, 5])))
+    # other split points, out of order, negative and past the end: eager's slices (empty ones included)
+    for indices in ([0, 6, 2], [-1, 3, 9], [-7, -2, 2], [6, 6, 6]):
+        results = program.verify(x, torch.tensor(indices))
+        assert all(result.passed for result in results), [str(result) for result in results]
+    assert_exports_and_matches(Call(lambda t, i: torch.tensor_split(t, i)), (x, torch.tensor([], dtype=torch.long)))
+
+
+def test_tensor_split_into_a_tensor_number_of_sections_names_the_op_and_the_way_out() -> None:
+    with pytest.raises(CaptureError) as raised:
+        fx2onnx.export(Call(lambda t, n: torch.tensor_split(t, n)), (torch.ones(5, 3), torch.tensor(2)))
+    message = str(raised.value)
+    assert "aten::tensor_split.tensor_indices_or_sections" in message and "fixed number of outputs" in message
+    assert "test_data_dependent_ops.py" in message and "Python int" in message

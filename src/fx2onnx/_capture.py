@@ -960,6 +960,13 @@ def _describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
 
 def _capture_remedy(error: Exception, strict: bool) -> str:
     """What to try after torch.export failed with `error`."""
+    if "tensor_split_tensor_indices_or_sections" in str(error):  # torch's decomposition names itself in the error
+        return (
+            "aten::tensor_split.tensor_indices_or_sections was given a 0-d tensor: the number of sections, and so "
+            "the number of outputs, would come from a tensor's value, and an ONNX graph has a fixed number of "
+            "outputs. Pass the number of sections as a Python int, or split at a 1-D tensor of indices (exported "
+            "with its split points read at run time)."
+        )
     if "data-dependent" in str(error) or "DataDependent" in type(error).__name__:
         # Neither mode nor symbolic_trace can follow Python control flow on a tensor's value.
         return (
