@@ -3,6 +3,8 @@ split points of tensor_split from a tensor, input validation on values (gaussian
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -76,3 +78,47 @@ def test_tensor_split_into_a_tensor_number_of_sections_names_the_op_and_the_way_
     message = str(raised.value)
     assert "aten::tensor_split.tensor_indices_or_sections" in message and "fixed number of outputs" in message
     assert "test_data_dependent_ops.py" in message and "Python int" in message
+
+
+def _ctc(**options: object) -> Call:
+    return Call(lambda lp, t, il, tl: torch.nn.functional.ctc_loss(lp, t, il, tl, **options))
+
+
+def _log_probs(steps: int, batch: int, classes: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(steps, batch, classes, generator=generator, dtype=dtype).mul(3).log_softmax(2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_padded_targets(dtype: torch.dtype, reduction: str, zero_infinity: bool) -> None:
+    """Sequences of every kind: full length, shorter input, an impossible alignment (inf), empty target and empty
+    input, repeated labels (no skip between equal labels), a label of probability 0 (-inf log-probability)."""
+    log_probs = _log_probs(12, 6, 5, dtype)
+    log_probs[:, 5, 3] = -math.inf
+    targets = torch.tensor([[1, 2, 2, 3, 4], [4, 4, 4, 1, 1], [1, 2, 3, 4, 1], [2, 3, 1, 1, 1], [3, 3, 1, 2, 4]] * 2)[
+        :6
+    ]
+    targets[5] = torch.tensor([3, 1, 1, 2, 2])
+    input_lengths = torch.tensor([12, 7, 3, 0, 12, 9])
+    target_lengths = torch.tensor([5, 5, 4, 0, 0, 2])
+    loss = _ctc(reduction=reduction, zero_infinity=zero_infinity)
+    program = assert_exports_and_matches(loss, (log_probs, targets, input_lengths, target_lengths))
+    # other lengths at run time, int32 as eager accepts
+    other = (log_probs, targets, torch.tensor([1, 12, 11, 4, 6, 12]), torch.tensor([1, 2, 5, 2, 5, 0]))
+    results = program.verify(*other)
+    assert all(result.passed for result in results), [str(result) for result in results]
+    blank_last = Call(
+        lambda lp, t: torch.nn.functional.ctc_loss(lp, t, [12, 10, 12, 1, 12, 5], [5, 3, 4, 1, 0, 2], blank=4)
+    )
+    assert_exports_and_matches(blank_last, (log_probs, targets.clamp(max=3)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ctc_loss_concatenated_and_unbatched_targets(dtype: torch.dtype) -> None:
+    log_probs = _log_probs(9, 3, 4, dtype, seed=1)
+    concatenated = torch.tensor([1, 2, 3, 3, 1, 2], dtype=torch.int32)  # lengths 3, 0, 3
+    lengths = (torch.tensor([9, 4, 6], dtype=torch.int32), torch.tensor([3, 0, 3], dtype=torch.int32))
+    assert_exports_and_matches(_ctc(reduction="none"), (log_probs, concatenated, *lengths))
+    assert_exports_and_matches(_ctc(reduction="mean"), (log_probs[:, 0], concatenated[:3], *(t[0] for t in lengths)))
