@@ -122,3 +122,15 @@ def test_ctc_loss_concatenated_and_unbatched_targets(dtype: torch.dtype) -> None
     lengths = (torch.tensor([9, 4, 6], dtype=torch.int32), torch.tensor([3, 0, 3], dtype=torch.int32))
     assert_exports_and_matches(_ctc(reduction="none"), (log_probs, concatenated, *lengths))
     assert_exports_and_matches(_ctc(reduction="mean"), (log_probs[:, 0], concatenated[:3], *(t[0] for t in lengths)))
+
+
+@pytest.mark.filterwarnings("ignore:dynamic_shapes asked for more")
+def test_ctc_loss_with_dynamic_time_and_batch() -> None:
+    steps, batch = torch.export.Dim("steps", min=2, max=100), torch.export.Dim("batch", min=2, max=64)
+    targets = torch.tensor([[1, 2, 3, 4, 5], [5, 5, 1, 2, 3], [2, 2, 2, 2, 2], [1, 3, 1, 3, 1]])
+    args = (_log_probs(12, 4, 6, torch.float32), targets, torch.tensor([12, 10, 3, 1]), torch.tensor([5, 2, 4, 0]))
+    dynamic = (({0: steps, 1: batch}, {0: batch}, {0: batch}, {0: batch}),)
+    program = assert_exports_and_matches(_ctc(reduction="none"), args, dynamic_shapes=dynamic)
+    longer = _log_probs(30, 3, 6, torch.float32, seed=2)
+    results = program.verify(longer, targets[:3], torch.tensor([30, 17, 5]), torch.tensor([5, 3, 1]))
+    assert all(result.passed for result in results), [str(result) for result in results]
