@@ -4,6 +4,7 @@ split points of tensor_split from a tensor, input validation on values (gaussian
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -134,3 +135,47 @@ def test_ctc_loss_with_dynamic_time_and_batch() -> None:
     longer = _log_probs(30, 3, 6, torch.float32, seed=2)
     results = program.verify(longer, targets[:3], torch.tensor([30, 17, 5]), torch.tensor([5, 3, 1]))
     assert all(result.passed for result in results), [str(result) for result in results]
+
+
+class SparseMatmulReduce(torch.nn.Module):
+    def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        return torch.sparse.mm(sparse, dense, "amax")
+
+
+class MatmulReduceOnCsrParts(torch.nn.Module):
+    """The way out the error gives: a CSR matrix's parts as three inputs, the reduce written with index ops."""
+
+    def __init__(self, reduce: str) -> None:
+        super().__init__()
+        self.reduce = reduce
+
+    def forward(self, crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        rows = torch.repeat_interleave(torch.arange(crow.numel() - 1), crow.diff(), output_size=col.numel())
+        terms = values.unsqueeze(1) * dense[col]
+        out = torch.zeros(crow.numel() - 1, dense.shape[1], dtype=dense.dtype)
+        if self.reduce == "sum":
+            return out.index_add(0, rows, terms)
+        return out.index_reduce(0, rows, terms, self.reduce, include_self=False)
+
+
+def _csr() -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sparse CSR support is in beta
+        return torch.tensor([[0.0, 2, 0], [1, 0, -3], [0, 0, 0], [4, 5, 6]]).to_sparse_csr()
+
+
+def test_a_sparse_input_is_refused_naming_it_the_op_and_the_way_out() -> None:
+    with pytest.raises(CaptureError) as raised:
+        fx2onnx.export(SparseMatmulReduce(), (_csr(), torch.randn(3, 2)))
+    message = str(raised.value)
+    assert "input `sparse` is a sparse tensor (torch.sparse_csr" in message and "aten::_sparse_mm.reduce" in message
+    assert 'torch.sparse.mm(sparse, dense, "amax")' in message and "crow_indices()" in message
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+def test_sparse_matmul_reduce_on_csr_parts_matches_eager(reduce: str) -> None:
+    matrix, dense = _csr(), torch.randn(3, 2, generator=torch.Generator().manual_seed(3))
+    parts = (matrix.crow_indices().clone(), matrix.col_indices().clone(), matrix.values().clone(), dense)
+    program = assert_exports_and_matches(MatmulReduceOnCsrParts(reduce), parts)
+    (result,) = program(*parts)
+    torch.testing.assert_close(result, torch.sparse.mm(matrix, dense, reduce), rtol=1e-6, atol=1e-6)
