@@ -10,7 +10,9 @@ a size (torchvision's ``if boxes.numel() == 0: return empty``) makes torch.expor
    size-oblivious reasoning does, for a size of at least 2 (``numel() == 0`` is False, ``size(0) > 1`` is True):
    the general branch, the one that also computes the right thing on 0 or 1 elements in ops that take empty
    tensors (an ONNX graph does). Each decision is recorded with the user's line and reported as an assumption.
-   Undecidable even so (a comparison with a value the size could take either side of), it fails as before.
+   Undecidable even so (a comparison with a value the size could take either side of), it fails as before,
+   unless the condition is input validation: an ``if`` whose body only raises (``if torch.any(var < 0): raise``),
+   decided so that it does not raise, as torch.export decides a Python ``assert``.
 Not a strategy: torch.export.draft_export's real-tensor propagation (guards decided by the example's values).
 On torchvision's Faster R-CNN it captured a graph that keeps no detection (the "real" values it propagated
 through non-strict export were themselves fake tensors: the RPN's mask came out empty), on Keypoint R-CNN it
