@@ -123,6 +123,10 @@ def test_ctc_loss_concatenated_and_unbatched_targets(dtype: torch.dtype) -> None
     lengths = (torch.tensor([9, 4, 6], dtype=torch.int32), torch.tensor([3, 0, 3], dtype=torch.int32))
     assert_exports_and_matches(_ctc(reduction="none"), (log_probs, concatenated, *lengths))
     assert_exports_and_matches(_ctc(reduction="mean"), (log_probs[:, 0], concatenated[:3], *(t[0] for t in lengths)))
+    # no labels at all (one state, the blank): padded (3, 0) and concatenated (0,) targets
+    no_lengths = (torch.tensor([9, 1, 0]), torch.tensor([0, 0, 0]))
+    assert_exports_and_matches(_ctc(reduction="none"), (log_probs, torch.zeros(3, 0, dtype=torch.long), *no_lengths))
+    assert_exports_and_matches(_ctc(reduction="sum"), (log_probs, torch.zeros(0, dtype=torch.long), *no_lengths))
 
 
 @pytest.mark.filterwarnings("ignore:dynamic_shapes asked for more")

@@ -199,10 +199,9 @@ def _ints(values: Sequence[int]) -> ir.Value:
     return op.Constant(value=ir.tensor(np.array(list(values), dtype=np.int64)))
 
 
-def _shift_states(alpha: TFloat, by: int, neg_inf: TFloat) -> TFloat:
-    """alpha[:, s - by] at each state s, -inf before the first."""
-    kept = op.Slice(alpha, _ints([0]), _ints([-by]), _ints([1]))
-    return op.Pad(kept, _ints([0, by, 0, 0]), neg_inf)
+def _shift_states(alpha: ir.Value, by: int, fill: ir.Value, states: int) -> ir.Value:
+    """alpha[:, s - by] at each of the `states` states s, `fill` before the first."""
+    return op.Slice(op.Pad(alpha, _ints([0, by, 0, 0]), fill), _ints([0]), _ints([states]), _ints([1]))
 
 
 def _log_sum_exp(terms: list[TFloat], neg_inf: TFloat) -> TFloat:
@@ -249,7 +248,7 @@ def _ctc_loss(
     extended = op.Where(op.Constant(value=ir.tensor(position % 2 == 0)), blank_label, labels)
     extended = op.Expand(extended, op.Concat(op.Shape(input_lengths), _ints([states]), axis=0))
     # the state two before may be skipped into s where s > 1 and its label differs (never at a blank)
-    before = op.Pad(op.Slice(extended, _ints([0]), _ints([-2]), _ints([1])), _ints([0, 2, 0, 0]), blank_label)
+    before = _shift_states(extended, 2, blank_label, states)
     skips = op.And(op.Not(op.Equal(before, extended)), op.Constant(value=ir.tensor(position >= 2)))
     # log-probabilities of each state's label at every step: (T, B, states)
     steps = op.Shape(log_probs, start=0, end=1)
@@ -270,8 +269,8 @@ def _ctc_loss(
     def step(iteration: ir.Value, carried: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]]:
         (previous,) = carried
         time = op.Add(iteration, op.Constant(value=ir.tensor(np.int64(1))))
-        skipped = op.Where(skips, _shift_states(previous, 2, neg_inf), neg_inf)
-        summed = _log_sum_exp([previous, _shift_states(previous, 1, neg_inf), skipped], neg_inf)
+        skipped = op.Where(skips, _shift_states(previous, 2, neg_inf, states), neg_inf)
+        summed = _log_sum_exp([previous, _shift_states(previous, 1, neg_inf, states), skipped], neg_inf)
         current = op.Add(summed, op.Gather(emissions, time, axis=0))
         return op.Constant(value=ir.tensor(True)), [op.Where(op.Less(time, held_at), current, previous)]
 
