@@ -224,12 +224,14 @@ def main() -> None:
     folder = Path(args.folder).absolute()
     checkpoint, out = folder / "checkpoint", folder / "onnx"
     folder.mkdir(parents=True, exist_ok=True)
-    existing = sum(f.stat().st_size for f in checkpoint.glob("*.safetensors")) if checkpoint.exists() else 0
-    free = shutil.disk_usage(folder).free
+    index = checkpoint / "model.safetensors.index.json"
+    existing = json.loads(index.read_text())["metadata"]["total_size"] if index.exists() else 0  # a complete one
+    on_disk = sum(f.stat().st_size for f in checkpoint.glob("*.safetensors")) if checkpoint.exists() else 0
+    free = shutil.disk_usage(folder).free + on_disk  # shards of an incomplete checkpoint are overwritten
     shard_count = math.ceil(weight_bytes / SHARD_BYTES)
     dd_bytes = weight_bytes if not args.dd_shards else min(weight_bytes, args.dd_shards * SHARD_BYTES)
     copies = 1 if args.save_mode == "copy" else 0
-    needed = (1 + copies) * weight_bytes - existing + dd_bytes + args.reserve * GB
+    needed = (1 + copies) * weight_bytes + dd_bytes + args.reserve * GB
     print(
         f"model: {args.layers} layers, hidden {args.hidden}, {parameters / 1e9:.1f}B parameters, "
         f"{weight_bytes / GB:.1f} GB in bfloat16 = {weight_bytes / memory:.2f} x MemTotal ({memory / GiB:.1f} GiB), "
@@ -244,6 +246,9 @@ def main() -> None:
         print("writing the checkpoint...", flush=True)
         written, seconds = write_checkpoint(checkpoint, config)
         print(f"checkpoint: {written / GB:.1f} GB in {seconds:.0f} s ({written / GB / seconds:.2f} GB/s)", flush=True)
+    start = time.perf_counter()
+    os.sync()  # the checkpoint's writes reach the disk now, not during the save's fsyncs
+    print(f"sync: {time.perf_counter() - start:.0f} s", flush=True)
     out.mkdir(exist_ok=True)
     model_path = checkpoint / "model.onnx" if args.save_mode == "reference" else out / "model.onnx"
     try:
