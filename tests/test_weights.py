@@ -476,6 +476,9 @@ def test_reference_save_outside_the_checkpoint_or_after_it_moved_writes_nothing(
     assert os.listdir(out) == []
     with pytest.raises(ValueError, match=r"weights='reference' saves the weights as external data"):
         program.save(str(folder / "model.onnx"), weights="reference", external_data=False)
+    in_memory = fx2onnx.export(eager, (torch.tensor([[1]]),))
+    with pytest.raises(ValueError, match=r"exported with its weights in memory: save it with weights='copy'"):
+        in_memory.save(str(folder / "model.onnx"), weights="reference")
 
     os.link(folder / "model.safetensors", tmp_path / "second-name.safetensors")  # onnx.checker refuses hard links
     with pytest.raises(WeightsError, match=r"has 2 hard links"):

@@ -6,6 +6,9 @@ way out. Here only the graph's structure goes through protobuf; each initializer
 the tensor's own memory (the torch parameter) straight to the file; a strided view (a weight the
 optimizer folded through a Transpose) goes through small contiguous blocks.
 
+With ``save(weights="reference")``, weights that a checkpoint holds as the model needs them are not written at
+all: their external data points at the checkpoint's own bytes (``_save_with_references``).
+
 In a single file, the bytes follow the protobuf wire format: fields may come in any order, so the
 large initializers are appended to the graph after its other fields, each as a ``TensorProto``
 whose ``raw_data`` is written last.

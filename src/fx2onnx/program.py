@@ -119,6 +119,11 @@ class ONNXProgram:
         if weights not in ("copy", "reference"):
             raise ValueError(f"weights={weights!r}: 'copy' (write the weights into the model's files) or 'reference'")
         if weights == "reference":
+            if self.weights is None:
+                raise ValueError(
+                    "weights='reference' points the model at the checkpoint given to export(weights=...); this model "
+                    "was exported with its weights in memory: save it with weights='copy' (the default)"
+                )
             if external_data is False:
                 raise ValueError("weights='reference' saves the weights as external data: leave external_data unset")
             if external_data is None:
