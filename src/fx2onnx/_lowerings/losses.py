@@ -124,6 +124,41 @@ def cross_entropy_loss_classes(
     return _back(loss, self)
 
 
+# --- negative log likelihood ---------------------------------------------------------------------------------------
+# torchlib's aten::nll_loss_forward requires `weight`: `F.nll_loss(x, t)` (weight None) had no implementation.
+def _nll_loss(
+    self: TFloat, target: INT64, weight: TFloat | None, reduction: int, ignore_index: int
+) -> tuple[TFloat, TFloat]:
+    """Eager's nll_loss_forward / nll_loss2d_forward: (output, total_weight), in the input's dtype (callers pass
+    float32 for half types). An ignored sample's loss is +0.0 and weighs 0; 'mean' divides by the total weight
+    (NaN when every sample is ignored); total_weight is 0 with 'none', except for unbatched input."""
+    unbatched = len(self.shape) == 1
+    zero_axis, class_axis = op.Constant(value_ints=[0]), op.Constant(value_ints=[1])
+    if unbatched:
+        self, target = op.Unsqueeze(self, zero_axis), op.Unsqueeze(target, zero_axis)
+    ignored = op.Equal(target, op.Constant(value_int=ignore_index))
+    safe_target = op.Where(ignored, op.Constant(value_int=0), target)
+    picked = op.Squeeze(op.GatherElements(self, op.Unsqueeze(safe_target, class_axis), axis=1), class_axis)
+    zero = op.CastLike(0.0, self)
+    class_weight = op.Gather(weight, safe_target, axis=0) if weight is not None else op.CastLike(1.0, self)
+    target_weight = op.Where(ignored, zero, class_weight)
+    losses = op.Where(ignored, zero, op.Neg(op.Mul(picked, target_weight)))
+    total_weight = op.ReduceSum(target_weight, keepdims=False)
+    if reduction == 0:
+        return (op.Squeeze(losses, zero_axis) if unbatched else losses), (total_weight if unbatched else zero)
+    total = op.ReduceSum(losses, keepdims=False)
+    return (total if reduction == 2 else op.Div(total, total_weight)), total_weight
+
+
+@lowering("aten::nll_loss_forward", "aten::nll_loss2d_forward")
+def nll_loss_forward(
+    self: TFloat, target: INT64, weight: TFloat | None = None, reduction: int = 1, ignore_index: int = -100
+) -> tuple[TFloat, TFloat]:
+    class_weight = _in_float32(weight) if weight is not None else None
+    output, total_weight = _nll_loss(_in_float32(self), target, class_weight, reduction, ignore_index)
+    return _back(output, self), _back(total_weight, self)
+
+
 def _linear_logits(input: TFloat, linear_weight: TFloat, linear_bias: TFloat | None) -> TFloat:
     """input @ linear_weight.T (+ bias) in float32: [N, H] x [C, H] -> [N, C]."""
     x = _in_float32(input)
