@@ -178,7 +178,12 @@ def test_masks_pasted_for_a_data_dependent_count_of_detections(check) -> None:
         inputs.append((torch.rand(12, 1, 28, 28, generator=generator), boxes, torch.rand(12, generator=generator)))
     counts = {int((scores > 0.5).sum()) for _, _, scores in inputs}
     assert len(counts) == 2  # two different counts kept
-    check(PasteKeptMasks(), inputs[0], run_with=[(args, {}) for args in inputs], atol=1e-5, rtol=0)
+    from torchvision.models.detection import roi_heads, transform
+
+    originals = (roi_heads.paste_masks_in_image, transform.paste_masks_in_image)
+    with pytest.warns(UserWarning, match="stand-in: torchvision.models.detection.roi_heads.paste_masks_in_image"):
+        check(PasteKeptMasks(), inputs[0], run_with=[(args, {}) for args in inputs], atol=1e-5, rtol=0)
+    assert (roi_heads.paste_masks_in_image, transform.paste_masks_in_image) == originals  # restored after capture
 
 
 def test_keypoints_decoded_for_a_data_dependent_count_of_detections(check) -> None:
@@ -312,9 +317,10 @@ _SLOW = {
     "keypoint_rcnn": "passes; its two exports take about a minute of CPU",
 }
 
-# Beyond the boxes' 1e-2 px: mask probabilities (in [0, 1]) within 1e-5, float32 rounding of the bilinear
-# weights and of the mask head, pasted by interpolation matrices where eager pastes box by box.
-_FIELD_ATOL = {"masks": 1e-5}
+# Mask probabilities (in [0, 1]) within 1e-3, not the boxes' 1e-2 px: ONNX Runtime's float32 convolutions of the
+# mask head (random weights) move them by up to 1.7e-4; pasting them by interpolation matrices (fx2onnx's
+# stand-in) where eager pastes box by box moves them by 3.8e-6 (the stand-in run eagerly on these images).
+_FIELD_ATOL = {"masks": 1e-3}
 
 
 def _sorted_by_score(detections: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
