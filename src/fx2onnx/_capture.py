@@ -34,6 +34,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
 from fx2onnx._fake_kernels import static_fake_kernels
+from fx2onnx._library_stand_ins import library_stand_ins
 from fx2onnx._records import DecompositionRecord, qualified_name, target_name
 from fx2onnx.errors import CaptureError, source_line, user_frame
 
@@ -514,6 +515,7 @@ class TorchExportExtractor:
         shape_fixes: list[str] = []
         attempts: list[capture_strategies.StrategyAttempt] = []
         assumptions: list[capture_strategies.Assumption] = []
+        stand_ins_used: list[str] = []
         if isinstance(model, ExportedProgram):
             program = model
         else:
@@ -524,6 +526,7 @@ class TorchExportExtractor:
                 with (
                     static_fake_kernels(),
                     onnx_export_flag(),
+                    library_stand_ins(stand_ins_used),
                 ):  # static: composite ops whose fake run is data-dependent
                     traced_at = time.perf_counter()
                     program, shape_fixes = capture_strategies.first_that_captures(
@@ -543,7 +546,7 @@ class TorchExportExtractor:
                     + "".join(f"\n  {note}" for note in getattr(error, "__notes__", [])),
                     frame=frame,
                 ) from error
-            capture_strategies.warn_if_assumed(attempts, assumptions)
+            capture_strategies.warn_if_assumed(attempts, assumptions, stand_ins_used)
         refuse_sparse_tensors(program.graph_module)
         before = _overloads(program.graph_module)
         if self.registry is not None and lowerable_as_captured(program, self.registry):

@@ -33,7 +33,7 @@ import sys
 import textwrap
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sympy
@@ -272,11 +272,15 @@ def _first_line(error: BaseException) -> str:
     return lines[0] if lines else ""
 
 
-def warn_if_assumed(attempts: list[StrategyAttempt], assumptions: list[Assumption]) -> None:
-    """Say which strategy captured when it was not the first, and what it assumed (never silently)."""
-    if len(attempts) <= 1:
+def warn_if_assumed(
+    attempts: list[StrategyAttempt], assumptions: list[Assumption], stand_ins: Sequence[str] = ()
+) -> None:
+    """Say which strategy captured when it was not the first, what it assumed, and which library functions were
+    traced as fx2onnx's stand-ins (``_library_stand_ins.py``): never silently."""
+    if len(attempts) <= 1 and not stand_ins:
         return
     lines = [f"{attempt.strategy} failed: {attempt.failure}" for attempt in attempts[:-1]]
     lines.append(f"captured with {attempts[-1].strategy}")
     lines += [f"assumed: {assumption}" for assumption in assumptions]
+    lines += [f"traced as fx2onnx's vectorized stand-in: {name}" for name in stand_ins]
     warnings.warn("data-dependent code in the model:\n  " + "\n  ".join(lines), stacklevel=4)
