@@ -880,6 +880,77 @@ def linalg_pinv(
     return op.MatMul(op.Mul(_transpose(vh), scale), _transpose(u))
 
 
+# --- least squares ---------------------------------------------------------------------------------------------
+def _lstsq_threshold(s: DOUBLE, rcond: float | None, driver: str, m: int, n: int, eps: float) -> DOUBLE | None:
+    """The singular value at or below which a driver treats a direction as null (None: gels keeps them all)."""
+    if driver == "gels":
+        return None
+    if rcond is None:  # torch's default
+        rcond = eps * max(m, n)
+    if driver == "gelsd" and not 0 < rcond < 1:  # dlalsd's rule
+        rcond = eps
+    if driver == "gelss" and rcond < 0:
+        rcond = eps
+    largest = op.ReduceMax(s, _ints(-1), keepdims=1)
+    return op.Mul(largest, _double(rcond))
+
+
+@lowering("aten::linalg_lstsq")
+def linalg_lstsq(
+    self: TFloat, b: TFloat, rcond: float | None = None, driver: str | None = None
+) -> tuple[TFloat, TFloat, INT64, TFloat]:
+    """(solution, residuals, rank, singular_values) from the SVD of A, computed in float64.
+
+    gelss/gelsd are SVD solvers: rank counts the singular values above rcond * s_max and the solution is
+    V diag(1/s) U^T B over those. gelsy (CPU's default) determines the same rank from a column-pivoted QR and
+    returns the same minimum-norm solution, up to rounding, wherever no singular value is within rounding of the
+    threshold. gels assumes full rank: every singular value is inverted (a singular A gives non-finite values
+    where eager's give huge ones). Residuals (m > n, not gelsy) are ||A X - B||^2 per column, returned by
+    gelss/gelsd only when every matrix has full rank; else empty, as eager's, though a batch's empty residuals
+    keep the batch dims ((*batch, 0) where eager's are (0,)).
+    """
+    driver = driver or "gelsy"
+    m, n = self.shape[-2], self.shape[-1]
+    k = min(m, n)
+    vector = len(b.shape) == len(self.shape) - 1
+    a = op.Cast(self, to=DOUBLE.dtype)
+    rhs = op.Cast(op.Unsqueeze(b, _ints(-1)) if vector else b, to=DOUBLE.dtype)
+    eps = float(np.finfo(np.float64 if self.dtype == ir.DataType.DOUBLE else np.float32).eps)
+    if k == 0 or 0 in list(self.shape)[:-2]:
+        s = op.Reshape(_batch_filled(a, [k, 1], 0.0, a), op.Concat(op.Shape(a, end=-2), _ints(k), axis=0))
+        solution = op.MatMul(_batch_filled(a, [n, m], 0.0, a), rhs)  # zeros, with the batch broadcast
+        keep = op.Greater(s, s)
+    else:
+        if m >= n:
+            u, s, v = _svd_tall(a, m, n)
+        else:  # A^T = U' S V'^T, so A = V' S U'^T
+            v, s, u = _svd_tall(_transpose(a), n, m)
+        threshold = _lstsq_threshold(s, rcond, driver, m, n, eps)
+        one = _double(1.0)
+        keep = op.Equal(s, s) if threshold is None else op.Greater(s, threshold)
+        inverse = op.Div(one, s)
+        if threshold is not None:
+            inverse = op.Where(keep, op.Div(one, op.Where(keep, s, one)), _double(0.0))
+        solution = op.MatMul(v, op.Mul(op.Unsqueeze(inverse, _ints(-1)), op.MatMul(_transpose(u), rhs)))
+    empty = op.CastLike(op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.float32))), self)
+    rank = op.ReduceSum(op.Cast(keep, to=INT64.dtype), _ints(-1), keepdims=0)
+    residuals = empty
+    if m > n and driver != "gelsy":
+        misfit = op.Sub(op.MatMul(a, solution), rhs)
+        residuals = op.CastLike(op.ReduceSum(op.Mul(misfit, misfit), _ints(-2), keepdims=0), self)
+        if driver in ("gelsd", "gelss"):  # only where every matrix has full rank, as eager
+            full = op.ReduceMin(op.Cast(op.Equal(rank, op.Constant(value_int=n)), to=INT64.dtype), keepdims=0)
+            length = op.Mul(op.Reshape(full, _ints(1)), _ints(rhs.shape[-1]))
+            residuals = op.Slice(residuals, _ints(0), length, _ints(-1))
+    solution = op.CastLike(op.Squeeze(solution, _ints(-1)) if vector else solution, self)
+    if driver == "gels":  # rank (over A's batch dims, as the singular values) is the others' only
+        rank = op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.int64)))
+    singular_values = empty
+    if driver in ("gelsd", "gelss"):
+        singular_values = op.CastLike(s, self)
+    return solution, residuals, rank, singular_values
+
+
 # --- QR by Householder reflections, with LAPACK's conventions ---------------------------------------------------
 # geqrf's reflector for a column x: beta = -sign(x_0) |x|, v = [1, x_1.. / (x_0 - beta)], tau = (beta - x_0) / beta
 # (tau = 0 when x below its head is zero). Q = H_0 H_1 ... is orgqr's; the packed form and tau are geqrf's.
