@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import fx2onnx
+from fx2onnx.errors import CaptureError, UnsupportedOperatorError
 
 from conftest import Call, assert_exports_and_matches
 
@@ -279,23 +280,59 @@ def test_lstsq_rank_deficient_in_a_batch() -> None:
     assert torch.equal(rank, torch.tensor([3, 2]))
 
 
+def _truncatable() -> tuple[torch.Tensor, torch.Tensor]:
+    """A = Q R with R's third direction at 1e-4; columns in the order column pivoting keeps (the pivots are the
+    identity), and B."""
+    q, _ = torch.linalg.qr(randn(5, 3, dtype=torch.float64, seed=4))
+    r = torch.tensor([[3.0, 0.5, 0.3], [0.0, 1.0, 0.2], [0.0, 0.0, 1e-4]], dtype=torch.float64)
+    return q @ r, randn(5, 2, dtype=torch.float64, seed=6)
+
+
 @pytest.mark.parametrize("driver", ["gelsd", "gelss"])
 def test_lstsq_rcond_cuts_small_singular_values(driver: str) -> None:
-    """A singular value below rcond * s_max counts as zero: rank 2 and the truncated solution."""
-    u, _ = torch.linalg.qr(randn(5, 3, dtype=torch.float64, seed=4))
-    v, _ = torch.linalg.qr(randn(3, 3, dtype=torch.float64, seed=5))
-    a = u @ torch.diag(torch.tensor([3.0, 1.0, 1e-4], dtype=torch.float64)) @ v.mT
-    b = randn(5, 2, dtype=torch.float64, seed=6)
+    """A direction below rcond * s_max counts as zero: rank 2 and the SVD-truncated solution."""
+    a, b = _truncatable()
     for rcond in (1e-3, None):  # cut; kept (the default is eps * max(m, n))
-        function = Call(lambda x, y, r=rcond: tuple(torch.linalg.lstsq(x, y, rcond=r, driver=driver)))
+        function = Call(lambda x, y, rc=rcond: tuple(torch.linalg.lstsq(x, y, rcond=rc, driver=driver)))
         assert_exports_and_matches(function, (a, b))
+
+
+def test_lstsq_gelsy_truncates_the_pivoted_qr() -> None:
+    """gelsy cuts R's trailing rows, not singular values: the minimum-norm solution of R[:2] x = (Q^T B)[:2].
+
+    Compared with that definition rather than with eager: torch 2.13 hands LAPACK an uninitialized pivot array, so
+    eager fixes a varying subset of the columns in place, and its truncated solution varies from call to call.
+    """
+    a, b = _truncatable()
+    program = fx2onnx.export(Call(lambda x, y: tuple(torch.linalg.lstsq(x, y, rcond=1e-3, driver="gelsy"))), (a, b))
+    solution, residuals, rank, values = program(a, b)
+    q, r = torch.linalg.qr(a)
+    expected = torch.linalg.pinv(r[:2]) @ (q.mT @ b)[:2]
+    torch.testing.assert_close(solution, expected, rtol=1e-10, atol=1e-12)
+    assert int(rank) == 2 and residuals.shape == values.shape == (0,)
+    svd_truncated = torch.linalg.lstsq(a, b, rcond=1e-3, driver="gelsd").solution
+    assert not torch.allclose(solution, svd_truncated, rtol=1e-6, atol=1e-7)  # the test tells the two apart
 
 
 @pytest.mark.parametrize("driver", ["gels", "gelsy", "gelsd"])
 def test_lstsq_ill_conditioned(driver: str) -> None:
-    """A Vandermonde matrix (condition number ~1e7): float64 results within eager's own accuracy."""
-    points = torch.linspace(0.0, 1.0, 8, dtype=torch.float64)
-    a = torch.stack([points**power for power in range(6)], dim=-1)
+    """A Vandermonde matrix (condition number ~1e6): float64 results within eager's own accuracy."""
+    points = torch.linspace(0.0, 1.0, 12, dtype=torch.float64)
+    a = torch.stack([points**power for power in range(9)], dim=-1)
     b = torch.cos(3 * points).unsqueeze(-1)
-    assert torch.linalg.cond(a) > 1e6
+    assert torch.linalg.cond(a) > 5e5
     assert_exports_and_matches(Call(lambda x, y: tuple(torch.linalg.lstsq(x, y, driver=driver))), (a, b))
+
+
+# --- ops without a lowering yet: errors that name the op, why, and how to register one -----------------------------
+def test_eig_error_says_why_and_how_to_register() -> None:
+    with pytest.raises(UnsupportedOperatorError, match=r"(?s)aten::linalg_eig.*geev.*fx2onnx.register"):
+        fx2onnx.export(Call(torch.linalg.eigvals), (randn(3, 3),))
+
+
+def test_ldl_factor_error_names_the_op_not_its_effect_token() -> None:
+    """ldl_factor's decomposition checks errors through an effect token: the error names ldl_factor itself."""
+    with pytest.raises(CaptureError, match=r"(?s)aten.linalg_ldl_factor.*fx2onnx.register"):
+        fx2onnx.export(Call(lambda x: tuple(torch.linalg.ldl_factor(x))), (randn(3, 3),))
+    with pytest.raises(UnsupportedOperatorError, match=r"(?s)ldl_factor_ex.*sytrf"):
+        fx2onnx.export(Call(lambda x: tuple(torch.linalg.ldl_factor_ex(x))), (randn(3, 3),))
