@@ -13,6 +13,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
+import fx2onnx
+from fx2onnx.errors import CaptureError, UnsupportedOperatorError
+
 from conftest import Call, assert_exports_and_matches
 
 
@@ -225,3 +228,111 @@ def test_qr_follows_lapack_signs(shape: tuple[int, int]) -> None:
         assert_exports_and_matches(Call(torch.linalg.householder_product), (packed, tau))
     c = randn(2, shape[0], 2, dtype=torch.float64)
     assert_exports_and_matches(Call(lambda p, t, y: torch.ormqr(p, t, y, transpose=True)), (packed, tau, c))
+
+
+# --- least squares: eager's outputs per driver ------------------------------------------------------------------
+_LSTSQ_SHAPES = [((4, 3), (4, 2)), ((2, 3), (2,)), ((1, 4, 3), (3, 4, 2))]
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lstsq_drivers(driver: str, dtype: torch.dtype) -> None:
+    """Tall, wide with a vector right-hand side, batched and broadcast: solution, residuals (m > n except gelsy),
+    rank (not gels) and singular values (gelsd, gelss), empty where eager's are."""
+    for index, (a_shape, b_shape) in enumerate(_LSTSQ_SHAPES):
+        a, b = randn(*a_shape, dtype=dtype, seed=index), randn(*b_shape, dtype=dtype, seed=10 + index)
+        assert_exports_and_matches(Call(lambda x, y: tuple(torch.linalg.lstsq(x, y, driver=driver))), (a, b))
+
+
+def _rank_two(*batch: int, rows: int = 5, dtype: torch.dtype = torch.float64, seed: int = 0) -> torch.Tensor:
+    """A [..., rows, 3] matrix whose third column is the sum of the first two."""
+    a = randn(*batch, rows, 3, dtype=dtype, seed=seed)
+    a[..., 2] = a[..., 0] + a[..., 1]
+    return a
+
+
+@pytest.mark.parametrize("driver", ["gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lstsq_rank_deficient(driver: str, dtype: torch.dtype) -> None:
+    """The rank is read at run time, the solution is the minimum-norm one, and gelsd/gelss's residuals are empty
+    unless the matrix has full rank (the same export run on both)."""
+    b = randn(5, 2, dtype=dtype, seed=7)
+    full, deficient = randn(5, 3, dtype=dtype, seed=1), _rank_two(dtype=dtype)
+    function = Call(lambda x, y: tuple(torch.linalg.lstsq(x, y, driver=driver)))
+    assert_exports_and_matches(function, (full, b), run_with=[((full, b), {}), ((deficient, b), {})])
+    assert_exports_and_matches(function, (deficient, b), run_with=[((deficient, b), {}), ((full, b), {})])
+
+
+def test_lstsq_rank_deficient_in_a_batch() -> None:
+    """One rank-deficient matrix of a batch: per-matrix ranks; gelsd's residuals empty for the whole batch (eager's
+    are a (0,) tensor, the export's keep the batch dim: (2, 0)), so compare the other outputs."""
+    a = torch.stack([randn(5, 3, dtype=torch.float64, seed=2), _rank_two(dtype=torch.float64)])
+    b = randn(2, 5, 2, dtype=torch.float64, seed=3)
+    result = torch.linalg.lstsq(a, b, driver="gelsd")
+    assert result.residuals.shape == (0,)
+    assert_exports_and_matches(Call(lambda x, y: torch.linalg.lstsq(x, y, driver="gelsd").rank), (a, b))
+    solve = Call(lambda x, y: torch.linalg.lstsq(x, y, driver="gelsy").solution)
+    assert_exports_and_matches(solve, (a, b))
+    program = fx2onnx.export(Call(lambda x, y: tuple(torch.linalg.lstsq(x, y, driver="gelss"))), (a, b))
+    solution, residuals, rank, _ = program(a, b)
+    assert residuals.numel() == 0
+    torch.testing.assert_close(solution, result.solution)
+    assert torch.equal(rank, torch.tensor([3, 2]))
+
+
+def _truncatable() -> tuple[torch.Tensor, torch.Tensor]:
+    """A = Q R with R's third direction at 1e-4; columns in the order column pivoting keeps (the pivots are the
+    identity), and B."""
+    q, _ = torch.linalg.qr(randn(5, 3, dtype=torch.float64, seed=4))
+    r = torch.tensor([[3.0, 0.5, 0.3], [0.0, 1.0, 0.2], [0.0, 0.0, 1e-4]], dtype=torch.float64)
+    return q @ r, randn(5, 2, dtype=torch.float64, seed=6)
+
+
+@pytest.mark.parametrize("driver", ["gelsd", "gelss"])
+def test_lstsq_rcond_cuts_small_singular_values(driver: str) -> None:
+    """A direction below rcond * s_max counts as zero: rank 2 and the SVD-truncated solution."""
+    a, b = _truncatable()
+    for rcond in (1e-3, None):  # cut; kept (the default is eps * max(m, n))
+        function = Call(lambda x, y, rc=rcond: tuple(torch.linalg.lstsq(x, y, rcond=rc, driver=driver)))
+        assert_exports_and_matches(function, (a, b))
+
+
+def test_lstsq_gelsy_truncates_the_pivoted_qr() -> None:
+    """gelsy cuts R's trailing rows, not singular values: the minimum-norm solution of R[:2] x = (Q^T B)[:2].
+
+    Compared with that definition rather than with eager: torch 2.13 hands LAPACK an uninitialized pivot array, so
+    eager fixes a varying subset of the columns in place, and its truncated solution varies from call to call.
+    """
+    a, b = _truncatable()
+    program = fx2onnx.export(Call(lambda x, y: tuple(torch.linalg.lstsq(x, y, rcond=1e-3, driver="gelsy"))), (a, b))
+    solution, residuals, rank, values = program(a, b)
+    q, r = torch.linalg.qr(a)
+    expected = torch.linalg.pinv(r[:2]) @ (q.mT @ b)[:2]
+    torch.testing.assert_close(solution, expected, rtol=1e-10, atol=1e-12)
+    assert int(rank) == 2 and residuals.shape == values.shape == (0,)
+    svd_truncated = torch.linalg.lstsq(a, b, rcond=1e-3, driver="gelsd").solution
+    assert not torch.allclose(solution, svd_truncated, rtol=1e-6, atol=1e-7)  # the test tells the two apart
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsy", "gelsd"])
+def test_lstsq_ill_conditioned(driver: str) -> None:
+    """A Vandermonde matrix (condition number ~1e6): float64 results within eager's own accuracy."""
+    points = torch.linspace(0.0, 1.0, 12, dtype=torch.float64)
+    a = torch.stack([points**power for power in range(9)], dim=-1)
+    b = torch.cos(3 * points).unsqueeze(-1)
+    assert torch.linalg.cond(a) > 5e5
+    assert_exports_and_matches(Call(lambda x, y: tuple(torch.linalg.lstsq(x, y, driver=driver))), (a, b))
+
+
+# --- ops without a lowering yet: errors that name the op, why, and how to register one -----------------------------
+def test_eig_error_says_why_and_how_to_register() -> None:
+    with pytest.raises(UnsupportedOperatorError, match=r"(?s)aten::linalg_eig.*geev.*fx2onnx.register"):
+        fx2onnx.export(Call(torch.linalg.eigvals), (randn(3, 3),))
+
+
+def test_ldl_factor_error_names_the_op_not_its_effect_token() -> None:
+    """ldl_factor's decomposition checks errors through an effect token: the error names ldl_factor itself."""
+    with pytest.raises(CaptureError, match=r"(?s)aten.linalg_ldl_factor.*fx2onnx.register"):
+        fx2onnx.export(Call(lambda x: tuple(torch.linalg.ldl_factor(x))), (randn(3, 3),))
+    with pytest.raises(UnsupportedOperatorError, match=r"(?s)ldl_factor_ex.*sytrf"):
+        fx2onnx.export(Call(lambda x: tuple(torch.linalg.ldl_factor_ex(x))), (randn(3, 3),))

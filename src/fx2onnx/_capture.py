@@ -774,6 +774,40 @@ EXTRACTORS: dict[str, Callable[[bool, Registry], Extractor]] = {
 }
 
 
+def _decomposed_from(node: torch.fx.Node) -> str | None:
+    """The op of the original graph (the root of the node's provenance) that a decomposition put `node` in for."""
+    sources = list(node.meta.get("from_node") or [])
+    root = None
+    while sources:
+        source = sources[0]
+        if str(source.target).startswith("aten."):
+            root = str(source.target)
+        sources = list(source.from_node or [])
+    return root
+
+
+def _effect_token_message(graph_module: torch.fx.GraphModule, placeholder: str) -> str:
+    """Which ops put an effect token (eager's error checks, prints...) in the graph, and the way out."""
+    sources: dict[str, str] = {}
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.higher_order.with_effects:
+            effect = str(node.args[1]) if len(node.args) > 1 else "an effectful op"
+            sources.setdefault(_decomposed_from(node) or effect, effect)
+    if not sources:
+        return f"placeholder {placeholder} of kind TOKEN is not supported (an effectful op: ONNX has no side effects)"
+    described = ", ".join(f"{op} (through {effect})" for op, effect in sources.items())
+    first = next(iter(sources))
+    qualified = first.replace("aten.", "aten::", 1) if first.startswith("aten.") else first
+    name = qualified.split("::")[-1].split(".")[0]
+    return (
+        f"the graph threads an effect token ({placeholder}), which ONNX has no equivalent of: {described}. fx2onnx "
+        f"has no lowering for {first}, so it was decomposed, and the decomposition checks errors through an effect. "
+        f"Register an implementation so that it is kept whole: "
+        f"fx2onnx.register('{qualified.rsplit('.', 1)[0] if qualified.endswith('.default') else qualified}', "
+        f"my_{name}) or export(..., custom_translation_table={{torch.ops.{first}: my_{name}}})"
+    )
+
+
 def from_exported_program(program: ExportedProgram, strategy: str) -> CapturedGraph:
     graph_module = program.graph_module
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
@@ -794,6 +828,8 @@ def from_exported_program(program: ExportedProgram, strategy: str) -> CapturedGr
             target = spec.target
             tensor = state[target] if target in state else constants[target]
             weights[node] = (target, tensor.detach())
+        elif spec.kind == InputKind.TOKEN:
+            raise CaptureError(_effect_token_message(graph_module, node.name))
         else:
             raise CaptureError(f"placeholder {node.name} of kind {spec.kind.name} is not supported")
     output = next(n for n in graph_module.graph.nodes if n.op == "output")

@@ -8,6 +8,12 @@ Within :func:`static_fake_kernels` these ops get a kernel that, on fake tensors,
 the output's true (static) shape, as export itself does for the composite ops it preserves; real tensors
 still run torch's composite implementation. fx2onnx lowers each op whole (lowerings/linalg.py), so the
 composite implementation never reaches the graph.
+
+A few ops with a kernel per device are tagged ``dynamic_output_shape`` although their shapes follow from the
+inputs' shapes and arguments (``linalg_lstsq``: which outputs are empty depends on the driver); fake tensors refuse
+them (DynamicOutputShapeException). Within the same context these get a fake kernel, the way
+``torch.library.register_fake`` gives one to a custom op, in the table torch's fake tensors consult; only the one
+size that does depend on values (a rank-deficient matrix's missing residuals) is an unbacked size.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch._C import DispatchKey
+from torch._library import simple_registry
+from torch._library.utils import Kernel
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
@@ -87,6 +95,38 @@ STATIC_FAKE_KERNELS: dict[torch._ops.OpOverload, Callable[..., torch.Tensor]] = 
 }
 
 
+def _linalg_lstsq(
+    self: torch.Tensor, b: torch.Tensor, rcond: float | None = None, *, driver: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eager's output shapes: empty (0,) tensors for what the driver does not compute (CPU's default is gelsy)."""
+    driver = driver or "gelsy"
+    m, n = self.shape[-2], self.shape[-1]
+    vector = b.dim() == self.dim() - 1
+    columns = b.unsqueeze(-1) if vector else b
+    batch = torch.broadcast_shapes(self.shape[:-2], columns.shape[:-2])
+    count = columns.shape[-1]
+    solution = self.new_empty((*batch, n) if vector else (*batch, n, count))
+    empty = self.new_empty((0,))
+    residuals = empty
+    if m > n and driver != "gelsy":
+        residuals = self.new_empty((*batch, count))
+        if driver in ("gelsd", "gelss"):
+            # Eager computes them only when every matrix has full rank, else returns a (0,) tensor: a length known
+            # at run time. With batch dims the empty result keeps them ((*batch, 0), one rank cannot become another).
+            size = torch.library.get_ctx().new_dynamic_size(max=count)
+            residuals = self.new_empty((*batch, size))
+    # rank and singular values over A's own batch dims (B's do not broadcast into them)
+    rank = self.new_empty(self.shape[:-2] if driver != "gels" else (0,), dtype=torch.int64)
+    singular_values = self.new_empty((*self.shape[:-2], min(m, n))) if driver in ("gelsd", "gelss") else empty
+    return solution, residuals, rank, singular_values
+
+
+# Overload (with a kernel per device, tagged dynamic_output_shape) -> its fake kernel.
+SHAPE_FAKE_KERNELS: dict[torch._ops.OpOverload, Callable[..., Any]] = {
+    torch.ops.aten.linalg_lstsq.default: _linalg_lstsq,
+}
+
+
 def _on_fake_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return any(isinstance(leaf, FakeTensor) for leaf in pytree.tree_leaves((args, kwargs)))
 
@@ -106,12 +146,21 @@ def _kernel(overload: torch._ops.OpOverload, fake: Callable[..., torch.Tensor]) 
 def static_fake_kernels() -> Iterator[None]:
     """Install the kernels for the duration of a capture; torch's are restored afterwards."""
     saved = {overload: overload.py_kernels.copy() for overload in STATIC_FAKE_KERNELS}
+    handles = []
     try:
         for overload, fake in STATIC_FAKE_KERNELS.items():
             overload.py_kernels.pop(_COMPOSITE, None)
             overload.py_impl(_COMPOSITE)(_kernel(overload, fake))
+        for overload, fake in SHAPE_FAKE_KERNELS.items():
+            # Only the table fake tensors read (no dispatcher registration): real tensors keep torch's kernels.
+            holder = simple_registry.singleton.find(overload.name()).fake_impl
+            kernel = Kernel(fake, f"fx2onnx/_fake_kernels.py ({overload})")
+            holder.kernels.append(kernel)
+            handles.append((holder, kernel))
         yield
     finally:
+        for holder, kernel in handles:
+            holder.kernels.remove(kernel)
         for overload, kernels in saved.items():
             overload.py_kernels.clear()
             overload.py_kernels.update(kernels)

@@ -71,6 +71,16 @@ class DispatchOutcome(Protocol):
     stack_trace: str | None
 
 
+# Ops fx2onnx knows it cannot lower yet, and why (an export error says so).
+_NOT_LOWERED_YET: dict[str, str] = {
+    "linalg_eig": "no nonsymmetric eigensolver yet: eager's eigenvalue order and eigenvector normalization are "
+    "those of LAPACK's geev (Hessenberg QR iterations with its shifts and deflation), which one must reproduce",
+    "linalg_ldl_factor_ex": "no Bunch-Kaufman factorization yet (LAPACK's sytrf, whose pivots eager returns)",
+    "linalg_ldl_factor": "no Bunch-Kaufman factorization yet (LAPACK's sytrf, whose pivots eager returns)",
+    "linalg_ldl_solve": "no solver from sytrf's packed factors and pivots yet (LAPACK's sytrs)",
+}
+
+
 class UnsupportedOperatorError(ExportError):
     """No registered implementation can lower a node."""
 
@@ -94,6 +104,8 @@ class UnsupportedOperatorError(ExportError):
             )
         else:
             lines.append("  candidates: none registered for this overload")
+            if _short_name(target) in _NOT_LOWERED_YET:
+                lines.append(f"  why: {_NOT_LOWERED_YET[_short_name(target)]}")
             lines.append("  remedy: register an implementation (tried before the defaults), e.g.")
         name = f"my_{_short_name(target)}"
         parameters = _parameter_names(node)

@@ -880,6 +880,173 @@ def linalg_pinv(
     return op.MatMul(op.Mul(_transpose(vh), scale), _transpose(u))
 
 
+# --- least squares ---------------------------------------------------------------------------------------------
+def _lstsq_threshold(s: DOUBLE, rcond: float | None, driver: str, m: int, n: int, eps: float) -> DOUBLE | None:
+    """The singular value at or below which a driver treats a direction as null (None: gels keeps them all)."""
+    if driver == "gels":
+        return None
+    if rcond is None:  # torch's default
+        rcond = eps * max(m, n)
+    if driver == "gelsd" and not 0 < rcond < 1:  # dlalsd's rule
+        rcond = eps
+    if driver == "gelss" and rcond < 0:
+        rcond = eps
+    largest = op.ReduceMax(s, _ints(-1), keepdims=1)
+    return op.Mul(largest, _double(rcond))
+
+
+def _pivoted_qr(a: DOUBLE, eps: float) -> tuple[DOUBLE, INT64, list[DOUBLE], list[DOUBLE]]:
+    """LAPACK's dlaqp2 (geqp3 for small matrices): Householder QR choosing, at each step, the column of largest
+    remaining norm (the first of equal ones), with its downdating of the norms and recomputation when they
+    lose their accuracy (tol3z = sqrt(eps), eps of the input's dtype, so that pivots fall as eager's do).
+
+    Returns R ([..., m, n], zero below the diagonal), the column permutation ([..., 1, n]: column j of R is
+    A's column perm[j]) and the reflectors' v and tau.
+    """
+    m, n = a.shape[-2], a.shape[-1]
+    rows, columns = _index_column(m), _index_row(n)
+    zero, one = _double(0.0), _double(1.0)
+    tol3z = _double(math.sqrt(eps / 2))  # LAPACK's dlamch('E') is half the machine epsilon
+    norms = op.Sqrt(op.ReduceSum(op.Mul(a, a), _ints(-2), keepdims=1))  # [..., 1, n]
+    vn1, vn2 = norms, norms
+    perm = op.Expand(columns, op.Shape(norms))
+    vs, taus = [], []
+    for i in range(min(m, n)):
+        candidates = op.Where(op.Less(columns, _ints(i)), _double(-1.0), vn1)
+        chosen = op.ArgMax(candidates, axis=-1, keepdims=1)  # [..., 1, 1]
+        source = op.Where(
+            op.Equal(columns, _ints(i)),
+            chosen,
+            op.Where(op.Equal(columns, chosen), op.Expand(_ints(i), op.Shape(chosen)), columns),
+        )  # [..., 1, n]
+        a = op.GatherElements(a, op.Expand(source, op.Shape(a)), axis=-1)
+        perm = op.GatherElements(perm, source, axis=-1)
+        vn1 = op.GatherElements(vn1, source, axis=-1)
+        vn2 = op.GatherElements(vn2, source, axis=-1)
+        v, tau, beta = _reflector(_columns(a, i, i + 1), i, rows)
+        a = op.Where(op.Greater(columns, _ints(i)), _apply_reflector(v, tau, a), a)
+        head_or_zero = op.Where(op.Equal(rows, _ints(i)), beta, zero)
+        column = op.Where(op.Less(rows, _ints(i)), _columns(a, i, i + 1), head_or_zero)
+        a = op.Where(op.Equal(columns, _ints(i)), column, a)
+        vs.append(v)
+        taus.append(tau)
+        # The norms of the columns' rows below i: downdated, or recomputed where the downdate lost accuracy.
+        head = op.Abs(_rows(a, i, i + 1))  # [..., 1, n]
+        live = op.And(op.Greater(columns, _ints(i)), op.Not(op.Equal(vn1, zero)))
+        safe_vn1 = op.Where(live, vn1, one)
+        ratio = op.Div(head, safe_vn1)
+        temp = op.Max(op.Sub(one, op.Mul(ratio, ratio)), zero)
+        spread = op.Div(vn1, op.Where(live, vn2, one))
+        stale = op.LessOrEqual(op.Mul(temp, op.Mul(spread, spread)), tol3z)
+        below = op.Where(op.Greater(rows, _ints(i)), a, zero)
+        recomputed = op.Sqrt(op.ReduceSum(op.Mul(below, below), _ints(-2), keepdims=1))
+        vn1 = op.Where(live, op.Where(stale, recomputed, op.Mul(vn1, op.Sqrt(temp))), vn1)
+        vn2 = op.Where(op.And(live, stale), recomputed, vn2)
+    r = op.Where(op.LessOrEqual(rows, columns), a, zero)
+    return r, perm, vs, taus
+
+
+def _gelsy(a: DOUBLE, rhs: DOUBLE, rcond: float, eps: float) -> tuple[DOUBLE, INT64]:
+    """dgelsy: R from the column-pivoted QR; the rank is the largest r for which every leading block
+    R[:j, :j] (j <= r) has s_min >= rcond * s_max (gelsy estimates these by incremental condition estimation;
+    here they are computed); the solution is the minimum-norm one of R[:r, :] P^T x = (Q^T B)[:r].
+
+    Every matrix is pivoted, as LAPACK documents for a zero pivot array. torch 2.13 passes gelsy an uninitialized
+    one, shared by the batch (BatchLinearAlgebraKernel.cpp, apply_lstsq): the matrices after the first are never
+    pivoted, and the first is only where the memory held zeros (it varies from call to call). Where pivoting
+    changes the result (a truncated direction that is not negligible, or columns in an order the pivots would
+    change on a rank-deficient matrix), eager's own result is therefore not reproducible.
+    """
+    m, n = a.shape[-2], a.shape[-1]
+    k = min(m, n)
+    r, perm, vs, taus = _pivoted_qr(a, eps)
+    zero = _double(0.0)
+    accepted = None
+    count = None
+    for j in range(1, k + 1):
+        _, s, _ = _svd_tall(op.Slice(r, _ints(0, 0), _ints(j, j), _ints(-2, -1)), j, j)
+        largest = op.ReduceMax(s, _ints(-1), keepdims=0)
+        ok = op.LessOrEqual(op.Mul(largest, _double(rcond)), op.ReduceMin(s, _ints(-1), keepdims=0))
+        if j == 1:
+            ok = op.And(ok, op.Greater(largest, zero))  # a zero R[0, 0]: rank 0
+        accepted = ok if accepted is None else op.And(accepted, ok)
+        step = op.Cast(accepted, to=INT64.dtype)
+        count = step if count is None else op.Add(count, step)
+    rank = count  # [...] int64
+    # Q^T B, then rows from the rank on dropped (zeroed) on both sides.
+    projected = rhs
+    for v, tau in zip(vs, taus):
+        projected = _apply_reflector(v, tau, projected)
+    kept = op.Less(_index_column(k), op.Unsqueeze(rank, _ints(-1, -2)))  # [..., k, 1]
+    top = op.Where(kept, _rows(r, 0, k), zero)  # [..., k, n]
+    projected = op.Where(kept, _rows(projected, 0, k), zero)  # [..., k, nrhs]
+    # Minimum-norm solution of top y = projected: top's kept rows are independent, the dropped ones exactly zero.
+    u, s, w = _svd_tall(_transpose(top), n, k)  # top^T = U S W^T, so top = W S U^T
+    nonzero = op.Greater(s, zero)
+    inverse = op.Where(nonzero, op.Div(_double(1.0), op.Where(nonzero, s, _double(1.0))), zero)
+    y = op.MatMul(u, op.Mul(op.Unsqueeze(inverse, _ints(-1)), op.MatMul(_transpose(w), projected)))
+    # x[perm[j]] = y[j]
+    order = op.Expand(_transpose(perm), op.Shape(y))
+    return op.ScatterElements(y, order, y, axis=-2), rank
+
+
+@lowering("aten::linalg_lstsq")
+def linalg_lstsq(
+    self: TFloat, b: TFloat, rcond: float | None = None, driver: str | None = None
+) -> tuple[TFloat, TFloat, INT64, TFloat]:
+    """(solution, residuals, rank, singular_values) as each LAPACK driver defines them, computed in float64.
+
+    gelss/gelsd are SVD solvers: rank counts the singular values above rcond * s_max and the solution is
+    V diag(1/s) U^T B over those. gelsy (CPU's default) truncates a column-pivoted QR instead (`_gelsy`), whose
+    solution differs from the SVD's where a cut-off direction is not negligible. gels assumes full rank: every
+    singular value is inverted (a singular A gives non-finite values where eager's are huge). Residuals (m > n,
+    not gelsy) are ||A X - B||^2 per column, returned by gelss/gelsd only when every matrix has full rank; else
+    empty, as eager's, though a batch's empty residuals keep the batch dims ((*batch, 0) where eager's are (0,)).
+    """
+    driver = driver or "gelsy"
+    m, n = self.shape[-2], self.shape[-1]
+    k = min(m, n)
+    vector = len(b.shape) == len(self.shape) - 1
+    a = op.Cast(self, to=DOUBLE.dtype)
+    rhs = op.Cast(op.Unsqueeze(b, _ints(-1)) if vector else b, to=DOUBLE.dtype)
+    eps = float(np.finfo(np.float64 if self.dtype == ir.DataType.DOUBLE else np.float32).eps)
+    if k == 0 or 0 in list(self.shape)[:-2]:
+        s = op.Reshape(_batch_filled(a, [k, 1], 0.0, a), op.Concat(op.Shape(a, end=-2), _ints(k), axis=0))
+        solution = op.MatMul(_batch_filled(a, [n, m], 0.0, a), rhs)  # zeros, with the batch broadcast
+        rank = op.ReduceSum(op.Cast(op.Greater(s, s), to=INT64.dtype), _ints(-1), keepdims=0)
+    elif driver == "gelsy":
+        solution, rank = _gelsy(a, rhs, eps * max(m, n) if rcond is None else rcond, eps)
+    else:
+        if m >= n:
+            u, s, v = _svd_tall(a, m, n)
+        else:  # A^T = U' S V'^T, so A = V' S U'^T
+            v, s, u = _svd_tall(_transpose(a), n, m)
+        threshold = _lstsq_threshold(s, rcond, driver, m, n, eps)
+        one = _double(1.0)
+        keep = op.Equal(s, s) if threshold is None else op.Greater(s, threshold)
+        inverse = op.Div(one, s)
+        if threshold is not None:
+            inverse = op.Where(keep, op.Div(one, op.Where(keep, s, one)), _double(0.0))
+        solution = op.MatMul(v, op.Mul(op.Unsqueeze(inverse, _ints(-1)), op.MatMul(_transpose(u), rhs)))
+        rank = op.ReduceSum(op.Cast(keep, to=INT64.dtype), _ints(-1), keepdims=0)
+    empty = op.CastLike(op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.float32))), self)
+    residuals = empty
+    if m > n and driver != "gelsy":
+        misfit = op.Sub(op.MatMul(a, solution), rhs)
+        residuals = op.CastLike(op.ReduceSum(op.Mul(misfit, misfit), _ints(-2), keepdims=0), self)
+        if driver in ("gelsd", "gelss"):  # only where every matrix has full rank, as eager
+            full = op.ReduceMin(op.Cast(op.Equal(rank, op.Constant(value_int=n)), to=INT64.dtype), keepdims=0)
+            length = op.Mul(op.Reshape(full, _ints(1)), _ints(rhs.shape[-1]))
+            residuals = op.Slice(residuals, _ints(0), length, _ints(-1))
+    solution = op.CastLike(op.Squeeze(solution, _ints(-1)) if vector else solution, self)
+    if driver == "gels":  # rank (over A's batch dims, as the singular values) is the others' only
+        rank = op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.int64)))
+    singular_values = empty
+    if driver in ("gelsd", "gelss"):
+        singular_values = op.CastLike(s, self)
+    return solution, residuals, rank, singular_values
+
+
 # --- QR by Householder reflections, with LAPACK's conventions ---------------------------------------------------
 # geqrf's reflector for a column x: beta = -sign(x_0) |x|, v = [1, x_1.. / (x_0 - beta)], tau = (beta - x_0) / beta
 # (tau = 0 when x below its head is zero). Q = H_0 H_1 ... is orgqr's; the packed form and tau are geqrf's.
