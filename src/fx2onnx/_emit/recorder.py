@@ -11,6 +11,7 @@ values.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -48,7 +49,7 @@ class GraphRecorder(evaluator.Evaluator):
         self.nodes_added = 0
         # ONNX's inferred output types by what decides them (infer_node_types): a model's repeated layers ask
         # for the same node with the same input types over and over.
-        self._inferred: dict[tuple[Any, ...], list[onnx.TypeProto | None]] = {}
+        self._inferred: dict[tuple[Any, ...], list[_InferredType | None]] = {}
 
     # --- context ------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -506,7 +507,7 @@ def _broadcast_shape(shapes: Sequence[ir.Shape]) -> ir.Shape | None:
 def infer_node_types(
     node: ir.Node,
     opset_imports: Mapping[str, int],
-    cache: dict[tuple[Any, ...], list[onnx.TypeProto | None]] | None = None,
+    cache: dict[tuple[Any, ...], list[_InferredType | None]] | None = None,
 ) -> None:
     """Fill dtypes and shapes of `node`'s outputs with ONNX's per-node inference.
 
@@ -524,19 +525,52 @@ def infer_node_types(
     key = _inference_key(node, version, opset_imports) if cache is not None else None
     inferred = cache.get(key) if key is not None and cache is not None else None
     if inferred is None:
-        inferred = _infer_with_onnx(node, domain, version, opset_imports)
-        if inferred is None:
+        type_protos = _infer_with_onnx(node, domain, version, opset_imports)
+        if type_protos is None:
             return
+        inferred = [_InferredType.of(type_proto) if type_proto is not None else None for type_proto in type_protos]
         if key is not None and cache is not None:
             cache[key] = inferred
-    for output, type_proto in zip(node.outputs, inferred):
-        if type_proto is None:
+    for output, answer in zip(node.outputs, inferred):
+        if answer is None:
             continue
         if output.type is None:
-            output.type = ir.serde.deserialize_type_proto_for_type(type_proto)
-        shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
+            output.type = answer.fresh_type()
+        shape = answer.fresh_shape()
         if shape is not None and output.shape is None:
             output.shape = shape
+
+
+@dataclasses.dataclass(frozen=True)
+class _InferredType:
+    """One output's inferred type, deserialized once; each output it is given to gets objects of its own (onnx_ir
+    mutates types and shapes in place)."""
+
+    type_proto: onnx.TypeProto
+    tensor_dtype: ir.DataType | None  # a plain tensor type's dtype, rebuilt without deserializing
+    dims: tuple[Any, ...] | None  # a shape without denotations, rebuilt without deserializing
+    has_shape: bool
+
+    @classmethod
+    def of(cls, type_proto: onnx.TypeProto) -> _InferredType:
+        type_ = ir.serde.deserialize_type_proto_for_type(type_proto)
+        plain = type(type_) is ir.TensorType and type_.denotation is None
+        shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
+        simple_shape = shape is not None and all(shape.get_denotation(i) is None for i in range(len(shape)))
+        dims = tuple(shape) if shape is not None and simple_shape else None
+        return cls(type_proto, type_.dtype if plain else None, dims, shape is not None)
+
+    def fresh_type(self) -> ir.TypeProtocol | None:
+        if self.tensor_dtype is not None:
+            return ir.TensorType(self.tensor_dtype)
+        return ir.serde.deserialize_type_proto_for_type(self.type_proto)
+
+    def fresh_shape(self) -> ir.Shape | None:
+        if not self.has_shape:
+            return None
+        if self.dims is not None:
+            return ir.Shape(self.dims)
+        return ir.serde.deserialize_type_proto_for_shape(self.type_proto)
 
 
 def _infer_with_onnx(
