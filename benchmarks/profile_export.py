@@ -38,9 +38,9 @@ STEPS = [
     ("fx2onnx._emit.graph_builder.GraphEmitter", "run", "dispatch+emit (rest)"),
     ("fx2onnx._finalize.optimizer", "optimize", "finalize: onnxscript optimizer"),
     ("onnx_ir.passes.common.ShapeInferencePass", "call", "shape inference (onnx)"),
-    ("fx2onnx.export", "finalize", "finalize (rest)"),
+    ("fx2onnx._finalize", "finalize", "finalize (rest)"),
     ("fx2onnx.legalize", "legalize_model", "legalize"),
-    ("fx2onnx.export", "check_model", "check_model"),
+    ("fx2onnx._finalize", "check_model", "check_model"),
     ("fx2onnx.program.ONNXProgram", "save", "save"),
 ]
 
@@ -100,7 +100,7 @@ def install(timer: StepTimer) -> None:
         setattr(owner, attribute, timer.wrap(getattr(owner, attribute), name))
     # Modules that imported a function by name hold their own reference: point them at the wrapper.
     recorder = sys.modules["fx2onnx._emit.recorder"]
-    export_module = sys.modules["fx2onnx.export"]
+    export_module = sys.modules["fx2onnx._export"]  # fx2onnx.export is the function now
     registry = sys.modules["fx2onnx._registry"]
     export_module.global_registry = registry.global_registry
     for module in list(sys.modules.values()):
