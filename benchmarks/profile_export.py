@@ -38,29 +38,35 @@ STEPS = [
     ("fx2onnx._emit.graph_builder.GraphEmitter", "run", "dispatch+emit (rest)"),
     ("fx2onnx._finalize.optimizer", "optimize", "finalize: onnxscript optimizer"),
     ("onnx_ir.passes.common.ShapeInferencePass", "call", "shape inference (onnx)"),
-    ("fx2onnx.export", "finalize", "finalize (rest)"),
+    ("fx2onnx._finalize", "finalize", "finalize (rest)"),
     ("fx2onnx.legalize", "legalize_model", "legalize"),
-    ("fx2onnx.export", "check_model", "check_model"),
+    ("fx2onnx._finalize", "check_model", "check_model"),
     ("fx2onnx.program.ONNXProgram", "save", "save"),
 ]
 
 
 class StepTimer:
+    """Wall time and process CPU time per step (CPU time is the steadier figure on a shared, loaded machine)."""
+
     def __init__(self) -> None:
         self.own: dict[str, float] = {}
-        self._stack: list[list[float]] = []  # per active step: [start, time spent in nested steps]
+        self.own_cpu: dict[str, float] = {}
+        # per active step: [start, CPU start, wall time spent in nested steps, CPU time spent in nested steps]
+        self._stack: list[list[float]] = []
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
-        self._stack.append([time.perf_counter(), 0.0])
+        self._stack.append([time.perf_counter(), time.process_time(), 0.0, 0.0])
         try:
             yield
         finally:
-            start, nested = self._stack.pop()
-            elapsed = time.perf_counter() - start
+            start, cpu_start, nested, nested_cpu = self._stack.pop()
+            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
             self.own[name] = self.own.get(name, 0.0) + elapsed - nested
+            self.own_cpu[name] = self.own_cpu.get(name, 0.0) + cpu - nested_cpu
             if self._stack:
-                self._stack[-1][1] += elapsed
+                self._stack[-1][2] += elapsed
+                self._stack[-1][3] += cpu
 
     def wrap(self, function: Callable[..., Any], name: str) -> Callable[..., Any]:
         @functools.wraps(function)
@@ -94,7 +100,7 @@ def install(timer: StepTimer) -> None:
         setattr(owner, attribute, timer.wrap(getattr(owner, attribute), name))
     # Modules that imported a function by name hold their own reference: point them at the wrapper.
     recorder = sys.modules["fx2onnx._emit.recorder"]
-    export_module = sys.modules["fx2onnx.export"]
+    export_module = sys.modules["fx2onnx._export"]  # fx2onnx.export is the function now
     registry = sys.modules["fx2onnx._registry"]
     export_module.global_registry = registry.global_registry
     for module in list(sys.modules.values()):
@@ -136,25 +142,32 @@ def main() -> int:
     install(timer)
     profiler = cProfile.Profile() if options.cprofile else None
     with tempfile.TemporaryDirectory() as folder:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if profiler:
             profiler.enable()
         program = fx2onnx.export(model, args)
         program.save(str(Path(folder) / "model.onnx"))
         if profiler:
             profiler.disable()
-        total = time.perf_counter() - start
+        total, total_cpu = time.perf_counter() - start, time.process_time() - cpu_start
 
     label = " (as before the speed work)" if options.before else ""
-    print(f"{options.model}{label}: export + save {total:.2f} s" + (" (under cProfile)" if profiler else ""))
-    print("| step | seconds | share |\n|---|---:|---:|")
+    print(
+        f"{options.model}{label}: export + save {total:.2f} s, {total_cpu:.2f} s CPU"
+        + (" (under cProfile)" if profiler else "")
+    )
+    print("| step | seconds | share | CPU seconds | CPU share |\n|---|---:|---:|---:|---:|")
     for _, _, name in STEPS:
-        seconds = timer.own.get(name, 0.0)
-        print(f"| {name} | {seconds:.3f} | {seconds / total:.0%} |")
-    other = total - sum(timer.own.values())
-    print(f"| other | {other:.3f} | {other / total:.0%} |")
+        seconds, cpu = timer.own.get(name, 0.0), timer.own_cpu.get(name, 0.0)
+        print(f"| {name} | {seconds:.3f} | {seconds / total:.0%} | {cpu:.3f} | {cpu / total_cpu:.0%} |")
+    other, other_cpu = total - sum(timer.own.values()), total_cpu - sum(timer.own_cpu.values())
+    print(f"| other | {other:.3f} | {other / total:.0%} | {other_cpu:.3f} | {other_cpu / total_cpu:.0%} |")
     capture = timer.own.get("torch.export.export", 0.0) + timer.own.get("run_decompositions", 0.0)
-    print(f"\nafter torch.export + decomposition: {(total - capture) / total:.0%} of the total")
+    capture_cpu = timer.own_cpu.get("torch.export.export", 0.0) + timer.own_cpu.get("run_decompositions", 0.0)
+    print(
+        f"\nafter torch.export + decomposition: {(total - capture) / total:.0%} of the total "
+        f"({(total_cpu - capture_cpu) / total_cpu:.0%} of the CPU time)"
+    )
     if profiler:
         stream = io.StringIO()
         pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(options.cprofile)

@@ -161,22 +161,14 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
         )
     signature = implementation.signature
     params = list(signature.params)
-    param_names = {p.name for p in params}
-    aten_names = [name for name, _ in named]
     values = dict(named)
 
     arguments: dict[str, Any] = {}
     used: set[str] = set()
-    for position, param in enumerate(params):
-        if param.name in values:
-            source = param.name
-        elif position < len(aten_names) and aten_names[position] not in param_names:
-            source = aten_names[position]
-        else:
-            continue
+    for param_name, source in argument_sources(implementation, [name for name, _ in named]):
         used.add(source)
         if values[source] is not None:
-            arguments[param.name] = values[source]
+            arguments[param_name] = values[source]
 
     has_complex = any(d is not None and dtypes.is_complex(d) for _, v in named for d in (_argument_dtypes(v) or []))
     if has_complex != implementation.complex:
@@ -238,6 +230,21 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
     return Candidate(implementation, "perfect", "", {}, 0.0, arguments)
 
 
+def argument_sources(implementation: Implementation, aten_names: Sequence[str]) -> list[tuple[str, str]]:
+    """(parameter, ATen argument) pairs: which of the node's arguments each parameter of `implementation` takes,
+    by name, else by position when the argument at that position has no parameter of its own name."""
+    params = implementation.signature.params
+    param_names = {p.name for p in params}
+    aten_set = set(aten_names)
+    sources = []
+    for position, param in enumerate(params):
+        if param.name in aten_set:
+            sources.append((param.name, param.name))
+        elif position < len(aten_names) and aten_names[position] not in param_names:
+            sources.append((param.name, aten_names[position]))
+    return sources
+
+
 def _cheapest_target(sources: Sequence[ir.DataType], legal: frozenset[ir.DataType]) -> tuple[ir.DataType | None, float]:
     best: ir.DataType | None = None
     best_cost = math.inf
@@ -247,6 +254,63 @@ def _cheapest_target(sources: Sequence[ir.DataType], legal: frozenset[ir.DataTyp
         if total < best_cost:
             best, best_cost = target, total
     return best, best_cost
+
+
+class _NotComparable(Exception):
+    """An argument whose binding is not worth keeping (a constant tensor)."""
+
+
+def _binding_key(value: Any) -> Any:
+    """What :func:`bind` reads of one argument: a node's dtype (not which node), a constant's type and value."""
+    if isinstance(value, torch.fx.Node):
+        return (torch.fx.Node, value_dtype(value))
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(_binding_key(item) for item in value))
+    if isinstance(value, torch.Tensor):
+        raise _NotComparable
+    return (type(value), repr(value))  # repr: -0.0 is not 0.0, True is not 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Binding:
+    """A candidate with the node's arguments left out, to bind another node that is alike."""
+
+    implementation: Implementation
+    kind: MatchKind
+    reason: str
+    casts: dict[str, ir.DataType]
+    cost: float
+    sources: tuple[tuple[str, str], ...]  # (parameter, ATen argument) of the candidate's arguments
+    not_taken: str | None  # the argument a rejection names with its value (that value is the node's own)
+
+    @classmethod
+    def of(cls, candidate: Candidate, aten_names: Sequence[str]) -> _Binding:
+        sources: tuple[tuple[str, str], ...] = ()
+        if candidate.arguments:
+            sources = tuple(
+                (param, source)
+                for param, source in argument_sources(candidate.implementation, aten_names)
+                if param in candidate.arguments
+            )
+        not_taken = None
+        if candidate.kind == "rejected" and candidate.reason.startswith("does not take `"):
+            not_taken = candidate.reason.split("`")[1]
+        return cls(
+            candidate.implementation,
+            candidate.kind,
+            candidate.reason,
+            candidate.casts,
+            candidate.cost,
+            sources,
+            not_taken,
+        )
+
+    def candidate(self, values: Mapping[str, Any]) -> Candidate:
+        reason = self.reason
+        if self.not_taken is not None:
+            reason = f"does not take `{self.not_taken}` (given: {values[self.not_taken]!r})"
+        arguments = {param: values[source] for param, source in self.sources}
+        return Candidate(self.implementation, self.kind, reason, dict(self.casts), self.cost, arguments)
 
 
 def _is_symbolic(value: Any) -> bool:
@@ -265,6 +329,9 @@ class Dispatcher:
         self.registry = registry
         self.opset = opset
         self.decisions: list[DispatchDecision] = []
+        # How each candidate bound, by what binding reads of a node (_binding_key): a model's repeated layers
+        # dispatch the same target with the same argument dtypes and constants over and over.
+        self._bindings: dict[tuple[Any, ...], list[_Binding]] = {}
 
     def dispatch(self, node: torch.fx.Node) -> DispatchDecision:
         target_name = qualified_name(node.target)
@@ -274,8 +341,7 @@ class Dispatcher:
             for name, value in named
             if (found := _argument_dtypes(value))
         }
-        implementations = self.registry.overloads(node.target)
-        candidates = [bind(impl, named, given, self.opset) for impl in implementations]
+        candidates = self._candidates(node, named, given)
         chosen = next((c for c in candidates if c.kind == "perfect"), None)
         if chosen is None:
             castable = [c for c in candidates if c.kind == "cast"]
@@ -292,3 +358,20 @@ class Dispatcher:
         if chosen is None:
             raise UnsupportedOperatorError(decision, source_line(node), node)
         return decision
+
+    def _candidates(self, node: torch.fx.Node, named: list[tuple[str, Any]], given: set[str]) -> list[Candidate]:
+        """Every implementation bound to the node: as :func:`bind` binds it, reusing an earlier node's binding when
+        the two are alike in all that binding reads."""
+        try:
+            key: tuple[Any, ...] | None = (node.target, tuple(sorted(given)), *((n, _binding_key(v)) for n, v in named))
+        except _NotComparable:
+            key = None
+        bindings = self._bindings.get(key) if key is not None else None
+        if bindings is None:
+            candidates = [bind(impl, named, given, self.opset) for impl in self.registry.overloads(node.target)]
+            if key is not None:
+                aten_names = [name for name, _ in named]
+                self._bindings[key] = [_Binding.of(candidate, aten_names) for candidate in candidates]
+            return candidates
+        values = dict(named)
+        return [binding.candidate(values) for binding in bindings]

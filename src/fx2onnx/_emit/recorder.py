@@ -11,6 +11,7 @@ values.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -46,6 +47,9 @@ class GraphRecorder(evaluator.Evaluator):
         self._constants: dict[tuple[Any, ...], ir.Value] = {}
         self._metadata: dict[str, str] = {}
         self.nodes_added = 0
+        # ONNX's inferred output types by what decides them (infer_node_types): a model's repeated layers ask
+        # for the same node with the same input types over and over.
+        self._inferred: dict[tuple[Any, ...], list[_InferredType | None]] = {}
 
     # --- context ------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -141,7 +145,7 @@ class GraphRecorder(evaluator.Evaluator):
         self.graph.append(node)
         self.nodes_added += 1
         if infer:
-            infer_node_types(node, self.opset_imports)
+            infer_node_types(node, self.opset_imports, self._inferred)
         return list(node.outputs)
 
     def constant(self, value: Any, dtype: ir.DataType | None = None) -> ir.Value:
@@ -150,16 +154,18 @@ class GraphRecorder(evaluator.Evaluator):
             return value
         # Python numbers first: an isinstance check against a runtime Protocol costs ~0.3 ms.
         plain = isinstance(value, (bool, int, float, list, tuple, np.generic))
+        # ir.Tensor rather than ir.tensor for numpy arrays: what ir.tensor builds for them, without its checks
+        # against runtime Protocols (~50 us each, and a constant is made for most lowered nodes).
         if not plain and isinstance(value, (np.ndarray, ir.TensorProtocol)):
-            tensor = ir.tensor(value) if isinstance(value, np.ndarray) else value
+            tensor = ir.Tensor(value) if isinstance(value, np.ndarray) else value
             if dtype is not None and tensor.dtype != dtype:
-                tensor = ir.tensor(tensor.numpy().astype(dtype.numpy()), dtype=dtype)
+                tensor = ir.Tensor(tensor.numpy().astype(dtype.numpy()), dtype=dtype)
             key = None
         else:
             if dtype is None:
                 dtype = _python_dtype(value)
             array = np.asarray(value, dtype=dtype.numpy())
-            tensor = ir.tensor(array, dtype=dtype)
+            tensor = ir.Tensor(array, dtype=dtype)
             key = (dtype, array.shape, array.tobytes())
         if key is not None and key in self._constants:
             return self._constants[key]
@@ -290,6 +296,7 @@ class _NestedRecorder(GraphRecorder):
         super().__init__(graph, parent.opset_imports)
         self.parent = parent
         self.functions = parent.functions
+        self._inferred = parent._inferred
 
     def fresh_name(self, hint: str = "v") -> str:
         return self.parent.fresh_name(hint)
@@ -365,7 +372,8 @@ def _type_bindings(signature: schemas.OpSignature, values: Sequence[Any]) -> dic
 def _as_attribute(param: schemas.AttributeParameter, value: Any) -> ir.Attr:
     kind = param.type
     name = param.name
-    if isinstance(value, ir.Attr):
+    # Plain values first: isinstance against onnx_ir's classes goes through typing's slower Protocol check.
+    if not isinstance(value, (int, float, str, list, tuple)) and isinstance(value, ir.Attr):
         return value
     if kind == ir.AttributeType.FLOAT:
         return ir.AttrFloat32(name, float(value))
@@ -380,6 +388,8 @@ def _as_attribute(param: schemas.AttributeParameter, value: Any) -> ir.Attr:
     if kind == ir.AttributeType.STRINGS:
         return ir.AttrStrings(name, [str(v) for v in value])
     if kind == ir.AttributeType.TENSOR:
+        if isinstance(value, np.ndarray):
+            return ir.AttrTensor(name, ir.Tensor(value))  # what ir.tensor makes of it, without its Protocol checks
         tensor = value if isinstance(value, ir.TensorProtocol) else ir.tensor(value)
         return ir.AttrTensor(name, tensor)
     if kind == ir.AttributeType.GRAPH:
@@ -482,7 +492,7 @@ def _broadcast_shape(shapes: Sequence[ir.Shape]) -> ir.Shape | None:
             if offset < 0:
                 continue
             dim = shape[offset]
-            if isinstance(dim, ir.SymbolicDim) and dim.value is None:
+            if not isinstance(dim, int) and dim.value is None:  # an unknown SymbolicDim
                 return None  # an unknown dim equals nothing for sure
             if dim == 1:
                 continue
@@ -494,28 +504,93 @@ def _broadcast_shape(shapes: Sequence[ir.Shape]) -> ir.Shape | None:
     return ir.Shape(dims)
 
 
-def infer_node_types(node: ir.Node, opset_imports: Mapping[str, int]) -> None:
-    """Fill dtypes and shapes of `node`'s outputs with ONNX's per-node inference."""
+def infer_node_types(
+    node: ir.Node,
+    opset_imports: Mapping[str, int],
+    cache: dict[tuple[Any, ...], list[_InferredType | None]] | None = None,
+) -> None:
+    """Fill dtypes and shapes of `node`'s outputs with ONNX's per-node inference.
+
+    With `cache`, ONNX's answer is kept by everything it depends on (the op and its version, the attributes, the
+    inputs' types and shapes, the values of small constant inputs, the opsets) and reused for the next node that
+    has the same: each inference serializes the node and its inputs (~0.2 ms), and a transformer asks the same
+    question once per layer.
+    """
     if _infer_simply(node):
         return
     domain = node.domain
     version = node.version or opset_imports.get(domain)
     if version is None:
         return
+    key = _inference_key(node, version, opset_imports) if cache is not None else None
+    inferred = cache.get(key) if key is not None and cache is not None else None
+    if inferred is None:
+        type_protos = _infer_with_onnx(node, domain, version, opset_imports)
+        if type_protos is None:
+            return
+        inferred = [_InferredType.of(type_proto) if type_proto is not None else None for type_proto in type_protos]
+        if key is not None and cache is not None:
+            cache[key] = inferred
+    for output, answer in zip(node.outputs, inferred):
+        if answer is None:
+            continue
+        if output.type is None:
+            output.type = answer.fresh_type()
+        shape = answer.fresh_shape()
+        if shape is not None and output.shape is None:
+            output.shape = shape
+
+
+@dataclasses.dataclass(frozen=True)
+class _InferredType:
+    """One output's inferred type, deserialized once; each output it is given to gets objects of its own (onnx_ir
+    mutates types and shapes in place)."""
+
+    type_proto: onnx.TypeProto
+    tensor_dtype: ir.DataType | None  # a plain tensor type's dtype, rebuilt without deserializing
+    dims: tuple[Any, ...] | None  # a shape without denotations, rebuilt without deserializing
+    has_shape: bool
+
+    @classmethod
+    def of(cls, type_proto: onnx.TypeProto) -> _InferredType:
+        type_ = ir.serde.deserialize_type_proto_for_type(type_proto)
+        plain = type(type_) is ir.TensorType and type_.denotation is None
+        shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
+        simple_shape = shape is not None and all(shape.get_denotation(i) is None for i in range(len(shape)))
+        dims = tuple(shape) if shape is not None and simple_shape else None
+        return cls(type_proto, type_.dtype if plain else None, dims, shape is not None)
+
+    def fresh_type(self) -> ir.TypeProtocol | None:
+        if self.tensor_dtype is not None:
+            return ir.TensorType(self.tensor_dtype)
+        return ir.serde.deserialize_type_proto_for_type(self.type_proto)
+
+    def fresh_shape(self) -> ir.Shape | None:
+        if not self.has_shape:
+            return None
+        if self.dims is not None:
+            return ir.Shape(self.dims)
+        return ir.serde.deserialize_type_proto_for_shape(self.type_proto)
+
+
+def _infer_with_onnx(
+    node: ir.Node, domain: str, version: int, opset_imports: Mapping[str, int]
+) -> list[onnx.TypeProto | None] | None:
+    """ONNX's inferred type of each output of `node` (None where it infers none); None when it cannot tell."""
     try:
         schema = onnx.defs.get_schema(node.op_type, version, domain)
     except onnx.defs.SchemaError:
         try:  # an op newer than the emission opset (Attention-23 when exporting to 23+): its own version
             schema = onnx.defs.get_schema(node.op_type, onnx.defs.onnx_opset_version(), domain)
         except onnx.defs.SchemaError:
-            return
+            return None
         opset_imports = {**opset_imports, domain: schema.since_version}
     input_types: dict[str, onnx.TypeProto] = {}
     input_data: dict[str, onnx.TensorProto] = {}
     for value in node.inputs:
         if value is None or value.type is None:
             if value is not None:
-                return  # an input of unknown type: nothing to infer from
+                return None  # an input of unknown type: nothing to infer from
             continue
         input_types[value.name] = ir.serde.serialize_value(value).type
         const = value.const_value
@@ -530,16 +605,52 @@ def infer_node_types(node: ir.Node, opset_imports: Mapping[str, int]) -> None:
             opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opset_imports.items()],
         )
     except Exception:
-        return
-    for output in node.outputs:
-        type_proto = inferred.get(output.name)
-        if type_proto is None:
+        return None
+    return [inferred.get(output.name) for output in node.outputs]
+
+
+def _inference_key(node: ir.Node, version: int, opset_imports: Mapping[str, int]) -> tuple[Any, ...] | None:
+    """What ONNX's inference of `node` depends on, hashable; None for a node not worth keeping (a graph
+    attribute, a large tensor attribute, an input whose type is not a plain tensor)."""
+    attributes: list[Any] = []
+    for attribute in node.attributes.values():
+        if attribute.is_ref():
+            return None
+        kind = attribute.type
+        if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS, ir.AttributeType.TENSORS):
+            return None
+        if kind == ir.AttributeType.TENSOR:
+            tensor = attribute.as_tensor()
+            if tensor.size > 64:
+                return None
+            attributes.append((attribute.name, tensor.dtype, tuple(tensor.shape), tensor.tobytes()))
+        else:
+            attributes.append((attribute.name, kind, repr(attribute.value)))  # repr: -0.0 is not 0.0
+    inputs: list[Any] = []
+    for value in node.inputs:
+        if value is None:
+            inputs.append(None)
             continue
-        if output.type is None:
-            output.type = ir.serde.deserialize_type_proto_for_type(type_proto)
-        shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
-        if shape is not None and output.shape is None:
-            output.shape = shape
+        kind = value.type
+        if kind is None:
+            return None  # the inference returns at once
+        if type(kind) is not ir.TensorType or kind.denotation is not None:
+            return None
+        shape = value.shape
+        if shape is not None and any(shape.get_denotation(axis) is not None for axis in range(len(shape))):
+            return None
+        const = value.const_value
+        data = (const.dtype, tuple(const.shape), const.tobytes()) if const is not None and const.size <= 64 else None
+        inputs.append((kind.dtype, None if shape is None else tuple(shape), data))
+    return (
+        node.domain,
+        node.op_type,
+        version,
+        len(node.outputs),
+        tuple(attributes),
+        tuple(inputs),
+        tuple(opset_imports.items()),
+    )
 
 
 class LazyTracedOnnxFunction(TracedOnnxFunction):

@@ -11,7 +11,8 @@ The rewrite pass tries every rule on every node; most rules' patterns are rooted
 (``CastCast`` at a Cast), so here a node is only offered to the rules that can be rooted at its op
 type, in their order, before onnxscript's matcher, which costs ~40 us a try (three quarters of the
 optimizer's time on GPT-2 went to failed tries). Constant folding uses the types and shapes fx2onnx recorded while
-emitting instead of running ONNX shape inference again on every node.
+emitting instead of running ONNX shape inference again on every node. The inliner, which walks the whole graph,
+runs only when the model still has a function to inline.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
         onnxscript.optimizer.optimize_ir(model)
         return
     passes = ir.passes.Sequential(
-        common_passes.InlinePass(),
+        _InlineIfAnyFunction(),
         ir.passes.PassManager(
             [
                 _FoldConstants(),
@@ -99,6 +100,16 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
         common_passes.NameFixPass(),
     )
     passes(model)
+
+
+class _InlineIfAnyFunction(ir.passes.InPlacePass):
+    """onnx_ir's InlinePass, which walks the whole graph even when the model has no function left to inline
+    (finalize has inlined them before the optimizer runs)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        if not model.functions:
+            return ir.passes.PassResult(model, modified=False)
+        return common_passes.InlinePass()(model)
 
 
 def _with_exact_no_ops(rules: Sequence[pattern.RewriteRule]) -> list[pattern.RewriteRule]:

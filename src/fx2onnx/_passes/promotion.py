@@ -83,8 +83,10 @@ def _promote_types(graph_module: torch.fx.GraphModule, constants: Mapping[torch.
             continue
         leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         rule = elementwise_rule(node.target)
+        slots = None  # schema position -> flat indices, computed once for both uses below
         if rule is not None:
-            wanted = _elementwise_input_dtypes(node, rule, leaves, spec)
+            slots = _schema_slots(node, spec, len(leaves))
+            wanted = _elementwise_input_dtypes(node, rule, leaves, slots)
         else:
             wanted = _traced_input_dtypes(node, leaves, spec)
         changed = False
@@ -93,7 +95,7 @@ def _promote_types(graph_module: torch.fx.GraphModule, constants: Mapping[torch.
             if isinstance(leaf, torch.fx.Node) and node_dtype(leaf) not in (None, dtype):
                 leaves[index] = casts.cast(leaf, dtype, consumer=node)
                 changed = True
-        changed |= _promote_numbers(node, leaves, spec, wanted if rule is not None else None, casts)
+        changed |= _promote_numbers(node, leaves, spec, wanted if rule is not None else None, casts, slots)
         if changed:
             node.args, node.kwargs = pytree.tree_unflatten(leaves, spec)
             graph_changed = True
@@ -183,6 +185,7 @@ def _promote_numbers(
     spec: pytree.TreeSpec,
     wanted: dict[int, torch.dtype] | None,
     casts: _CastInserter,
+    slots: dict[int, list[int]] | None = None,
 ) -> bool:
     """Give Python numbers the compute dtype too.
 
@@ -203,7 +206,9 @@ def _promote_numbers(
     elif outputs != {common}:
         common = None  # the op changes dtype: its numbers' dtype is not known here
     changed = False
-    for position, indices in _schema_slots(node, spec, len(leaves)).items():
+    if slots is None:
+        slots = _schema_slots(node, spec, len(leaves))
+    for position, indices in slots.items():
         slot = _slot_kind(arguments[position].type)
         for index in indices:
             number = leaves[index]
@@ -252,9 +257,8 @@ def _common_dtype(node: torch.fx.Node, leaves: list[Any]) -> torch.dtype | None:
 
 # --- elementwise ops: torch's ELEMENTWISE_TYPE_PROMOTION_KIND ----------------------------------------------------
 def _elementwise_input_dtypes(
-    node: torch.fx.Node, rule: ElementwiseRule, leaves: list[Any], spec: pytree.TreeSpec
+    node: torch.fx.Node, rule: ElementwiseRule, leaves: list[Any], slots: dict[int, list[int]]
 ) -> dict[int, torch.dtype]:
-    slots = _schema_slots(node, spec, len(leaves))
     promoting = [index for position in rule.arguments for index in slots.get(position, [])]
     values = [_promotion_value(leaves[index]) for index in promoting]
     values = [v for v in values if v is not None]

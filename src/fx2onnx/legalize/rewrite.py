@@ -20,6 +20,7 @@ as it stands; the pass casts its values to a common type the target runs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Iterator, Mapping
 from typing import Union
@@ -340,14 +341,18 @@ class _NodeContext:
         op_schema = schemas.schema(node.op_type, opset, domain)
         if op_schema is None:
             return cls(None, opset, opsets, {}, {}, {}, [], [])
-        inputs = [schemas.formal_constraint(op_schema, i, output=False) for i in range(len(node.inputs))]
-        outputs = [schemas.formal_constraint(op_schema, i, output=True) for i in range(len(node.outputs))]
-        binding, mixed = schemas.node_binding(
-            op_schema,
-            [schemas.type_string(v.type) if v is not None else None for v in node.inputs],
-            [schemas.type_string(v.type) for v in node.outputs],
+        input_types = tuple(schemas.type_string(v.type) if v is not None else None for v in node.inputs)
+        output_types = tuple(schemas.type_string(v.type) for v in node.outputs)
+        view = _schema_view(op_schema, input_types, output_types)
+        if view is None:  # values that disagree on a constraint: bound afresh, their sets as node_binding built them
+            binding, mixed = schemas.node_binding(op_schema, input_types, output_types)
+            inputs = [schemas.formal_constraint(op_schema, i, output=False) for i in range(len(node.inputs))]
+            outputs = [schemas.formal_constraint(op_schema, i, output=True) for i in range(len(node.outputs))]
+            return cls(op_schema, opset, opsets, binding, mixed, schemas.allowed_types(op_schema), inputs, outputs)
+        inputs, outputs, binding = view
+        return cls(
+            op_schema, opset, opsets, dict(binding), {}, schemas.allowed_types(op_schema), list(inputs), list(outputs)
         )
-        return cls(op_schema, opset, opsets, binding, mixed, schemas.allowed_types(op_schema), inputs, outputs)
 
     def input_constraint(self, index: int) -> str | None:
         return self.inputs[index] if index < len(self.inputs) else None
@@ -441,6 +446,21 @@ def _cast_node(value: ir.Value, dtype: ir.DataType, consumer: ir.Node, name: str
     output.type = ir.TensorType(dtype)
     output.shape = value.shape
     return cast
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_view(
+    op_schema: onnx.defs.OpSchema, inputs: tuple[str | None, ...], outputs: tuple[str | None, ...]
+) -> tuple[tuple[str | None, ...], tuple[str | None, ...], tuple[tuple[str, str], ...]] | None:
+    """The constraint of each input and output and the binding of a node whose values have these types, or None
+    when they disagree on a constraint. The same for the nodes of every layer, and reading a schema's formals from
+    onnx's C++ objects is slow (each access builds new Python objects)."""
+    binding, mixed = schemas.node_binding(op_schema, inputs, outputs)
+    if mixed:
+        return None
+    input_constraints = tuple(schemas.formal_constraint(op_schema, i, output=False) for i in range(len(inputs)))
+    output_constraints = tuple(schemas.formal_constraint(op_schema, i, output=True) for i in range(len(outputs)))
+    return input_constraints, output_constraints, tuple(binding.items())
 
 
 def _attribute_signature(node: ir.Node) -> tuple[object, ...]:
