@@ -93,6 +93,44 @@ def _negative_or_negative_zero(x: TFloat) -> BOOL:
     return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Reciprocal(x), zero)))
 
 
+# --- selections that keep a selected -0.0 ----------------------------------------------------------------------
+# ONNX Runtime's Where returns +0.0 for a -0.0 taken from its first branch (its kernel tests the selected value
+# against 0), and its NotWhereFusion rewrites Where(Not(c), a, b) into Where(c, b, a) (docs/ort-defects.md 3). Each
+# tensor operand is therefore taken from a Where's second branch under a condition that is no Not's output; a
+# constant other than -0.0 may stay in the first branch (+0.0 comes back as +0.0).
+def _is_negative_zero(value: float) -> bool:
+    return value == 0 and math.copysign(1.0, value) < 0
+
+
+def _not_a_not(condition: BOOL) -> BOOL:
+    """`condition`, computed otherwise than by a Not (which NotWhereFusion would fold into the Where)."""
+    producer = condition.producer() if isinstance(condition, ir.Value) else None
+    if producer is not None and producer.op_type == "Not" and producer.domain in ("", "ai.onnx"):
+        return op.Equal(producer.inputs[0], op.Constant(value=ir.tensor(False)))
+    return condition
+
+
+def _negated(condition: BOOL) -> BOOL:
+    producer = condition.producer() if isinstance(condition, ir.Value) else None
+    if producer is not None and producer.op_type == "Not" and producer.domain in ("", "ai.onnx"):
+        return _not_a_not(producer.inputs[0])
+    return op.Equal(condition, op.Constant(value=ir.tensor(False)))
+
+
+def _select(condition: BOOL, chosen: TFloat | float, otherwise: TFloat | float, like: TFloat) -> TFloat:
+    """Eager's where(condition, chosen, otherwise) on floats, zero signs kept. A constant operand other than -0.0 may
+    stay in the first branch: one Where (and one Equal on the booleans to put `chosen` second). Two tensors (or a
+    -0.0 constant) cost two Wheres and a Mul: Where(not c, 1, chosen) * Where(c, 1, otherwise), exact (x * 1 is x)."""
+    if isinstance(chosen, (int, float)) and not _is_negative_zero(float(chosen)):
+        return op.Where(_not_a_not(condition), _const(float(chosen), like), otherwise)
+    if isinstance(otherwise, (int, float)) and not _is_negative_zero(float(otherwise)):
+        return op.Where(_negated(condition), _const(float(otherwise), like), chosen)
+    chosen = _const(float(chosen), like) if isinstance(chosen, (int, float)) else chosen
+    otherwise = _const(float(otherwise), like) if isinstance(otherwise, (int, float)) else otherwise
+    one = _const(1.0, like)
+    return op.Mul(op.Where(_negated(condition), one, chosen), op.Where(_not_a_not(condition), one, otherwise))
+
+
 # --- integer matrix products with a scaled addend ------------------------------------------------------------
 # torchlib lowers addmm & co. with Gemm (floats only) or through CastLike of the scalars, neither of which
 # runs for integers. Integer arithmetic wraps alike in any width (results agree modulo 2**bits), so
