@@ -117,18 +117,55 @@ def _negated(condition: BOOL) -> BOOL:
     return op.Equal(condition, op.Constant(value=ir.tensor(False)))
 
 
+def _fill_value(value: object) -> float | None:
+    """The one value all elements of `value` hold when the graph fixes it (a number, a scalar constant, a
+    ConstantOfShape, an Expand of such), else None."""
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    if not isinstance(value, ir.Value):
+        return None
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Expand" and producer.domain in ("", "ai.onnx"):
+        return _fill_value(producer.inputs[0])
+    tensor = value.const_value
+    if tensor is None and producer is not None and producer.domain in ("", "ai.onnx"):
+        attribute = producer.attributes.get("value")
+        if producer.op_type == "ConstantOfShape":
+            return 0.0 if attribute is None else _fill_value_of(attribute.as_tensor())
+        if producer.op_type == "Constant" and attribute is not None:
+            tensor = attribute.as_tensor()
+    return None if tensor is None else _fill_value_of(tensor)
+
+
+def _fill_value_of(tensor: ir.TensorProtocol) -> float | None:
+    if tensor.size != 1:  # larger constants are not read (a scan of their values per selection)
+        return None
+    return float(np.asarray(tensor.numpy()).reshape(-1)[0])
+
+
+def _first_branch_safe(value: object) -> bool:
+    """`value` may be Where's first branch: never -0.0 (+0.0 comes back as +0.0)."""
+    fill = _fill_value(value)
+    return fill is not None and not _is_negative_zero(fill)
+
+
 def _select(condition: BOOL, chosen: TFloat | float, otherwise: TFloat | float, like: TFloat) -> TFloat:
-    """Eager's where(condition, chosen, otherwise) on floats, zero signs kept. A constant operand other than -0.0 may
-    stay in the first branch: one Where (and one Equal on the booleans to put `chosen` second). Two tensors (or a
-    -0.0 constant) cost two Wheres and a Mul: Where(not c, 1, chosen) * Where(c, 1, otherwise), exact (x * 1 is x)."""
-    if isinstance(chosen, (int, float)) and not _is_negative_zero(float(chosen)):
-        return op.Where(_not_a_not(condition), _const(float(chosen), like), otherwise)
-    if isinstance(otherwise, (int, float)) and not _is_negative_zero(float(otherwise)):
-        return op.Where(_negated(condition), _const(float(otherwise), like), chosen)
-    chosen = _const(float(chosen), like) if isinstance(chosen, (int, float)) else chosen
-    otherwise = _const(float(otherwise), like) if isinstance(otherwise, (int, float)) else otherwise
+    """Eager's where(condition, chosen, otherwise) on floats, zero signs kept. An operand fixed to a value other than
+    -0.0 (a number, a scalar constant, a filled tensor) may stay in the first branch: one Where (and one Equal on
+    the booleans to put `chosen` second). Two tensors (or a -0.0 fill) cost two Wheres and a Mul:
+    Where(not c, 1, chosen) * Where(c, 1, otherwise), exact (x * 1 is x)."""
+
+    def tensor(value: TFloat | float) -> TFloat:
+        return _const(float(value), like) if isinstance(value, (bool, int, float)) else value
+
+    if _first_branch_safe(chosen):
+        return op.Where(_not_a_not(condition), tensor(chosen), tensor(otherwise))
+    if _first_branch_safe(otherwise):
+        return op.Where(_negated(condition), tensor(otherwise), tensor(chosen))
     one = _const(1.0, like)
-    return op.Mul(op.Where(_negated(condition), one, chosen), op.Where(_not_a_not(condition), one, otherwise))
+    return op.Mul(
+        op.Where(_negated(condition), one, tensor(chosen)), op.Where(_not_a_not(condition), one, tensor(otherwise))
+    )
 
 
 # --- integer matrix products with a scaled addend ------------------------------------------------------------
