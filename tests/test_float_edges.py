@@ -520,9 +520,12 @@ def _zero_sign_cases(dtype: torch.dtype) -> dict[str, tuple[Callable[..., torch.
         # eager's mean is its sum (from +0.0) over the count: +0.0 over -0.0s (ReduceMean gave -0.0)
         "mean_dim": (lambda x: x.mean(-1), (rows,)),
         "mean_all": (torch.mean, (rows[:1],)),
-        "mean_dims_keepdim": (lambda x: x.mean((0, 1), keepdim=True), (rows[:1, :2].reshape(1, 2, 1),)),
-        "mean_reciprocal": (lambda x: torch.reciprocal(x.mean(0)), (rows.T.contiguous(),)),
-        "mean_of_squares": (lambda x: x.pow(2).mean(-1), (rows,)),  # RMSNorm's: never -0.0, left plain
+        "mean_dims_keepdim": (lambda x: x.mean((-2, -1), keepdim=True), (rows[:2, :2].reshape(2, 2, 1),)),
+        "mean_reciprocal": (lambda x: torch.reciprocal(x.mean(-1)), (rows,)),
+        # passed before too (regression guards): RMSNorm's mean of squares (never -0.0, left plain), and a mean over
+        # a leading axis (ONNX Runtime accumulates those from +0.0)
+        "mean_of_squares": (lambda x: x.pow(2).mean(-1), (rows,)),
+        "mean_leading_axis": (lambda x: x.mean(0), (rows.T.contiguous(),)),
         # the user's where/masked_fill selecting a -0.0 (ONNX Runtime's Where gave +0.0 from its first branch)
         "where": (torch.where, (_CONDITION, chosen, otherwise)),
         "where_not": (lambda c, x, y: torch.where(~c, x, y), (_CONDITION, chosen, otherwise)),
@@ -548,7 +551,7 @@ class _Call(torch.nn.Module):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(_zero_sign_cases(torch.float32)))
 def test_zero_sign_of_mean_and_selections(name: str, dtype: torch.dtype) -> None:
-    """Both sessions give eager's values, zero signs included (each case but mean_of_squares failed before)."""
+    """Both sessions give eager's values, zero signs included (each case failed before but the two guards)."""
     function, args = _zero_sign_cases(dtype)[name]
     onnx_program = fx2onnx.export(_Call(function).eval(), args)
     with torch.no_grad():
@@ -568,7 +571,8 @@ _COMPLEX_GRID = [complex(a, b) for a in _PARTS for b in _PARTS]
 def test_complex_quotient_matches_eager(operation: str, dtype: torch.dtype) -> None:
     """Every pair of parts from zeros, infinities, NaN, huge and subnormal values: eager's complex division (Smith's
     algorithm; x / 0 is inf or NaN per part), zero signs included. Compared where eager agrees with itself (its
-    vectorized loop differs from its scalar one in a few overflowing complex64 quotients)."""
+    vectorized loop differs from its scalar one in a few overflowing complex64 quotients). Each failed before but
+    divide_by_real_number (a regression guard: no zero divisor)."""
     dividend = torch.tensor([p for p in _COMPLEX_GRID for _ in _COMPLEX_GRID], dtype=dtype)
     divisor = torch.tensor([q for _ in _COMPLEX_GRID for q in _COMPLEX_GRID], dtype=dtype)
     functions: dict[str, Callable[..., torch.Tensor]] = {
