@@ -215,6 +215,18 @@ FIXED_SILENT_MISMATCHES = {
     "cumprod_minus_zero": _program(
         [torch.tensor([-0.0, 2.0], dtype=torch.float64)], "torch.rsqrt(torch.cumprod({0}, 0))"
     ),
+    # seed 21466: the user's where selecting a -0.0 (-2.75 % -2.75) from its first operand (ONNX Runtime's Where
+    # gave +0.0; rsqrt then +inf where eager -inf)
+    "where_selects_minus_zero": Program(
+        -1,
+        [torch.tensor(2.75, dtype=torch.float16), torch.tensor(-3.75)],
+        [
+            Step("neg", (0,), "torch.neg({0})"),
+            Step("remainder", (2, 2), "{0} % {1}"),
+            Step("where_scalar", (1, 3), "torch.where({0}.bool(), {1}, float('nan'))"),
+            Step("rsqrt", (4,), "torch.rsqrt({0})"),
+        ],
+    ),
     "cumsum_float32_in_float64": _program(
         [torch.tensor([[3e38, 1.0], [3e38, 2.0], [-3e38, 3.0]])], "torch.cumsum({0}, 0)"
     ),
