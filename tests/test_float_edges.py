@@ -503,3 +503,91 @@ def test_fixed_zero_sign_and_overflow(name: str) -> None:
         for want, got in zip(expected, onnx_program.run(args, optimized=optimized), strict=True):
             problem = mismatches(want, got, None)
             assert problem is None, f"{name} (optimized={optimized}): {problem}"
+
+
+# --- the last silent zero signs and complex quotients (issue 17) ---------------------------------------------------
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+_ROWS = [[-0.0, -0.0, -0.0], [-0.0, 0.0, -0.0], [-0.0, 1.5, -1.5], [math.nan, -0.0, -0.0]]
+_CONDITION = torch.tensor([True, False, True, False, True, False])
+_CHOSEN = [-0.0, -0.0, 0.0, 2.5, math.nan, -math.inf]
+_OTHERWISE = [-0.0, -0.0, -0.0, 0.0, 1.0, -0.0]
+
+
+def _zero_sign_cases(dtype: torch.dtype) -> dict[str, tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]]:
+    rows = torch.tensor(_ROWS, dtype=dtype)
+    chosen, otherwise = torch.tensor(_CHOSEN, dtype=dtype), torch.tensor(_OTHERWISE, dtype=dtype)
+    return {
+        # eager's mean is its sum (from +0.0) over the count: +0.0 over -0.0s (ReduceMean gave -0.0)
+        "mean_dim": (lambda x: x.mean(-1), (rows,)),
+        "mean_all": (torch.mean, (rows[:1],)),
+        "mean_dims_keepdim": (lambda x: x.mean((-2, -1), keepdim=True), (rows[:2, :2].reshape(2, 2, 1),)),
+        "mean_reciprocal": (lambda x: torch.reciprocal(x.mean(-1)), (rows,)),
+        # passed before too (regression guards): RMSNorm's mean of squares (never -0.0, left plain), and a mean over
+        # a leading axis (ONNX Runtime accumulates those from +0.0)
+        "mean_of_squares": (lambda x: x.pow(2).mean(-1), (rows,)),
+        "mean_leading_axis": (lambda x: x.mean(0), (rows.T.contiguous(),)),
+        # the user's where/masked_fill selecting a -0.0 (ONNX Runtime's Where gave +0.0 from its first branch)
+        "where": (torch.where, (_CONDITION, chosen, otherwise)),
+        "where_not": (lambda c, x, y: torch.where(~c, x, y), (_CONDITION, chosen, otherwise)),
+        "where_ne": (lambda x, y: torch.where(x != y, x, y), (chosen, otherwise)),
+        "where_scalar_other": (lambda c, x: torch.where(c, x, 3.0), (_CONDITION, chosen)),
+        "where_scalar_self": (lambda c, y: torch.where(c, -0.0, y), (_CONDITION, otherwise)),
+        "where_minus_zero_other": (lambda c, x: torch.where(~c, x, -0.0), (_CONDITION, chosen)),
+        "masked_fill_minus_zero": (lambda x, c: x.masked_fill(c, -0.0), (otherwise, _CONDITION)),
+        "masked_fill_keeps": (lambda x, c: x.masked_fill(~c, 7.0), (chosen, _CONDITION)),
+        "masked_fill_tensor": (lambda x, c: x.masked_fill(c, torch.tensor(-0.0, dtype=dtype)), (otherwise, _CONDITION)),
+    }
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, function: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        return self.function(*args)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(_zero_sign_cases(torch.float32)))
+def test_zero_sign_of_mean_and_selections(name: str, dtype: torch.dtype) -> None:
+    """Both sessions give eager's values, zero signs included (each case failed before but the two guards)."""
+    function, args = _zero_sign_cases(dtype)[name]
+    onnx_program = fx2onnx.export(_Call(function).eval(), args)
+    with torch.no_grad():
+        expected = function(*args)
+    for optimized in (True, False):
+        (got,) = onnx_program.run(args, optimized=optimized)
+        problem = mismatches(expected, got, None)
+        assert problem is None, f"{name} (optimized={optimized}): {problem}"
+
+
+_PARTS = [0.0, -0.0, 1.0, -2.0, 0.5, math.inf, -math.inf, math.nan, 3e38, 1e-39]
+_COMPLEX_GRID = [complex(a, b) for a in _PARTS for b in _PARTS]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("operation", ["divide", "reciprocal", "divide_by_zero_number", "divide_by_real_number"])
+def test_complex_quotient_matches_eager(operation: str, dtype: torch.dtype) -> None:
+    """Every pair of parts from zeros, infinities, NaN, huge and subnormal values: eager's complex division (Smith's
+    algorithm; x / 0 is inf or NaN per part), zero signs included. Compared where eager agrees with itself (its
+    vectorized loop differs from its scalar one in a few overflowing complex64 quotients). Each failed before but
+    divide_by_real_number (a regression guard: no zero divisor)."""
+    dividend = torch.tensor([p for p in _COMPLEX_GRID for _ in _COMPLEX_GRID], dtype=dtype)
+    divisor = torch.tensor([q for _ in _COMPLEX_GRID for q in _COMPLEX_GRID], dtype=dtype)
+    functions: dict[str, Callable[..., torch.Tensor]] = {
+        "divide": torch.div,
+        "reciprocal": lambda x, y: torch.reciprocal(y),
+        "divide_by_zero_number": lambda x, y: x / complex(0.0, -0.0),
+        "divide_by_real_number": lambda x, y: y / 0.5,
+    }
+    function = functions[operation]
+    with torch.no_grad():
+        expected = function(dividend, divisor)
+        alone = torch.stack([function(x.reshape(1), y.reshape(1))[0] for x, y in zip(dividend, divisor)])
+    (got,) = fx2onnx.export(_Call(function).eval(), (dividend, divisor))(dividend, divisor)
+    expected, alone, got = (torch.view_as_real(t) for t in (expected, alone, got))
+    eager_disagrees = (expected.isnan() != alone.isnan()) | ((expected != alone) & ~expected.isnan())
+    problem = mismatches(expected, got, eager_disagrees)
+    assert problem is None, problem
+    assert int(eager_disagrees.sum()) <= 64

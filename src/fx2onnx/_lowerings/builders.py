@@ -93,6 +93,81 @@ def _negative_or_negative_zero(x: TFloat) -> BOOL:
     return op.Or(op.Less(x, zero), op.And(op.Equal(x, zero), op.Less(op.Reciprocal(x), zero)))
 
 
+# --- selections that keep a selected -0.0 ----------------------------------------------------------------------
+# ONNX Runtime's Where returns +0.0 for a -0.0 taken from its first branch (its kernel tests the selected value
+# against 0), and its NotWhereFusion rewrites Where(Not(c), a, b) into Where(c, b, a) (docs/ort-defects.md 3). Each
+# tensor operand is therefore taken from a Where's second branch under a condition that is no Not's output; a
+# constant other than -0.0 may stay in the first branch (+0.0 comes back as +0.0).
+def _is_negative_zero(value: float) -> bool:
+    return value == 0 and math.copysign(1.0, value) < 0
+
+
+def _not_a_not(condition: BOOL) -> BOOL:
+    """`condition`, computed otherwise than by a Not (which NotWhereFusion would fold into the Where)."""
+    producer = condition.producer() if isinstance(condition, ir.Value) else None
+    if producer is not None and producer.op_type == "Not" and producer.domain in ("", "ai.onnx"):
+        return op.Equal(producer.inputs[0], op.Constant(value=ir.tensor(False)))
+    return condition
+
+
+def _negated(condition: BOOL) -> BOOL:
+    producer = condition.producer() if isinstance(condition, ir.Value) else None
+    if producer is not None and producer.op_type == "Not" and producer.domain in ("", "ai.onnx"):
+        return _not_a_not(producer.inputs[0])
+    return op.Equal(condition, op.Constant(value=ir.tensor(False)))
+
+
+def _fill_value(value: object) -> float | None:
+    """The one value all elements of `value` hold when the graph fixes it (a number, a scalar constant, a
+    ConstantOfShape, an Expand of such), else None."""
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    if not isinstance(value, ir.Value):
+        return None
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Expand" and producer.domain in ("", "ai.onnx"):
+        return _fill_value(producer.inputs[0])
+    tensor = value.const_value
+    if tensor is None and producer is not None and producer.domain in ("", "ai.onnx"):
+        attribute = producer.attributes.get("value")
+        if producer.op_type == "ConstantOfShape":
+            return 0.0 if attribute is None else _fill_value_of(attribute.as_tensor())
+        if producer.op_type == "Constant" and attribute is not None:
+            tensor = attribute.as_tensor()
+    return None if tensor is None else _fill_value_of(tensor)
+
+
+def _fill_value_of(tensor: ir.TensorProtocol) -> float | None:
+    if tensor.size != 1:  # larger constants are not read (a scan of their values per selection)
+        return None
+    return float(np.asarray(tensor.numpy()).reshape(-1)[0])
+
+
+def _first_branch_safe(value: object) -> bool:
+    """`value` may be Where's first branch: never -0.0 (+0.0 comes back as +0.0)."""
+    fill = _fill_value(value)
+    return fill is not None and not _is_negative_zero(fill)
+
+
+def _select(condition: BOOL, chosen: TFloat | float, otherwise: TFloat | float, like: TFloat) -> TFloat:
+    """Eager's where(condition, chosen, otherwise) on floats, zero signs kept. An operand fixed to a value other than
+    -0.0 (a number, a scalar constant, a filled tensor) may stay in the first branch: one Where (and one Equal on
+    the booleans to put `chosen` second). Two tensors (or a -0.0 fill) cost two Wheres and a Mul:
+    Where(not c, 1, chosen) * Where(c, 1, otherwise), exact (x * 1 is x)."""
+
+    def tensor(value: TFloat | float) -> TFloat:
+        return _const(float(value), like) if isinstance(value, (bool, int, float)) else value
+
+    if _first_branch_safe(chosen):
+        return op.Where(_not_a_not(condition), tensor(chosen), tensor(otherwise))
+    if _first_branch_safe(otherwise):
+        return op.Where(_negated(condition), tensor(otherwise), tensor(chosen))
+    one = _const(1.0, like)
+    return op.Mul(
+        op.Where(_negated(condition), one, tensor(chosen)), op.Where(_not_a_not(condition), one, tensor(otherwise))
+    )
+
+
 # --- integer matrix products with a scaled addend ------------------------------------------------------------
 # torchlib lowers addmm & co. with Gemm (floats only) or through CastLike of the scalars, neither of which
 # runs for integers. Integer arithmetic wraps alike in any width (results agree modulo 2**bits), so

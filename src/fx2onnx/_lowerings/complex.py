@@ -11,7 +11,7 @@ from onnxscript import opset18 as op
 
 from fx2onnx import _complex_layout as complex_layout
 from fx2onnx import _dtypes as dtypes
-from fx2onnx._lowerings.builders import TComponent, TReal, _complex_rank, _conj, _part
+from fx2onnx._lowerings.builders import TComponent, TReal, _complex_rank, _conj, _const, _part, _select
 from fx2onnx._lowerings.indexing import pad as _real_pad
 from fx2onnx._lowerings.rules import lowering
 
@@ -161,14 +161,53 @@ def mul_complex(self: TComponent, other: TComponent) -> TComponent:
     return _multiply(*_tensors(self, other))
 
 
+def _fused(x: TComponent, y: TComponent, z: TComponent) -> TComponent:
+    """x * y + z rounded once, as the fused multiply-add eager's compiled scalar division uses: exact in float64 for
+    float32 parts (a product of two float32 is exact there), plain arithmetic for float64 parts. The single rounding
+    decides, e.g., the sign of an underflowing result (1e-39j / (-2 + 1e-39j) has real part +0.0)."""
+    if x.dtype != ir.DataType.FLOAT:
+        return op.Add(op.Mul(x, y), z)
+    wide = [op.Cast(v, to=ir.DataType.DOUBLE) for v in (x, y, z)]
+    return op.Cast(op.Add(op.Mul(wide[0], wide[1]), wide[2]), to=ir.DataType.FLOAT)
+
+
+def _smith_quotient(a: TComponent, b: TComponent, c: TComponent, d: TComponent) -> tuple[TComponent, TComponent]:
+    """(a + bi) / (c + di) as eager's scalar complex division (c10::complex's operator/=, numpy's, Smith's
+    algorithm), in the component dtype, step for step: the ratio of the smaller to the larger divisor part, so that
+    the squares never overflow; a zero divisor gives a / |c| + (b / |d|) i (inf or NaN per part, eager's values);
+    a NaN in the divisor takes the second formula (NaN). Branches are chosen with _select (zero signs kept)."""
+    abs_c, abs_d = op.Abs(c), op.Abs(d)
+    zero = _const(0.0, c)
+    one = _const(1.0, c)
+    wide = op.GreaterOrEqual(abs_c, abs_d)
+    divisor_zero = op.And(op.Equal(abs_c, zero), op.Equal(abs_d, zero))
+    ratio = op.Div(d, c)
+    scale = op.Div(one, _fused(d, ratio, c))
+    wide_real = op.Mul(_fused(b, ratio, a), scale)
+    wide_imag = op.Mul(_fused(op.Neg(a), ratio, b), scale)
+    tall_ratio = op.Div(c, d)
+    tall_scale = op.Div(one, _fused(c, tall_ratio, d))
+    tall_real = op.Mul(_fused(a, tall_ratio, b), tall_scale)
+    tall_imag = op.Mul(_fused(b, tall_ratio, op.Neg(a)), tall_scale)
+    real = _select(divisor_zero, op.Div(a, abs_c), _select(wide, wide_real, tall_real, c), c)
+    imag = _select(divisor_zero, op.Div(b, abs_d), _select(wide, wide_imag, tall_imag, c), c)
+    return real, imag
+
+
 @lowering("aten::div.Tensor", "aten::div.Scalar", complex=True)
 def div_complex(self: TComponent, other: TComponent) -> TComponent:
-    """(a + bi) / (c + di) = ((ac + bd) + (bc - ad) i) / (c^2 + d^2)."""
+    """(a + bi) / (c + di) by eager's formula (_smith_quotient): x / 0 is inf or NaN per part, as in eager (the
+    textbook ((ac + bd) + (bc - ad) i) / (c^2 + d^2) gave NaN + NaN i, and overflowed for |c| above 1.8e19)."""
     dividend, divisor = _tensors(self, other)
-    c_real, c_imag = _part(divisor, 0), _part(divisor, 1)
-    scale = op.Add(op.Mul(c_real, c_real), op.Mul(c_imag, c_imag))
-    numerator = _multiply(dividend, _conj(divisor))
-    return op.Div(numerator, op.Unsqueeze(scale, op.Constant(value_ints=[-1])))
+    a, b, c, d = _part(dividend, 0), _part(dividend, 1), _part(divisor, 0), _part(divisor, 1)
+    return _pair(*_smith_quotient(a, b, c, d))
+
+
+@lowering("aten::reciprocal", complex=True)
+def reciprocal_complex(self: TComponent) -> TComponent:
+    """1 / (c + di) as eager's: its complex division of 1 + 0i (1 / 0 is inf + NaN i)."""
+    c, d = _part(self, 0), _part(self, 1)
+    return _pair(*_smith_quotient(_const(1.0, c), _const(0.0, c), c, d))
 
 
 # --- shape ops and fills on complex values ---------------------------------------------------------------------

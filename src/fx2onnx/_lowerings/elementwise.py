@@ -41,6 +41,7 @@ from fx2onnx._lowerings.builders import (
     _is_float,
     _p_norm,
     _scaled_sum,
+    _select,
     _wide,
     _widened,
     expm1,
@@ -1013,3 +1014,29 @@ def gelu_nn(self: TFloat, approximate: str = "none") -> TFloat:
     else:
         one_plus = op.Add(op.Erf(op.Div(x, _const(math.sqrt(2.0), x))), _const(1.0, x))
     return _back(op.Mul(half_x, one_plus), self)
+
+
+# --- the user's selections, keeping a selected -0.0 (builders._select) ------------------------------------------
+@lowering("aten::where.self", variant="float")
+def where_float(condition: BOOL, self: TFloat, other: TFloat) -> TFloat:
+    return _select(condition, self, other, self)
+
+
+@lowering("aten::where.ScalarOther", variant="float")
+def where_scalar_other_float(condition: BOOL, self: TFloat, other: float) -> TFloat:
+    return _select(condition, self, other, self)
+
+
+@lowering("aten::where.ScalarSelf", variant="float")
+def where_scalar_self_float(condition: BOOL, self: float, other: TFloat) -> TFloat:
+    return _select(condition, self, other, other)
+
+
+@lowering("aten::masked_fill.Scalar", variant="float")
+def masked_fill_float(self: TFloat, mask: BOOL, value: float) -> TFloat:
+    return _select(mask, value, self, self)
+
+
+@lowering("aten::masked_fill.Tensor", variant="float")
+def masked_fill_tensor_float(self: TFloat, mask: BOOL, value: TFloat) -> TFloat:
+    return _select(mask, value, self, self)

@@ -367,30 +367,74 @@ def cumprod(self: TReal, dim: int, dtype: int | None = None) -> TReal:
     return op.Cast(product, to=result_dtype) if result_dtype in _FLOAT_ACCUMULATOR else product
 
 
-# --- means: NaN over nothing ---------------------------------------------------------------------------------
-def _mean(self: TFloat, dims: Sequence[int] | None, keepdim: bool, dtype: int | None) -> TFloat:
+# --- means: NaN over nothing, +0.0 over -0.0s ---------------------------------------------------------------
+# Eager's mean is its sum (from a +0.0 accumulator) over the count: +0.0 over -0.0s, where ReduceMean gives -0.0.
+# The fix (Where(mean == 0, +0.0, mean), on the reduced tensor) is left out where the mean's input is never -0.0
+# (x ** 2, x * x, abs, exp: RMSNorm's mean of squares) and where the mean only centers its own input (x - mean(x),
+# LayerNorm's first step): those plain ReduceMean patterns are what onnxscript's RMSNormalization fusion and ONNX
+# Runtime's (Simplified)LayerNormFusion match. The price of the second exception: a row of -0.0s centered without
+# the fusion (optimizations off) gives +0.0 where eager gives -0.0.
+_SIGN_PRESERVING = {
+    "prims.convert_element_type.default",
+    "aten._to_copy.default",
+    "aten.to.dtype",
+    "aten.clone.default",
+}
+_NEVER_NEGATIVE_ZERO = {"aten.abs.default", "aten.square.default", "aten.exp.default"}
+
+
+def _never_negative_zero(node: object, depth: int = 0) -> bool:
+    """The FX value is never -0.0 (but may be NaN): an even power, a square, an absolute value, an exponential."""
+    target, args = str(getattr(node, "target", "")), getattr(node, "args", ())
+    if depth > 4 or not args:
+        return False
+    if target in _SIGN_PRESERVING:
+        return _never_negative_zero(args[0], depth + 1)
+    if target in _NEVER_NEGATIVE_ZERO:
+        return True
+    if target == "aten.pow.Tensor_Scalar" and len(args) > 1 and isinstance(args[1], (int, float)):
+        return float(args[1]) % 2 == 0 and args[1] > 0
+    return target == "aten.mul.Tensor" and len(args) > 1 and args[0] is args[1]
+
+
+def _only_centers_its_input(ctx: LoweringContext) -> bool:
+    source = ctx.node.args[0] if ctx.node.args else None
+    users = list(ctx.node.users)
+    return bool(users) and all(
+        str(user.target) == "aten.sub.Tensor" and user.args[:2] == (source, ctx.node) for user in users
+    )
+
+
+def _mean(ctx: LoweringContext, self: TFloat, dims: Sequence[int] | None, keepdim: bool, dtype: int | None) -> TFloat:
     """ReduceMean, NaN where it reduced no element (ONNX Runtime gives 0): a non-empty input has no empty
     reduction, and an empty one has only those (or no output element)."""
     x = op.Cast(self, to=dtype) if dtype is not None else self
     if len(x.shape) == 0:
         return op.Identity(x)
     mean = op.ReduceMean(x, _axes(dims), keepdims=keepdim)
-    if all(isinstance(size, int) and size > 0 for size in x.shape):  # static and non-empty: the plain pattern that
-        return mean  # ONNX Runtime's and onnxscript's fusions (RMSNormalization, LayerNorm) recognize
+    source = ctx.node.args[0] if ctx.node.args else None
+    if not (_never_negative_zero(source) or _only_centers_its_input(ctx)):
+        mean = _positive_zero(mean)
+    if all(isinstance(size, int) and size > 0 for size in x.shape):  # static and non-empty: no empty reduction
+        return mean
     empty = op.Equal(op.Size(x), op.Constant(value_int=0))
     return op.Where(empty, op.CastLike(float("nan"), mean), mean)
 
 
-@lowering("aten::mean")
-def mean_float(self: TFloat, dtype: int | None = None) -> TFloat:
-    return _mean(self, None, False, dtype)
+@lowering("aten::mean", context=True)
+def mean_float(ctx: LoweringContext, self: TFloat, dtype: int | None = None) -> TFloat:
+    return _mean(ctx, self, None, False, dtype)
 
 
-@lowering("aten::mean.dim")
+@lowering("aten::mean.dim", context=True)
 def mean_dim_float(
-    self: TFloat, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
+    ctx: LoweringContext,
+    self: TFloat,
+    dim: Sequence[int] | None = None,
+    keepdim: bool = False,
+    dtype: int | None = None,
 ) -> TFloat:
-    return _mean(self, dim, keepdim, dtype)
+    return _mean(ctx, self, dim, keepdim, dtype)
 
 
 @lowering("aten::prod.dim_int")
