@@ -112,7 +112,8 @@ def _gather_axis_in_graph(x: FLOAT, axis: int, out_size: int, align_corners: boo
         real = op.Mul(ratio, positions)
     else:
         ratio = op.Div(op.Cast(in_size, to=FLOAT.dtype), op.Constant(value_floats=[float(out_size)]))
-        exact = op.Sub(op.Mul(op.Cast(ratio, to=DOUBLE.dtype), op.Add(op.Cast(positions, to=DOUBLE.dtype), double(0.5))), double(0.5))
+        centers = op.Add(op.Cast(positions, to=DOUBLE.dtype), double(0.5))
+        exact = op.Sub(op.Mul(op.Cast(ratio, to=DOUBLE.dtype), centers), double(0.5))
         real = op.Max(op.Cast(exact, to=FLOAT.dtype), op.Constant(value_float=0.0))  # as one fused multiply-add
     low = op.Min(op.Floor(real), last)
     fraction = op.Min(op.Max(op.Sub(real, low), op.Constant(value_float=0.0)), op.Constant(value_float=1.0))
