@@ -226,11 +226,11 @@ _OPEN = {
 _NIGHTLY = os.environ.get("FX2ONNX_NIGHTLY") == "1"
 
 # Pass, but each export takes minutes: torch.export stops at torchvision's `if boxes.numel() == 0` after tracing
-# the whole network, and size-oblivious guards trace it again. Seconds per image's export, measured at load 5-12:
+# the whole network, and size-oblivious guards trace it again. (SSDlite, 1 and 17 detections, 62-66 s per image's
+# export at load 20, is no slower than Faster R-CNN's 70-160 s: both run in the regular suite.) Measured:
 _SLOW = {
     "retinanet": "47 and 49 detections; 119 s per image's export at load 5, 280-330 s at load 20",
     "fcos": "135 and 133 detections; 330-360 s per image's export at load 20",
-    "ssdlite": "1 and 17 detections; 135-340 s per image's export at load 5-20",
 }
 
 
@@ -308,7 +308,7 @@ def test_detection_model_matches_eager_on_two_image_sizes(name: str, record_prop
     assert len(counts) == len(images), f"the images should give different numbers of detections: {figures}"
 
 
-@pytest.mark.skipif(not _NIGHTLY, reason="runs in `make test-nightly`: one capture takes 6 min at load 20")
+@pytest.mark.skipif(not _NIGHTLY, reason="runs in `make test-nightly`: its capture takes about 5 min at load 20")
 def test_ssdlite_one_export_serves_images_of_any_size() -> None:
     # SSD resizes every image to 320 x 320 and scales its boxes back by the image's size: with the image's height
     # and width symbolic, one graph serves both images (the others resize by a scale computed from the sizes in
