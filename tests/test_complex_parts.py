@@ -18,7 +18,7 @@ from conftest import Call, assert_exports_and_matches
 
 
 def _complex(*shape: int, dtype: torch.dtype = torch.complex64) -> torch.Tensor:
-    return torch.randn(*shape, dtype=dtype)
+    return torch.randn(shape, dtype=dtype)
 
 
 _INDEX = torch.tensor([[0, 1, 2, 0], [3, 2, 1, 0]])
@@ -27,6 +27,8 @@ _ROWS = torch.tensor([0, 2])
 CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], ...]]] = {
     # on each part
     "cumsum": (lambda x: x.cumsum(1), ((3, 4),)),
+    "diff": (lambda x, y: torch.diff(x, n=2, dim=0, append=y), ((3, 2), (2, 2))),
+    "diff of order 0": (lambda x: torch.diff(x, 0), ((1,),)),
     "diagonal": (lambda x: torch.diagonal(x, 1), ((4, 4),)),
     "diag": (torch.diag, ((4, 4),)),
     "trace": (torch.trace, ((4, 4),)),
@@ -109,6 +111,11 @@ def test_complex_op_on_parts_matches_eager(case: str, dtype: torch.dtype) -> Non
 # Decomposed locally into one complex `cat`, which has a complex lowering: no part needs rewriting (a full
 # decomposition went through atleast_1d on the parts).
 DECOMPOSED_INTO_COMPLEX_LOWERINGS = frozenset({"hstack", "vstack"})
+
+
+def test_take_of_a_0d_complex_tensor_with_an_index_input() -> None:
+    """Decomposed, take guarded on the index's value (the complex64 take cell): it is now taken on the parts."""
+    assert_exports_and_matches(Call(torch.take), (_complex(), torch.tensor(0)))
 
 
 def test_real_inputs_are_left_alone() -> None:
@@ -274,6 +281,7 @@ COMPOSITES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], 
     "abs beyond float32's squares": (lambda x: torch.abs(x * 1e30), ((3, 4),)),
     "cov": (torch.cov, ((3, 4),)),
     "cov of one variable": (lambda x: torch.cov(x, correction=0), ((4,),)),
+    "corrcoef of one row": (torch.corrcoef, ((1, 2),)),  # eager squeezes to 0-d
     "cov with weights": (
         lambda x: torch.cov(x, fweights=torch.tensor([1, 2, 3, 1]), aweights=torch.tensor([0.5, 1.0, 2.0, 1.0])),
         ((3, 4),),

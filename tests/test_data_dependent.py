@@ -90,6 +90,40 @@ def test_no_strategy_captures_a_branch_on_a_value_and_the_error_names_the_line()
     assert "size-oblivious guards: GuardOnDataDependentSymNode" in message
 
 
+class ValidatesItsInput(torch.nn.Module):
+    """Input validation on values (gaussian_nll_loss's ``if torch.any(var < 0): raise ValueError``)."""
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        if torch.any(scale < 0):
+            raise ValueError("scale must be non-negative")
+        if not (x.abs().max() < 1e6):
+            raise ValueError("x out of range")
+        return x * scale.sqrt()
+
+
+class RaisesOrReturns(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0 and x.shape[0] > 1:  # the guard is a part of the test: not decided
+            raise ValueError("positive")
+        return x
+
+
+def test_input_validation_on_values_takes_the_branch_that_does_not_raise() -> None:
+    x, scale = torch.tensor([1.0, -2.0, 3.0]), torch.tensor([4.0, 0.0, 0.25])
+    program, warned = _export_noting(ValidatesItsInput(), (x, scale))
+    assert "taken as False (the input is valid)" in warned and "taken as True (the input is valid)" in warned
+    assert "if torch.any(scale < 0)" in warned
+    for example in ((x, scale), (torch.tensor([5.0, 6.0, -7.0]), torch.tensor([1.0, 9.0, 16.0]))):
+        (result,) = program.verify(*example)
+        assert result.passed, result
+
+
+def test_a_guard_inside_a_compound_test_is_not_decided() -> None:
+    with pytest.raises(CaptureError) as raised:
+        fx2onnx.export(RaisesOrReturns(), (torch.ones(3),))
+    assert "if x.sum() > 0 and x.shape[0] > 1" in str(raised.value)
+
+
 class TopKOfMasked(torch.nn.Module):
     """Detection heads' ``topk(min(K, number of candidates))``: a symbolic k."""
 

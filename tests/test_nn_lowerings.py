@@ -142,6 +142,29 @@ def test_cross_entropy_unbatched_and_all_ignored() -> None:
     check(lambda x, t: F.cross_entropy(x, t), floats(6, 5), torch.full((6,), -100))  # NaN, as eager
 
 
+# --- negative log likelihood: torchlib requires a weight, F.nll_loss(x, t) had no implementation ----------------------
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_nll_loss_without_and_with_weight(reduction: str, dtype: torch.dtype) -> None:
+    log_probabilities = floats(6, 5, dtype=dtype)
+    target = torch.tensor([0, 4, -100, 2, 2, 1])
+    weight = torch.rand(5, generator=torch.Generator().manual_seed(3)).to(dtype)
+    check(lambda x, t: F.nll_loss(x, t, reduction=reduction), log_probabilities, target)
+    check(lambda x, t, w: F.nll_loss(x, t, w, reduction=reduction), log_probabilities, target, weight)
+    # the 2-d loss (images), total_weight of an unbatched input, and every sample ignored (mean: NaN, as eager)
+    check(
+        lambda x, t: F.nll_loss(x, t, reduction=reduction),
+        floats(2, 5, 3, 4, dtype=dtype),
+        target[:2].abs()[:, None, None].expand(2, 3, 4),
+    )
+    check(lambda x, t: torch.ops.aten.nll_loss_forward(x, t, None, 0, -100), floats(5, dtype=dtype), torch.tensor(3))
+    check(
+        lambda x, t: F.nll_loss(x, t, ignore_index=1, reduction=reduction),
+        floats(3, 5, dtype=dtype),
+        torch.ones(3, dtype=torch.int64),
+    )
+
+
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_linear_cross_entropy_chunked(reduction: str) -> None:
     options = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)

@@ -350,3 +350,199 @@ def test_model_built_with_fake_tensors() -> None:
     program = fx2onnx.export(fake, (ids,), weights={**eager.state_dict(), "scale": eager.scale})
     result = compare("out", eager(ids), program(ids)[0])
     assert result.passed, result
+
+
+# --- save(weights="reference"): external data pointing at the checkpoint's own bytes -----------------------------
+def _external_locations(path: str) -> dict[str, tuple[str, int]]:
+    """{initializer: (location, offset)} of a saved model's external data."""
+    proto = onnx.load(path, load_external_data=False)
+    locations = {}
+    for initializer in proto.graph.initializer:
+        entries = {entry.key: entry.value for entry in initializer.external_data}
+        if "location" in entries:
+            locations[initializer.name] = (entries["location"], int(entries.get("offset", 0)))
+    return locations
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_save_points_into_the_sharded_checkpoint(tmp_path: os.PathLike[str], dtype: torch.dtype) -> None:
+    # Tied: lm_head (transposed) and the embedding are one tensor of the checkpoint. Projections of 128 x 256 and
+    # more: the optimizer folds smaller ones (transposed and cast in memory, as with the eager model's weights).
+    config = llama_config(hidden_size=256, intermediate_size=512)
+    eager = build(config, dtype, meta=False)
+    checkpoint = tmp_path / "checkpoint"
+    eager.save_pretrained(checkpoint, max_shard_size="400KB")
+    shards = sorted(f for f in os.listdir(checkpoint) if f.endswith(".safetensors"))
+    assert len(shards) > 3
+    meta = build(config, dtype, meta=True)
+    program = fx2onnx.export(meta, (INPUT_IDS,), kwargs={"use_cache": False}, weights=str(checkpoint))
+
+    copied = str(tmp_path / "copy" / "model.onnx")
+    program.save(copied, external_data=True)
+    saved = str(checkpoint / "model.onnx")
+    program.save(saved, weights="reference")
+    onnx.checker.check_model(saved, full_check=True)
+    # Every weight of the checkpoint is referenced where it lies, the Linear weights untransposed.
+    locations = _external_locations(saved)
+    in_shards = {name: where for name, where in locations.items() if where[0] in shards}
+    stored = _weights.Checkpoint.open(str(checkpoint)).tensors
+    large = {name for name, t in stored.items() if name.endswith(("proj.weight", "embed_tokens.weight"))}
+    assert len(large) == 2 * 7 + 1
+    where = {(os.path.basename(stored[name].path or ""), stored[name].offset) for name in large}
+    assert where <= set(in_shards.values())
+    copies = [f for f in os.listdir(checkpoint) if f.startswith("model.onnx.")]  # tensors computed by the export
+    assert sum(os.path.getsize(checkpoint / f) for f in copies) < 64 * 1024
+    proto = onnx.load(saved, load_external_data=False)
+    transposes = [node for node in proto.graph.node if node.op_type == "Transpose" and node.input[0] in in_shards]
+    assert len(transposes) == 2 * 7 + 1  # the projections and the LM head, which reads the embedding's bytes
+    gathered = {node.input[0] for node in proto.graph.node if node.op_type == "Gather"}
+    assert any(node.input[0] in gathered for node in transposes)  # one initializer for the tied weights
+
+    check = program.verify_weights(saved, full=True)
+    assert check.passed and check.in_place == check.from_checkpoint == len(in_shards), check
+    # ONNX Runtime folds the Transposes: the results are the copied model's, bit for bit, and eager's.
+    assert torch.equal(run_saved(saved, INPUT_IDS), run_saved(copied, INPUT_IDS))
+    with torch.no_grad():
+        expected = eager(INPUT_IDS, use_cache=False).logits
+    result = compare("logits", expected, run_saved(saved, INPUT_IDS))
+    assert result.passed, result
+
+
+def test_reference_save_of_a_single_file_checkpoint_and_resaves(tmp_path: os.PathLike[str]) -> None:
+    torch.manual_seed(5)
+    eager = Scaled().eval()
+    weights = tmp_path / "model.safetensors"
+    save_file({**eager.state_dict(), "scale": eager.scale}, str(weights))
+    original = weights.read_bytes()
+    with torch.device("meta"):
+        meta = Scaled().eval()
+    ids = torch.tensor([[0, 49, 3, 7]])
+    program = fx2onnx.export(meta, (ids,), weights=load_file(str(weights)))
+    in_memory = str(tmp_path / "mapping" / "model.onnx")
+    assert program.save(in_memory, weights="reference") == "model.onnx.data"  # a mapping's tensors: copied
+    assert all(location == "model.onnx.data" for location, _ in _external_locations(in_memory).values())
+    program = fx2onnx.export(meta, (ids,), weights=str(weights))
+    saved = str(tmp_path / "model.onnx")
+    program.save(saved, weights="reference")
+    onnx.checker.check_model(saved, full_check=True)
+    assert {location for location, _ in _external_locations(saved).values()} == {"model.safetensors"}
+    result = compare("out", eager(ids), run_saved_any(saved, ids))
+    assert result.passed, result
+    # Saving over it (copied, then referenced again) never removes the checkpoint it referenced.
+    assert program.save(saved, external_data=True) == "model.onnx.data"
+    assert weights.read_bytes() == original
+    assert program.verify_weights(saved, full=True).passed
+    program.save(saved, weights="reference")
+    assert weights.read_bytes() == original
+    assert not (tmp_path / "model.onnx.data").exists()  # the copy it replaced is removed
+    assert program.verify_weights(saved, full=True).passed
+
+
+def run_saved_any(path: str, *inputs: torch.Tensor) -> torch.Tensor:
+    session = cpu_session(path)
+    feeds = {arg.name: to_ortvalue(value) for arg, value in zip(session.get_inputs(), inputs, strict=True)}
+    (output,) = session.run_with_ort_values(None, feeds)
+    return to_torch(output)
+
+
+def test_reference_save_copies_converted_weights_with_a_warning(tmp_path: os.PathLike[str]) -> None:
+    config = llama_config(tie_word_embeddings=False)
+    checkpoint = tmp_path / "checkpoint"
+    build(config, torch.bfloat16, meta=False).save_pretrained(checkpoint, max_shard_size="100KB")
+    meta = build(config, torch.float32, meta=True)  # a float32 model from a bfloat16 checkpoint
+    program = fx2onnx.export(meta, (INPUT_IDS,), kwargs={"use_cache": False}, weights=str(checkpoint))
+    saved = str(checkpoint / "model.onnx")
+    with pytest.warns(UserWarning, match=r"weights='reference': \d+ weights .* converted .*torch.bfloat16 in the"):
+        data = program.save(saved, weights="reference")
+    assert data == "model.onnx.data"
+    assert not any(location.endswith(".safetensors") for location, _ in _external_locations(saved).values())
+    check = program.verify_weights(saved, full=True)
+    assert check.passed and check.in_place == 0, check
+    assert torch.equal(run_saved(saved, INPUT_IDS), program(INPUT_IDS, use_cache=False)[0])
+
+
+def test_reference_save_outside_the_checkpoint_or_after_it_moved_writes_nothing(tmp_path: os.PathLike[str]) -> None:
+    torch.manual_seed(6)
+    eager = Scaled().eval()
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    save_file({**eager.state_dict(), "scale": eager.scale}, str(folder / "model.safetensors"))
+    with torch.device("meta"):
+        meta = Scaled().eval()
+    program = fx2onnx.export(meta, (torch.tensor([[1]]),), weights=str(folder))
+    out = tmp_path / "out"
+    with pytest.raises(WeightsError, match=r"model.safetensors is not inside .*out: save the model into the checkp"):
+        program.save(str(out / "model.onnx"), weights="reference")
+    assert os.listdir(out) == []
+    with pytest.raises(ValueError, match=r"weights='reference' saves the weights as external data"):
+        program.save(str(folder / "model.onnx"), weights="reference", external_data=False)
+    in_memory = fx2onnx.export(eager, (torch.tensor([[1]]),))
+    with pytest.raises(ValueError, match=r"exported with its weights in memory: save it with weights='copy'"):
+        in_memory.save(str(folder / "model.onnx"), weights="reference")
+
+    os.link(folder / "model.safetensors", tmp_path / "second-name.safetensors")  # onnx.checker refuses hard links
+    with pytest.raises(WeightsError, match=r"has 2 hard links"):
+        program.save(str(folder / "model.onnx"), weights="reference")
+    os.remove(tmp_path / "second-name.safetensors")
+
+    changed = {**eager.state_dict(), "scale": eager.scale}
+    changed["aaa"] = torch.zeros(1000)  # the tensors move within the file
+    save_file(changed, str(folder / "model.safetensors"))
+    with pytest.raises(WeightsError, match=r"changed since the export: tensor '.*' is no longer where"):
+        program.save(str(folder / "model.onnx"), weights="reference")
+    os.rename(folder / "model.safetensors", tmp_path / "moved.safetensors")
+    with pytest.raises(WeightsError, match=r"model.safetensors \(read at export\) is gone"):
+        program.save(str(folder / "model.onnx"), weights="reference")
+    assert os.listdir(folder) == []
+
+
+def test_reference_saved_model_whose_checkpoint_moved(tmp_path: os.PathLike[str]) -> None:
+    import onnxruntime
+
+    torch.manual_seed(7)
+    eager = Scaled().eval()
+    weights = tmp_path / "model.safetensors"
+    save_file({**eager.state_dict(), "scale": eager.scale}, str(weights))
+    with torch.device("meta"):
+        meta = Scaled().eval()
+    program = fx2onnx.export(meta, (torch.tensor([[1]]),), weights=str(weights))
+    saved = str(tmp_path / "model.onnx")
+    program.save(saved, weights="reference")
+    assert program.verify_weights(saved).passed
+    os.rename(weights, tmp_path / "elsewhere.safetensors")
+    check = _weights.verify_weights(saved, str(tmp_path / "elsewhere.safetensors"))
+    assert not check.passed
+    assert "the checkpoint file 'model.safetensors' is missing: the model was saved with weights='reference'" in str(
+        check
+    )
+    with pytest.raises(Exception, match=r"model.safetensors"):
+        onnxruntime.InferenceSession(saved, providers=["CPUExecutionProvider"])
+
+
+def test_cli_export_with_reference_weights(tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from fx2onnx import cli
+
+    factory = tmp_path / "factory.py"
+    factory.write_text(FACTORY)
+    config = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    eager = transformers.AutoModelForCausalLM.from_config(config).eval()
+    checkpoint = tmp_path / "checkpoint"
+    eager.save_pretrained(checkpoint, max_shard_size="100KB")
+    output = str(checkpoint / "model.onnx")
+    arguments = ["export", f"{factory}:make", "--weights", str(checkpoint), "-o", output, "--save-weights", "reference"]
+    assert cli.main(arguments) == 0
+    assert cli.main(["verify-weights", output, "--weights", str(checkpoint), "--full"]) == 0
+    assert "referenced in place" in capsys.readouterr().out
+    onnx.checker.check_model(output, full_check=True)
+    with torch.no_grad():
+        expected = eager(INPUT_IDS, use_cache=False).logits
+    result = compare("logits", expected, run_saved(output, INPUT_IDS))
+    assert result.passed, result

@@ -34,8 +34,9 @@ from torch.export.graph_signature import InputKind, OutputKind
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
 from fx2onnx._fake_kernels import static_fake_kernels
+from fx2onnx._library_stand_ins import library_stand_ins
 from fx2onnx._records import DecompositionRecord, qualified_name, target_name
-from fx2onnx.errors import CaptureError, user_frame
+from fx2onnx.errors import CaptureError, source_line, user_frame
 
 # torch.export is not thread-safe: its tracing modes (the proxy and fake modes, the module hierarchy it records) are
 # process-wide, and non-strict capture swaps the model's parameters for fake tensors while it traces. Two exports
@@ -514,6 +515,7 @@ class TorchExportExtractor:
         shape_fixes: list[str] = []
         attempts: list[capture_strategies.StrategyAttempt] = []
         assumptions: list[capture_strategies.Assumption] = []
+        stand_ins_used: list[str] = []
         if isinstance(model, ExportedProgram):
             program = model
         else:
@@ -524,6 +526,7 @@ class TorchExportExtractor:
                 with (
                     static_fake_kernels(),
                     onnx_export_flag(),
+                    library_stand_ins(stand_ins_used),
                 ):  # static: composite ops whose fake run is data-dependent
                     traced_at = time.perf_counter()
                     program, shape_fixes = capture_strategies.first_that_captures(
@@ -543,7 +546,8 @@ class TorchExportExtractor:
                     + "".join(f"\n  {note}" for note in getattr(error, "__notes__", [])),
                     frame=frame,
                 ) from error
-            capture_strategies.warn_if_assumed(attempts, assumptions)
+            capture_strategies.warn_if_assumed(attempts, assumptions, stand_ins_used)
+        refuse_sparse_tensors(program.graph_module)
         before = _overloads(program.graph_module)
         if self.registry is not None and lowerable_as_captured(program, self.registry):
             # Decomposing would keep every op (the table leaves out what the registry lowers) and only
@@ -958,8 +962,47 @@ def _describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     )
 
 
+def refuse_sparse_tensors(graph_module: torch.fx.GraphModule) -> None:
+    """A sparse tensor anywhere in the graph (an input, or an op's result) is refused before dispatch, naming the
+    value, the first op reading it and the user's line.
+
+    An ONNX graph's inputs and values are dense (ONNX has sparse initializers only) and ONNX Runtime's CPU kernels
+    compute on dense tensors; a sparse input has no place among the model's inputs that ``program(...)`` could feed
+    either. Giving its indices and values as separate dense inputs is the way out (the user's code then states the
+    layout), which is why fx2onnx does not choose a layout for them silently.
+    """
+    for node in graph_module.graph.nodes:
+        value = node.meta.get("val")
+        layout = getattr(value, "layout", torch.strided)
+        if layout == torch.strided:
+            continue
+        reader = next(iter(node.users), None)
+        at = reader if node.op == "placeholder" and reader is not None else node
+        target = qualified_name(at.target) if at.op == "call_function" else None
+        what = f"input `{node.name}`" if node.op == "placeholder" else f"the result of {qualified_name(node.target)}"
+        read = f", read by {target}" if node.op == "placeholder" and target else ""
+        message = (
+            f"{what} is a sparse tensor ({layout}, shape {list(value.shape)}, {value.dtype}){read}: fx2onnx exports "
+            "dense tensors only (ONNX graph inputs and values are dense; ONNX Runtime's CPU kernels compute on "
+            "dense tensors)\n"
+            + (f"  from: {line}\n" if (line := source_line(at)) else "")
+            + "  remedy: give the model the dense tensor (`x.to_dense()`) and compute densely (torch.mm; a masked "
+            "amax/amin/mean), or give it the sparse tensor's parts (`x.crow_indices()`, `x.col_indices()`, "
+            "`x.values()` for CSR) as three tensors and compute with index ops (repeat_interleave, index_select, "
+            "scatter_reduce), which fx2onnx exports"
+        )
+        raise CaptureError(message, node=at.name, target=target, stack_trace=at.meta.get("stack_trace"))
+
+
 def _capture_remedy(error: Exception, strict: bool) -> str:
     """What to try after torch.export failed with `error`."""
+    if "tensor_split_tensor_indices_or_sections" in str(error):  # torch's decomposition names itself in the error
+        return (
+            "aten::tensor_split.tensor_indices_or_sections was given a 0-d tensor: the number of sections, and so "
+            "the number of outputs, would come from a tensor's value, and an ONNX graph has a fixed number of "
+            "outputs. Pass the number of sections as a Python int, or split at a 1-D tensor of indices (exported "
+            "with its split points read at run time)."
+        )
     if "data-dependent" in str(error) or "DataDependent" in type(error).__name__:
         # Neither mode nor symbolic_trace can follow Python control flow on a tensor's value.
         return (

@@ -10,7 +10,9 @@ a size (torchvision's ``if boxes.numel() == 0: return empty``) makes torch.expor
    size-oblivious reasoning does, for a size of at least 2 (``numel() == 0`` is False, ``size(0) > 1`` is True):
    the general branch, the one that also computes the right thing on 0 or 1 elements in ops that take empty
    tensors (an ONNX graph does). Each decision is recorded with the user's line and reported as an assumption.
-   Undecidable even so (a comparison with a value the size could take either side of), it fails as before.
+   Undecidable even so (a comparison with a value the size could take either side of), it fails as before,
+   unless the condition is input validation: an ``if`` whose body only raises (``if torch.any(var < 0): raise``),
+   decided so that it does not raise, as torch.export decides a Python ``assert``.
 Not a strategy: torch.export.draft_export's real-tensor propagation (guards decided by the example's values).
 On torchvision's Faster R-CNN it captured a graph that keeps no detection (the "real" values it propagated
 through non-strict export were themselves fake tensors: the RPN's mask came out empty), on Keypoint R-CNN it
@@ -23,11 +25,15 @@ is raised with what the later one hit.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
+import inspect
+import sys
+import textwrap
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sympy
@@ -116,7 +122,11 @@ def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
             except GuardOnDataDependentSymNode:  # undecidable for sizes >= 2 too: a threshold on a count
                 result = _at_smallest_sizes(self, orig_expr)
                 if result is None:
-                    raise
+                    result = _validation_passes(self, orig_expr)
+                    if result is None:
+                        raise
+                    assumptions.append(Assumption(str(orig_expr), f"{result} (the input is valid)", _asking_line()))
+                    return result
                 assumptions.append(Assumption(str(orig_expr), f"{result} (for the smallest sizes)", _asking_line()))
                 return result
             assumptions.append(Assumption(str(orig_expr), str(result), _asking_line()))
@@ -169,6 +179,58 @@ def _at_smallest_sizes(shape_env: ShapeEnv, condition: Any) -> Any:
     return decided
 
 
+def _validation_passes(shape_env: ShapeEnv, condition: Any) -> Any:
+    """A condition on values that only guards a ``raise`` (``if torch.any(var < 0): raise ValueError(...)``,
+    gaussian_nll_loss's check of its input): decided so that it does not raise, as torch.export does for a Python
+    ``assert``. Eager raises on such an input; the exported model computes on it. Asserted in the FX graph and
+    reported. None unless the asking statement is an ``if`` whose test is the condition and whose body only raises.
+    """
+    truth_raises = _raising_if_polarity()
+    if truth_raises is None:
+        return None
+    decided = sympy.false if truth_raises else sympy.true
+    shape_env.guard_or_defer_runtime_assert(
+        sympy.Not(condition) if truth_raises else condition, f"fx2onnx: {condition} taken as {decided} (input valid)"
+    )
+    return decided
+
+
+_TRACING_INTERNALS = ("/torch/fx/", "/torch/_", "/torch/utils/", "/torch/export/", "/fx2onnx/", "/sympy/")
+
+
+def _raising_if_polarity() -> bool | None:
+    """For the Python frame whose ``bool()`` of a symbolic value is being decided: True when the statement asking is
+    ``if <test>: raise ...`` (raises when the value is true), False for ``if not <test>: raise ...``, else None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename.replace("\\", "/")
+        if not (any(part in filename for part in _TRACING_INTERNALS) or filename.endswith("contextlib.py")):
+            break
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(frame.f_code)))
+        first_line = frame.f_code.co_firstlineno
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        test = node.test
+        start, end = test.lineno + first_line - 1, (test.end_lineno or test.lineno) + first_line - 1
+        if not start <= line <= end or not all(isinstance(statement, ast.Raise) for statement in node.body):
+            continue
+        negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        inner = test.operand if negated else test
+        # the value decided must be the test itself, not a part of it (`a and b`, `x if c else y`, `not` twice)
+        if any(isinstance(part, (ast.BoolOp, ast.IfExp, ast.UnaryOp, ast.Lambda)) for part in ast.walk(inner)):
+            return None
+        return not negated
+    return None
+
+
 STRATEGIES = ("torch.export", "size-oblivious guards")
 
 
@@ -210,11 +272,15 @@ def _first_line(error: BaseException) -> str:
     return lines[0] if lines else ""
 
 
-def warn_if_assumed(attempts: list[StrategyAttempt], assumptions: list[Assumption]) -> None:
-    """Say which strategy captured when it was not the first, and what it assumed (never silently)."""
-    if len(attempts) <= 1:
+def warn_if_assumed(
+    attempts: list[StrategyAttempt], assumptions: list[Assumption], stand_ins: Sequence[str] = ()
+) -> None:
+    """Say which strategy captured when it was not the first, what it assumed, and which library functions were
+    traced as fx2onnx's stand-ins (``_library_stand_ins.py``): never silently."""
+    if len(attempts) <= 1 and not stand_ins:
         return
     lines = [f"{attempt.strategy} failed: {attempt.failure}" for attempt in attempts[:-1]]
     lines.append(f"captured with {attempts[-1].strategy}")
     lines += [f"assumed: {assumption}" for assumption in assumptions]
+    lines += [f"traced as fx2onnx's vectorized stand-in: {name}" for name in stand_ins]
     warnings.warn("data-dependent code in the model:\n  " + "\n  ".join(lines), stacklevel=4)

@@ -60,12 +60,30 @@ def _one_hot(self: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
     return self.new_empty((*self.shape, num_classes), dtype=torch.int64)
 
 
+def _ctc_loss(
+    log_probs: torch.Tensor,
+    targets: torch.Tensor,
+    input_lengths: Any,
+    target_lengths: Any,
+    blank: int = 0,
+    reduction: int = 1,
+    zero_infinity: bool = False,
+) -> torch.Tensor:
+    # The composite calls aten::_ctc_loss, whose second output (alpha, for the backward pass) is sized by the
+    # longest target: data-dependent; the loss itself is one value per sequence, or one value reduced.
+    del targets, input_lengths, target_lengths, blank, zero_infinity
+    batched = log_probs.dim() == 3
+    return log_probs.new_empty((log_probs.shape[1],) if batched and reduction == 0 else ())
+
+
 # Overload -> its output's metadata on fake tensors.
 STATIC_FAKE_KERNELS: dict[torch._ops.OpOverload, Callable[..., torch.Tensor]] = {
     torch.ops.aten.combinations.default: _combinations,
     torch.ops.aten.narrow.Tensor: _narrow_tensor,
     torch.ops.aten.cov.default: _cov,
     torch.ops.aten.one_hot.default: _one_hot,
+    torch.ops.aten.ctc_loss.IntList: _ctc_loss,
+    torch.ops.aten.ctc_loss.Tensor: _ctc_loss,
 }
 
 

@@ -14,6 +14,7 @@ this host whose process is gone (killed), never another live process's.
 from __future__ import annotations
 
 import contextlib
+import json
 import mmap
 import os
 import re
@@ -111,6 +112,34 @@ def referenced_files(path: str) -> set[str]:
         return set()
 
 
+def checkpoint_files(path: str) -> set[str]:
+    """The checkpoint files (relative to its folder) that the model at `path`, saved with
+    ``weights="reference"``, references without owning them (its metadata lists them); read without parsing it."""
+    if not os.path.isfile(path) or not streaming.writes_protobuf(path):
+        return set()
+    from fx2onnx._weights import CHECKPOINT_FILES_METADATA
+
+    try:
+        with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            listed = _metadata_value(memoryview(mapped), CHECKPOINT_FILES_METADATA.encode())
+        return {str(location) for location in json.loads(listed)} if listed is not None else set()
+    except Exception:  # empty, not ONNX, or truncated: no checkpoint files we can tell
+        return set()
+
+
+def _metadata_value(data: memoryview, wanted: bytes) -> bytes | None:
+    """The value of the model's metadata entry `wanted`, copied (no view of `data` outlives the call: the caller's
+    mapping can then be closed)."""
+    for number, value in _fields(data):
+        if number != _MODEL_METADATA or not isinstance(value, memoryview):
+            continue
+        entry = dict(_fields(value))
+        key, text = entry.get(_ENTRY_KEY), entry.get(_ENTRY_VALUE)
+        if isinstance(key, memoryview) and bytes(key) == wanted and isinstance(text, memoryview):
+            return bytes(text)
+    return None
+
+
 def _locations_of(model: onnx.ModelProto) -> set[str]:
     locations: set[str] = set()
     _scan_model(memoryview(model.SerializeToString()), locations)
@@ -122,6 +151,7 @@ def _field(message: type, name: str) -> int:
 
 
 _MODEL_GRAPH, _MODEL_FUNCTIONS = _field(onnx.ModelProto, "graph"), _field(onnx.ModelProto, "functions")
+_MODEL_METADATA = _field(onnx.ModelProto, "metadata_props")
 _GRAPH_NODE, _GRAPH_INITIALIZER = _field(onnx.GraphProto, "node"), _field(onnx.GraphProto, "initializer")
 _GRAPH_SPARSE = _field(onnx.GraphProto, "sparse_initializer")
 _SPARSE_VALUES = _field(onnx.SparseTensorProto, "values")
@@ -305,7 +335,7 @@ def save_atomically(
         data_name = fresh_name(directory, data_name)
         if not _inside(directory, data_name):
             raise ValueError(f"external_data={data_name!r} resolves outside {directory} (through a symbolic link)")
-    old_references = referenced_files(path)
+    old_references = referenced_files(path) - checkpoint_files(path)  # the checkpoint's files are not the model's
     with staging_folder(directory) as staging:
         staged_model = os.path.join(staging, filename)
         if data_name is not None:
@@ -316,6 +346,9 @@ def save_atomically(
         flush_file = fsync_file if durable else _no_flush
         flush_directory = fsync_directory if durable else _no_flush
         flush_file(staged_model)
+        if data_name is not None and not os.path.exists(os.path.join(staging, data_name)):
+            data_name = None  # save(weights="reference") referenced every weight in the checkpoint: no copies
+        kept = referenced_files(staged_model)  # the new model's own files, and checkpoint files it references
         moved_data: str | None = None
         try:
             if data_name is not None:
@@ -336,7 +369,7 @@ def save_atomically(
         flush_directory(directory)
     # The old model's weights the new one does not use; only inside the folder (a foreign model may point anywhere).
     removed_any = False
-    for location in old_references - ({data_name} if data_name else set()):
+    for location in old_references - kept - ({data_name} if data_name else set()):
         relative = os.path.normpath(location)
         if os.path.isabs(relative) or relative.split(os.sep)[0] == ".." or not _inside(directory, relative):
             continue

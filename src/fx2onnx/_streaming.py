@@ -6,6 +6,9 @@ way out. Here only the graph's structure goes through protobuf; each initializer
 the tensor's own memory (the torch parameter) straight to the file; a strided view (a weight the
 optimizer folded through a Transpose) goes through small contiguous blocks.
 
+With ``save(weights="reference")``, weights that a checkpoint holds as the model needs them are not written at
+all: their external data points at the checkpoint's own bytes (``_save_with_references``).
+
 In a single file, the bytes follow the protobuf wire format: fields may come in any order, so the
 large initializers are appended to the graph after its other fields, each as a ``TensorProto``
 whose ``raw_data`` is written last.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import mmap
 import os
 import queue
@@ -83,14 +87,22 @@ def save_model(
     external_data: str | None = None,
     *,
     direct_io: bool | None = None,
+    reference_from: str | None = None,
 ) -> None:
     """Write `model` to `path`; with `external_data` (a file name beside `path`), weights go there.
 
     `direct_io`: write the weights' file with direct I/O (None: when it is larger than the kernel's
-    dirty-page throttling point, see :func:`direct_io_by_default`). The model is unchanged afterwards.
+    dirty-page throttling point, see :func:`direct_io_by_default`). `reference_from` (the folder the model will
+    be in once saved; `path` may be a staging copy inside it): initializers that are a checkpoint's bytes as they
+    are point at them in the checkpoint's files instead of being copied (see :func:`_save_with_references`);
+    `external_data` then receives only the others, and is not written if there are none. The model is unchanged
+    afterwards.
     """
     with _scratch_for_this_save():
-        if external_data is not None:
+        if reference_from is not None:
+            assert external_data is not None
+            _save_with_references(model, os.fspath(path), external_data, reference_from, direct_io)
+        elif external_data is not None:
             _save_with_external_data(model, os.fspath(path), external_data, direct_io)
         else:
             _save_single_file(model, os.fspath(path), direct_io)
@@ -155,6 +167,228 @@ def _save_with_external_data(model: ir.Model, path: str, data_name: str, direct_
     with _stand_ins(external, location=data_name, offsets=offsets):
         proto = ir.to_proto(model)
     onnx.save_model(proto, path)
+
+
+def _save_with_references(model: ir.Model, path: str, data_name: str, folder: str, direct_io: bool | None) -> None:
+    """Save with the checkpoint's tensors referenced where they lie (``save(weights="reference")``).
+
+    The model will be in `folder` (`path` may be a staging copy inside it). ONNX external data names a file
+    relative to the model's folder, and ``onnx.checker`` (``full_check``) refuses absolute paths, ``..``, symbolic
+    links and files with several hard links (it reads those as attacks), so the checkpoint's files must lie in the
+    model's folder or below it, as they are: the model is saved into the checkpoint's folder (or a folder holding
+    it). A weight the optimizer folded through a Transpose is referenced in the checkpoint's layout and a
+    ``Transpose`` node restores the graph's (ONNX Runtime folds it when the session is created). Tensors converted
+    to another dtype, or given in memory, are copied to `data_name` as usual.
+    """
+    referenced: list[ir.Value] = []
+    copied: list[ir.Value] = []
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if isinstance(tensor, CheckpointTensor) and tensor.checkpoint_bytes and tensor.nbytes:
+            referenced.append(value)  # whatever its size: nothing of the checkpoint is copied
+        elif tensor is not None and not isinstance(tensor, ir.StringTensor) and tensor.nbytes >= STREAM_THRESHOLD_BYTES:
+            copied.append(value)
+    converted = [
+        value for value in copied if isinstance(value.const_value, CheckpointTensor) and value.const_value.stored.path
+    ]
+    if converted:
+        converted_bytes = sum(value.const_value.nbytes for value in converted if value.const_value is not None)
+        example = converted[0].const_value
+        assert isinstance(example, CheckpointTensor)
+        warnings.warn(
+            f"weights='reference': {len(converted)} weights ({converted_bytes / 2**20:.1f} MiB) are converted from "
+            f"the checkpoint's dtype and were copied to {data_name} (e.g. {example.stored.name!r}: "
+            f"{example.stored.dtype} in the checkpoint, {example.torch_dtype} in the model); build the model in the "
+            "checkpoint's dtype to reference them in place",
+            stacklevel=4,
+        )
+
+    locations = _checkpoint_locations(referenced, folder)
+    offsets: dict[str, int] = {}
+    if copied:
+        data_bytes = sum(value.const_value.nbytes for value in copied if value.const_value is not None)
+        with _open_for_writing(os.path.join(os.path.dirname(path), data_name), data_bytes, direct_io) as file:
+            for value in copied:
+                offsets[value.name or ""] = file.tell()
+                _write_tensor(file, value.const_value)
+
+    # Referenced tensors stand in under their own names in the checkpoint's layout; a permuted one is renamed to
+    # its Transpose's input, or shares the initializer that already references the same bytes unpermuted (tied
+    # weights: the embedding and the LM head).
+    unpermuted: dict[tuple[str, int], str] = {}
+    for value in referenced:
+        tensor = value.const_value
+        assert isinstance(tensor, CheckpointTensor)
+        if not tensor.permutation:
+            unpermuted.setdefault((tensor.stored.path or "", tensor.stored.offset), value.name or "")
+    transposes: list[tuple[str, str, tuple[int, ...]]] = []  # (source initializer, graph value, permutation)
+    sources: dict[str, ir.ExternalTensor] = {}
+    taken = _names_in(model.graph)
+    for value in referenced:
+        tensor = value.const_value
+        assert isinstance(tensor, CheckpointTensor)
+        stored = tensor.stored
+        key = (stored.path or "", stored.offset)
+        external = ir.ExternalTensor(
+            locations[stored.path or ""],
+            stored.offset,
+            tensor.nbytes,
+            tensor.dtype,
+            shape=ir.Shape(list(stored.shape)),
+            name=value.name or "",
+        )
+        if not tensor.permutation:
+            sources[value.name or ""] = external
+            continue
+        source_name = unpermuted.get(key)
+        if source_name is None:
+            source_name = stored.name if stored.name not in taken else f"{value.name}_untransposed"
+            while source_name in taken:
+                source_name += "_"
+            taken.add(source_name)
+            unpermuted[key] = source_name
+            external.name = source_name
+            sources[source_name] = external
+        transposes.append((source_name, value.name or "", tensor.permutation))
+
+    with _stand_ins(copied, location=data_name, offsets=offsets), _stand_ins_external(referenced, sources):
+        proto = ir.to_proto(model)
+    _insert_transposes(proto, transposes, sources, referenced)
+    from fx2onnx._weights import CHECKPOINT_FILES_METADATA
+
+    entry = proto.metadata_props.add()  # files the model references but does not own: a later save keeps them
+    entry.key, entry.value = CHECKPOINT_FILES_METADATA, json.dumps(sorted(set(locations.values())))
+    onnx.save_model(proto, path)
+
+
+def _names_in(graph: ir.Graph) -> set[str]:
+    names = {value.name for value in (*graph.inputs, *graph.outputs, *graph.initializers.values()) if value.name}
+    for node in graph.all_nodes():
+        names.update(value.name for value in (*node.inputs, *node.outputs) if value is not None and value.name)
+    return names
+
+
+def _checkpoint_locations(referenced: list[ir.Value], folder: str) -> dict[str, str]:
+    """{checkpoint file: its location relative to `folder`} for the files `referenced` tensors lie in, each
+    checked as ``onnx.checker`` will check it (inside `folder`, no symbolic link on the way, one hard link), and
+    its safetensors header read again: every referenced tensor must still be where the export found it."""
+    from fx2onnx._weights import WeightsError, read_header
+
+    by_file: dict[str, list[CheckpointTensor]] = {}
+    for value in referenced:
+        tensor = value.const_value
+        assert isinstance(tensor, CheckpointTensor) and tensor.stored.path is not None
+        by_file.setdefault(tensor.stored.path, []).append(tensor)
+    root = os.path.realpath(folder)
+    locations: dict[str, str] = {}
+    for checkpoint_file, tensors in by_file.items():
+        if not os.path.exists(checkpoint_file):
+            raise WeightsError(
+                f"weights='reference': the checkpoint file {checkpoint_file} (read at export) is gone: save while "
+                "the checkpoint is where it was at export, or export again from where it is now"
+            )
+        real = os.path.realpath(checkpoint_file)
+        if os.path.commonpath([root, real]) != root:
+            raise WeightsError(
+                f"weights='reference' points the model's external data at the checkpoint's files, which ONNX requires "
+                f"inside the model's folder (onnx.checker refuses '..', absolute paths, symbolic and hard links), "
+                f"and {checkpoint_file} is not inside {folder}: save the model into the checkpoint's folder "
+                f"({os.path.dirname(checkpoint_file)}/model.onnx), or with weights='copy' (the default)"
+            )
+        if os.path.islink(checkpoint_file):
+            raise WeightsError(
+                f"weights='reference': {checkpoint_file} is a symbolic link (to {real}; Hugging Face's cache holds "
+                "such links), which onnx.checker refuses for external data: export from the real files, or save "
+                "with weights='copy'"
+            )
+        if os.stat(real).st_nlink > 1:
+            raise WeightsError(
+                f"weights='reference': {checkpoint_file} has {os.stat(real).st_nlink} hard links, and onnx.checker "
+                "refuses external data with more than one: keep one link, or save with weights='copy'"
+            )
+        header = read_header(real)
+        for tensor in tensors:
+            found = header.get(tensor.stored.name)
+            if found is None or (found.offset, found.dtype, found.shape) != (
+                tensor.stored.offset,
+                tensor.stored.dtype,
+                tensor.stored.shape,
+            ):
+                raise WeightsError(
+                    f"weights='reference': {checkpoint_file} changed since the export: tensor "
+                    f"{tensor.stored.name!r} is no longer where the export found it; export again"
+                )
+        locations[checkpoint_file] = os.path.relpath(real, root).replace(os.sep, "/")
+    return locations
+
+
+@contextlib.contextmanager
+def _stand_ins_external(values: list[ir.Value], sources: dict[str, ir.ExternalTensor]) -> Iterator[None]:
+    """Temporarily give `values` their references into the checkpoint: their own where they are unpermuted; a
+    permuted one, whose initializer is replaced by a Transpose of its source, a stand-in dropped after."""
+    originals = [(value, value.const_value) for value in values]
+    try:
+        for value, tensor in originals:
+            assert isinstance(tensor, CheckpointTensor)
+            own = sources.get(value.name or "")
+            value.const_value = own if own is not None and not tensor.permutation else _placeholder(tensor, value)
+        yield
+    finally:
+        for value, tensor in originals:
+            value.const_value = tensor
+
+
+def _placeholder(tensor: CheckpointTensor, value: ir.Value) -> ir.ExternalTensor:
+    return ir.ExternalTensor("", 0, tensor.nbytes, tensor.dtype, shape=ir.Shape(list(tensor.shape)), name=value.name)
+
+
+def _insert_transposes(
+    proto: onnx.ModelProto,
+    transposes: list[tuple[str, str, tuple[int, ...]]],
+    sources: dict[str, ir.ExternalTensor],
+    referenced: list[ir.Value],
+) -> None:
+    """Replace each permuted initializer of `proto` by a Transpose of its source initializer (added once), and
+    update the provenance metadata (which checkpoint tensor each initializer holds) to match."""
+    from fx2onnx._weights import CHECKPOINT_METADATA, CheckpointTensor
+
+    if not transposes:
+        return
+    graph = proto.graph
+    permuted = {value_name for _, value_name, _ in transposes}
+    kept = [initializer for initializer in graph.initializer if initializer.name not in permuted]
+    present = {initializer.name for initializer in kept}
+    for source_name, _, _ in transposes:
+        if source_name not in present:
+            kept.append(ir.serde.serialize_tensor(sources[source_name]))
+            present.add(source_name)
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    nodes = [
+        onnx.helper.make_node(
+            "Transpose", [source_name], [value_name], name=f"{value_name}_from_checkpoint", perm=list(permutation)
+        )
+        for source_name, value_name, permutation in transposes
+    ]
+    existing = list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes + existing)
+
+    # Provenance: each initializer now holds its checkpoint tensor unpermuted.
+    stored_names = {}
+    for value in referenced:
+        tensor = value.const_value
+        if isinstance(tensor, CheckpointTensor):
+            stored_names[value.name] = tensor.stored.name
+    for prop in proto.metadata_props:
+        if prop.key != CHECKPOINT_METADATA:
+            continue
+        provenance = {name: entry for name, entry in json.loads(prop.value).items() if name not in permuted}
+        for source_name, value_name, _ in transposes:
+            stored_name = stored_names.get(value_name, source_name)
+            if stored_name != source_name:
+                provenance[source_name] = [stored_name, None]
+        prop.value = json.dumps(provenance, separators=(",", ":"))
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import random
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -48,6 +49,9 @@ INDEX_NAME = "model.safetensors.index.json"
 # Model metadata: initializers whose bytes are a checkpoint tensor under another name or transposed, as
 # {initializer: [checkpoint name, permutation or null]}; for verify_weights on a saved model.
 CHECKPOINT_METADATA = "pkg.fx2onnx.checkpoint_tensors"
+# Model metadata of a model saved with weights="reference": the checkpoint files (locations relative to the model)
+# its external data points into, which the model does not own: a later save over it must not remove them.
+CHECKPOINT_FILES_METADATA = "pkg.fx2onnx.checkpoint_files"
 
 # safetensors' dtype names (https://github.com/huggingface/safetensors, the format's README)
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
@@ -356,6 +360,20 @@ class CheckpointTensor(ir._core.TensorBase):  # onnx_ir exports no base class fo
         permuted = f", permutation={self.permutation}" if self.permutation else ""
         return f"CheckpointTensor<{self.dtype},{self.shape}>({self.stored.name!r} in {self.stored.where}{permuted})"
 
+    @property
+    def checkpoint_bytes(self) -> bool:
+        """Whether the initializer, up to its permutation, is the checkpoint file's bytes as they are: a tensor in
+        a file (not a mapping's), of the model's dtype (no conversion). safetensors stores tensors contiguous, in C
+        order and little-endian, as ONNX's external data does, so such a tensor can be referenced in place."""
+        stored = self.stored
+        return (
+            stored.path is not None
+            and stored.dtype == self.torch_dtype
+            and not stored.dtype.is_complex
+            and stored.dtype.itemsize > 0
+            and sys.byteorder == "little"  # ONNX external data is little-endian; a big-endian host would convert
+        )
+
 
 _TILE = 128
 
@@ -564,6 +582,8 @@ class WeightsCheck:
     initializers: int = 0
     from_checkpoint: int = 0
     compared_bytes: int = 0
+    # Initializers whose external data is the checkpoint's own file (saved with weights="reference").
+    in_place: int = 0
     problems: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -573,8 +593,9 @@ class WeightsCheck:
     def __str__(self) -> str:
         verdict = "PASSED" if self.passed else f"FAILED ({len(self.problems)} problems)"
         lines = [
-            f"weights: {verdict}: {self.initializers} initializers, {self.from_checkpoint} from the checkpoint, "
-            f"{self.compared_bytes} bytes compared"
+            f"weights: {verdict}: {self.initializers} initializers, {self.from_checkpoint} from the checkpoint"
+            + (f" ({self.in_place} referenced in place)" if self.in_place else "")
+            + f", {self.compared_bytes} bytes compared"
         ]
         return "\n  ".join(lines + self.problems[:20])
 
@@ -603,16 +624,19 @@ def verify_weights(
             result.problems.append(f"onnx.checker: {type(error).__name__}: {error}")
     proto = onnx.load(model_path, load_external_data=False)
     provenance = {}
+    in_checkpoint: set[str] = set()  # files referenced in place (weights="reference")
     for prop in proto.metadata_props:
         if prop.key == CHECKPOINT_METADATA:
             provenance = json.loads(prop.value)
+        elif prop.key == CHECKPOINT_FILES_METADATA:
+            in_checkpoint = set(json.loads(prop.value))
     checkpoint = Checkpoint.open(weights) if weights is not None else None
     generator = random.Random(seed)
     for initializer in proto.graph.initializer:
         result.initializers += 1
         tensor = ir.serde.deserialize_tensor(initializer, base_path=folder)
         if isinstance(tensor, ir.ExternalTensor):
-            problem = _external_problem(initializer.name, tensor, folder)
+            problem = _external_problem(initializer.name, tensor, folder, in_checkpoint)
             if problem:
                 result.problems.append(problem)
                 continue
@@ -623,6 +647,14 @@ def verify_weights(
         if stored is None:
             continue
         result.from_checkpoint += 1
+        if (
+            isinstance(tensor, ir.ExternalTensor)
+            and stored.path is not None
+            and os.path.exists(stored.path)
+            and os.path.samefile(os.path.join(folder, tensor.location), stored.path)
+            and (tensor.offset or 0) == stored.offset
+        ):
+            result.in_place += 1
         torch_dtype = dtypes.to_torch(tensor.dtype)
         if torch_dtype is None:
             continue
@@ -640,11 +672,17 @@ def verify_weights(
     return result
 
 
-def _external_problem(name: str, tensor: ir.ExternalTensor, folder: str) -> str | None:
+def _external_problem(name: str, tensor: ir.ExternalTensor, folder: str, in_checkpoint: set[str]) -> str | None:
     path = os.path.normpath(os.path.join(folder, tensor.location))
     if os.path.isabs(tensor.location) or not path.startswith(folder + os.sep):
         return f"{name}: external data {tensor.location!r} is outside the model's folder"
     if not os.path.exists(path):
+        if tensor.location in in_checkpoint:
+            return (
+                f"{name}: the checkpoint file {tensor.location!r} is missing: the model was saved with "
+                "weights='reference' and reads its weights from the checkpoint's files in its folder; put them back "
+                "beside it, or export and save again"
+            )
         return f"{name}: external data file {tensor.location!r} does not exist"
     expected = math.prod(tensor.shape.numpy()) * tensor.dtype.itemsize
     length = tensor.length if tensor.length is not None else expected

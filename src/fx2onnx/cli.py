@@ -205,6 +205,13 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
         help="read the weights from this safetensors file or folder of shards (with model.safetensors.index.json) "
         "when saving; the factory's model is built on the meta device (no memory for its weights)",
     )
+    parser.add_argument(
+        "--save-weights",
+        choices=("copy", "reference"),
+        default="copy",
+        help="with --weights: 'reference' points the model's external data at the checkpoint's own bytes instead "
+        "of copying them (the output must be inside the checkpoint's folder; see ONNXProgram.save)",
+    )
 
 
 def _configure_verify_weights(parser: argparse.ArgumentParser) -> None:
@@ -326,6 +333,9 @@ def _dynamic_shapes(options: argparse.Namespace, model: Any, args: tuple[Any, ..
 def _export(options: argparse.Namespace) -> int:
     import fx2onnx
 
+    if options.save_weights == "reference" and not options.weights:
+        raise ValueError("--save-weights reference references the checkpoint given with --weights: pass --weights")
+
     _progress(f"loading {options.factory}...")
     model, args, kwargs = _model_and_inputs(options)
     program = fx2onnx.export(
@@ -340,11 +350,13 @@ def _export(options: argparse.Namespace) -> int:
         extractor=options.extractor,
         verify=options.verify,
         report=options.report or None,
-        f=options.output,
+        f=options.output if options.save_weights == "copy" else None,
         external_data=options.external_data or None,
         weights=options.weights,
         progress=True,
     )
+    if options.save_weights == "reference":
+        program.save(options.output, weights="reference")
     print(program.report.summary())
     for result in program.report.verification or []:
         print(f"  {result}")

@@ -7,7 +7,7 @@ import dataclasses
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import onnx
@@ -84,6 +84,7 @@ class ONNXProgram:
         external_data: bool | str | None = None,
         direct_io: bool | None = None,
         durable: bool = True,
+        weights: Literal["copy", "reference"] = "copy",
     ) -> str | None:
         """Write the model; weights go to ``<name>.data`` (or the file name `external_data` gives) when asked or
         above 1.5 GB. Returns the weights' file name (relative to the model's folder), or None.
@@ -103,7 +104,32 @@ class ONNXProgram:
         machines) with direct I/O, bypassing the page cache, and smaller ones buffered, so that they are in the
         page cache for the next load; ``True`` always writes directly (faster where the page cache is slow to
         fill, as on some VMs, but the next load then reads from the disk), ``False`` never.
+
+        ``weights="reference"`` (a model exported with ``weights=CHECKPOINT``): the weights that the checkpoint
+        holds as the model needs them (same dtype; Linear weights are referenced untransposed, behind a
+        ``Transpose`` node that ONNX Runtime folds at load) are not copied: the model's external data points at
+        their bytes in the checkpoint's ``.safetensors`` files. ONNX requires external data inside the model's
+        folder (``onnx.checker`` refuses ``..``, symbolic and hard links), so the model must be saved into the
+        checkpoint's folder (or a folder holding it), else :class:`~fx2onnx.errors.WeightsError` and nothing is
+        written. The save takes seconds and no disk space for those weights; weights converted to another dtype
+        are copied to the external data file (with a warning). The model then depends on the checkpoint's files:
+        moving or changing them breaks or changes it (``verify_weights`` says so); saving over it never removes
+        them.
         """
+        if weights not in ("copy", "reference"):
+            raise ValueError(f"weights={weights!r}: 'copy' (write the weights into the model's files) or 'reference'")
+        if weights == "reference":
+            if self.weights is None:
+                raise ValueError(
+                    "weights='reference' points the model at the checkpoint given to export(weights=...); this model "
+                    "was exported with its weights in memory: save it with weights='copy' (the default)"
+                )
+            if external_data is False:
+                raise ValueError("weights='reference' saves the weights as external data: leave external_data unset")
+            if external_data is None:
+                external_data = True
+            if not streaming.writes_protobuf(os.fspath(path)):
+                raise ValueError(f"weights='reference' needs a binary .onnx file, not {os.fspath(path)!r}")
         path = os.path.abspath(os.fspath(path))
         directory, filename = os.path.split(path)
         if not filename:
@@ -119,7 +145,13 @@ class ONNXProgram:
 
         def write(staged_model: str, staged_data_name: str | None) -> None:
             if streaming.writes_protobuf(filename):  # weights go from the torch tensors to the file, uncopied
-                streaming.save_model(self.model, staged_model, external_data=staged_data_name, direct_io=direct_io)
+                streaming.save_model(
+                    self.model,
+                    staged_model,
+                    external_data=staged_data_name,
+                    direct_io=direct_io,
+                    reference_from=directory if weights == "reference" else None,
+                )
             else:
                 ir.save(self.model, staged_model, external_data=staged_data_name)
 

@@ -14,6 +14,7 @@ import onnx_ir as ir
 from onnxscript import (
     BFLOAT16,
     BOOL,
+    DOUBLE,
     FLOAT16,
     INT8,
     INT16,
@@ -1010,6 +1011,45 @@ def histogram_bins_tensor(
     values = op.Reshape(self, op.Constant(value_ints=[-1]))
     flat_weight = op.Reshape(weight, op.Constant(value_ints=[-1])) if weight is not None else None
     return _histogram(values, bins, count - 1, flat_weight, density), op.Identity(bins)
+
+
+@lowering("aten::histc")
+def histc(self: TFloat, bins: int = 100, min: float = 0.0, max: float = 0.0) -> TFloat:
+    """torch.histc as eager's CPU kernel computes it: the range (min, max), or the data's own extremes when min ==
+    max (MoE routing counts tokens per expert with histc(x, bins=experts)), widened by 1 each way when still
+    equal; the ends rounded to the input's dtype; bin = trunc((x - low) * bins / (high - low)) in float32
+    (float64 for float64), the right edge in the last bin, values outside the range and NaN skipped."""
+    values = _flat(self)
+    if float(min) == float(max):
+        # eager: aminmax of the data as double, widened in double when equal, then rounded to the dtype
+        low = op.Cast(op.ReduceMin(values, keepdims=False), to=DOUBLE.dtype)
+        high = op.Cast(op.ReduceMax(values, keepdims=False), to=DOUBLE.dtype)
+        if any(size == 0 for size in self.shape):  # no data: eager widens the given value
+            low = high = op.Constant(value=ir.tensor(float(min), dtype=ir.DataType.DOUBLE))
+        equal = op.Equal(low, high)
+        one = op.Constant(value=ir.tensor(1.0, dtype=ir.DataType.DOUBLE))
+        low = op.CastLike(op.Where(equal, op.Sub(low, one), low), self)
+        high = op.CastLike(op.Where(equal, op.Add(high, one), high), self)
+    else:
+        low, high = op.CastLike(float(min), self), op.CastLike(float(max), self)
+    compute = _in_float32(values)
+    low, high = _in_float32(low), _in_float32(high)
+    inside = op.And(op.GreaterOrEqual(compute, low), op.LessOrEqual(compute, high))  # False for NaN
+    position = op.Div(op.Mul(op.Sub(compute, low), op.CastLike(float(bins), compute)), op.Sub(high, low))
+    # (x - low) * bins overflowing to inf (a range near the dtype's max): eager's int64 cast of inf indexes its
+    # histogram at INT64_MIN, which wraps around to the first bin on x86; the same here, defined
+    usable = op.And(inside, op.Not(op.Or(op.IsInf(position), op.IsNaN(position))))
+    position = op.Cast(op.Where(usable, position, op.CastLike(0.0, compute)), to=INT64.dtype)  # truncates
+    position = op.Min(position, op.Constant(value_int=bins - 1))  # the rightmost edge closes the last bin
+    hits = op.And(
+        op.Equal(
+            op.Unsqueeze(position, op.Constant(value_ints=[1])),
+            op.Constant(value=ir.tensor(np.arange(bins, dtype=np.int64))),
+        ),
+        op.Unsqueeze(inside, op.Constant(value_ints=[1])),
+    )
+    counts = op.ReduceSum(op.Cast(hits, to=INT64.dtype), op.Constant(value_ints=[0]), keepdims=False)
+    return op.CastLike(counts, self)
 
 
 def _histogramdd_columns(self: TFloat) -> tuple[TFloat, int]:

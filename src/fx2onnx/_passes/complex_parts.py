@@ -32,10 +32,12 @@ aten = torch.ops.aten
 # f(z) = complex(f(z.real), f(z.imag)): every complex tensor argument replaced by the same part.
 PER_PART = {
     aten.cumsum.default,
+    aten.diff.default,
     aten.diagonal.default,
     aten.diagonal_copy.default,
     aten.diag_embed.default,
     aten.gather.default,
+    aten.take.default,
     aten.index_put.default,
     aten.copy.default,
     aten.as_strided.default,
@@ -244,7 +246,7 @@ def _cov(build: Any, node: torch.fx.Node) -> torch.fx.Node:
     real = build.call(aten.add.Tensor, product(weighted[0], transposed[0]), product(weighted[1], transposed[1]))
     imag = build.call(aten.sub.Tensor, product(weighted[1], transposed[0]), product(weighted[0], transposed[1]))
     parts = [build.call(aten.div.Tensor, p, factor) for p in (real, imag)]
-    if vector:
+    if node.meta["val"].dim() < 2:  # eager squeezes the result: one variable, as a vector or one row, gives a 0-d
         parts = [build.call(aten.squeeze.default, p) for p in parts]
     return build.complex(*parts)
 

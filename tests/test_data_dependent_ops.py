@@ -1,0 +1,185 @@
+"""Ops whose result depends on the data's values beyond elementwise arithmetic: histc's range from the data, the
+split points of tensor_split from a tensor, input validation on values (gaussian_nll_loss), each against eager."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx.errors import CaptureError
+
+from conftest import Call, assert_exports_and_matches
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def _histc(bins: int, low: float, high: float) -> Call:
+    return Call(lambda x: torch.histc(x, bins=bins, min=low, max=high))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_histc_min_equal_max_bins_the_data_range(dtype: torch.dtype) -> None:
+    """min == max: eager bins between the data's own min and max (MoE routing: tokens per expert)."""
+    experts = torch.tensor([0, 3, 3, 1, 7, 7, 7, 2, 5, 0, 3], dtype=dtype)
+    assert_exports_and_matches(_histc(8, 0, 0), (experts,))
+    normal = torch.randn(3, 40, generator=torch.Generator().manual_seed(0)).to(dtype)
+    assert_exports_and_matches(_histc(5, 2, 2), (normal,))
+    # all equal: widened by 1 each way, so every value lands in the middle bin
+    assert_exports_and_matches(_histc(3, 0, 0), (torch.full((6,), 4.0, dtype=dtype),))
+    info = torch.finfo(dtype)
+    extremes = torch.tensor([info.max, info.max / 2, info.tiny, -info.tiny, 0.0, info.max / 3], dtype=dtype)
+    assert_exports_and_matches(_histc(6, 0, 0), (extremes,))
+    assert_exports_and_matches(_histc(4, 0, 0), (torch.tensor([-info.max, -info.max / 4, -1.0], dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_histc_given_range(dtype: torch.dtype) -> None:
+    """Outside the range and NaN skipped, the right edge in the last bin, edges rounded to the dtype."""
+    nan, inf = float("nan"), float("inf")
+    values = torch.tensor([nan, -1.0, 1.0, 0.3, 2.0, -5.0, inf, -inf, 0.1, 0.7, -0.2], dtype=dtype)
+    assert_exports_and_matches(_histc(10, -1, 1), (values,))
+    assert_exports_and_matches(_histc(7, 0.1, 0.7), (values,))
+    assert_exports_and_matches(_histc(4, 0, 0), (torch.zeros(0, dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.filterwarnings("ignore:data-dependent code in the model")
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_gaussian_nll_loss(dtype: torch.dtype, reduction: str) -> None:
+    """Its check of the variance (``if torch.any(var < 0): raise``) is input validation: captured as valid."""
+    generator = torch.Generator().manual_seed(1)
+    mean, target = (torch.randn(4, 3, generator=generator).to(dtype) for _ in range(2))
+    variance = torch.rand(4, 3, generator=generator).to(dtype)
+    variance[0, :2] = torch.tensor([0.0, 1e-7])  # clamped to eps
+    variance[1, 0] = torch.finfo(dtype).max
+    loss = Call(lambda m, t, v: torch.nn.functional.gaussian_nll_loss(m, t, v, full=True, reduction=reduction))
+    assert_exports_and_matches(loss, (mean, target, variance))
+    homoscedastic = Call(lambda m, t, v: torch.nn.functional.gaussian_nll_loss(m, t, v, reduction=reduction))
+    assert_exports_and_matches(homoscedastic, (mean, target, variance[:, 0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int8, torch.uint8, torch.bool, torch.int64])
+def test_tensor_split_at_a_tensor_of_indices_read_at_run_time(dtype: torch.dtype) -> None:
+    x = torch.arange(5 * 6 * 7).reshape(5, 6, 7).to(dtype)
+    program = assert_exports_and_matches(Call(lambda t, i: torch.tensor_split(t, i, 1)), (x, torch.tensor([1, 4, 5])))
+    # other split points, out of order, negative and past the end: eager's slices (empty ones included)
+    for indices in ([0, 6, 2], [-1, 3, 9], [-7, -2, 2], [6, 6, 6]):
+        results = program.verify(x, torch.tensor(indices))
+        assert all(result.passed for result in results), [str(result) for result in results]
+    assert_exports_and_matches(Call(lambda t, i: torch.tensor_split(t, i)), (x, torch.tensor([], dtype=torch.long)))
+
+
+def test_tensor_split_into_a_tensor_number_of_sections_names_the_op_and_the_way_out() -> None:
+    with pytest.raises(CaptureError) as raised:
+        fx2onnx.export(Call(lambda t, n: torch.tensor_split(t, n)), (torch.ones(5, 3), torch.tensor(2)))
+    message = str(raised.value)
+    assert "aten::tensor_split.tensor_indices_or_sections" in message and "fixed number of outputs" in message
+    assert "test_data_dependent_ops.py" in message and "Python int" in message
+
+
+def _ctc(**options: object) -> Call:
+    return Call(lambda lp, t, il, tl: torch.nn.functional.ctc_loss(lp, t, il, tl, **options))
+
+
+def _log_probs(steps: int, batch: int, classes: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(steps, batch, classes, generator=generator, dtype=dtype).mul(3).log_softmax(2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_padded_targets(dtype: torch.dtype, reduction: str, zero_infinity: bool) -> None:
+    """Sequences of every kind: full length, shorter input, an impossible alignment (inf), empty target and empty
+    input, repeated labels (no skip between equal labels), a label of probability 0 (-inf log-probability)."""
+    log_probs = _log_probs(12, 6, 5, dtype)
+    log_probs[:, 5, 3] = -math.inf
+    targets = torch.tensor([[1, 2, 2, 3, 4], [4, 4, 4, 1, 1], [1, 2, 3, 4, 1], [2, 3, 1, 1, 1], [3, 3, 1, 2, 4]] * 2)[
+        :6
+    ]
+    targets[5] = torch.tensor([3, 1, 1, 2, 2])
+    input_lengths = torch.tensor([12, 7, 3, 0, 12, 9])
+    target_lengths = torch.tensor([5, 5, 4, 0, 0, 2])
+    loss = _ctc(reduction=reduction, zero_infinity=zero_infinity)
+    program = assert_exports_and_matches(loss, (log_probs, targets, input_lengths, target_lengths))
+    # other lengths at run time, int32 as eager accepts
+    other = (log_probs, targets, torch.tensor([1, 12, 11, 4, 6, 12]), torch.tensor([1, 2, 5, 2, 5, 0]))
+    results = program.verify(*other)
+    assert all(result.passed for result in results), [str(result) for result in results]
+    blank_last = Call(
+        lambda lp, t: torch.nn.functional.ctc_loss(lp, t, [12, 10, 12, 1, 12, 5], [5, 3, 4, 1, 0, 2], blank=4)
+    )
+    assert_exports_and_matches(blank_last, (log_probs, targets.clamp(max=3)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ctc_loss_concatenated_and_unbatched_targets(dtype: torch.dtype) -> None:
+    log_probs = _log_probs(9, 3, 4, dtype, seed=1)
+    concatenated = torch.tensor([1, 2, 3, 3, 1, 2], dtype=torch.int32)  # lengths 3, 0, 3
+    lengths = (torch.tensor([9, 4, 6], dtype=torch.int32), torch.tensor([3, 0, 3], dtype=torch.int32))
+    assert_exports_and_matches(_ctc(reduction="none"), (log_probs, concatenated, *lengths))
+    assert_exports_and_matches(_ctc(reduction="mean"), (log_probs[:, 0], concatenated[:3], *(t[0] for t in lengths)))
+    # no labels at all (one state, the blank): padded (3, 0) and concatenated (0,) targets
+    no_lengths = (torch.tensor([9, 1, 0]), torch.tensor([0, 0, 0]))
+    assert_exports_and_matches(_ctc(reduction="none"), (log_probs, torch.zeros(3, 0, dtype=torch.long), *no_lengths))
+    assert_exports_and_matches(_ctc(reduction="sum"), (log_probs, torch.zeros(0, dtype=torch.long), *no_lengths))
+
+
+@pytest.mark.filterwarnings("ignore:dynamic_shapes asked for more")
+def test_ctc_loss_with_dynamic_time_and_batch() -> None:
+    steps, batch = torch.export.Dim("steps", min=2, max=100), torch.export.Dim("batch", min=2, max=64)
+    targets = torch.tensor([[1, 2, 3, 4, 5], [5, 5, 1, 2, 3], [2, 2, 2, 2, 2], [1, 3, 1, 3, 1]])
+    args = (_log_probs(12, 4, 6, torch.float32), targets, torch.tensor([12, 10, 3, 1]), torch.tensor([5, 2, 4, 0]))
+    dynamic = (({0: steps, 1: batch}, {0: batch}, {0: batch}, {0: batch}),)
+    program = assert_exports_and_matches(_ctc(reduction="none"), args, dynamic_shapes=dynamic)
+    longer = _log_probs(30, 3, 6, torch.float32, seed=2)
+    results = program.verify(longer, targets[:3], torch.tensor([30, 17, 5]), torch.tensor([5, 3, 1]))
+    assert all(result.passed for result in results), [str(result) for result in results]
+
+
+class SparseMatmulReduce(torch.nn.Module):
+    def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        return torch.sparse.mm(sparse, dense, "amax")
+
+
+class MatmulReduceOnCsrParts(torch.nn.Module):
+    """The way out the error gives: a CSR matrix's parts as three inputs, the reduce written with index ops."""
+
+    def __init__(self, reduce: str) -> None:
+        super().__init__()
+        self.reduce = reduce
+
+    def forward(self, crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        rows = torch.repeat_interleave(torch.arange(crow.numel() - 1), crow.diff(), output_size=col.numel())
+        terms = values.unsqueeze(1) * dense[col]
+        out = torch.zeros(crow.numel() - 1, dense.shape[1], dtype=dense.dtype)
+        if self.reduce == "sum":
+            return out.index_add(0, rows, terms)
+        return out.index_reduce(0, rows, terms, self.reduce, include_self=False)
+
+
+def _csr() -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sparse CSR support is in beta
+        return torch.tensor([[0.0, 2, 0], [1, 0, -3], [0, 0, 0], [4, 5, 6]]).to_sparse_csr()
+
+
+def test_a_sparse_input_is_refused_naming_it_the_op_and_the_way_out() -> None:
+    with pytest.raises(CaptureError) as raised:
+        fx2onnx.export(SparseMatmulReduce(), (_csr(), torch.randn(3, 2)))
+    message = str(raised.value)
+    assert "input `sparse` is a sparse tensor (torch.sparse_csr" in message and "aten::_sparse_mm.reduce" in message
+    assert 'torch.sparse.mm(sparse, dense, "amax")' in message and "crow_indices()" in message
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+def test_sparse_matmul_reduce_on_csr_parts_matches_eager(reduce: str) -> None:
+    matrix, dense = _csr(), torch.randn(3, 2, generator=torch.Generator().manual_seed(3))
+    parts = (matrix.crow_indices().clone(), matrix.col_indices().clone(), matrix.values().clone(), dense)
+    program = assert_exports_and_matches(MatmulReduceOnCsrParts(reduce), parts)
+    (result,) = program(*parts)
+    torch.testing.assert_close(result, torch.sparse.mm(matrix, dense, reduce), rtol=1e-6, atol=1e-6)
