@@ -292,12 +292,22 @@ def import_timm() -> ModuleType:
     return timm
 
 
+def _without_zero_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """Weights a fresh model holds at all zeros are drawn at random (torchvision's ViT initializes its classifier
+    to zeros: its logits would be the zero bias whatever the backbone computed, and no comparison would see it)."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2 and not parameter.any():
+                parameter.normal_(0.0, 0.02)
+    return model
+
+
 def _torchvision(name: str) -> Callable[[], torch.nn.Module]:
-    return lambda: getattr(import_torchvision().models, name)(weights=None)
+    return lambda: _without_zero_weights(getattr(import_torchvision().models, name)(weights=None))
 
 
 def _timm(name: str) -> Callable[[], torch.nn.Module]:
-    return lambda: import_timm().create_model(name, pretrained=False)
+    return lambda: _without_zero_weights(import_timm().create_model(name, pretrained=False))
 
 
 def group_available(group: str) -> str | None:
