@@ -439,7 +439,7 @@ def ratios_table(all_figures: list[ModelFigures]) -> str:
         f"| after torch.export / torch.export (target <= {TARGET_AFTER_TORCH_EXPORT:.0%}) "
         f"| save / dd conv=fsync (target <= {TARGET_SAVE_VS_DD}x) | save / dd | peak RSS "
         f"| ORT latency (target <= {TARGET_LATENCY}x) | max abs diff of outputs "
-        "| max abs diff from eager: fx2onnx, torch.onnx | load average |",
+        "| max abs diff from eager: torch.onnx, fx2onnx | load average |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for f in all_figures:
