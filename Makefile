@@ -29,6 +29,15 @@ $(TORCHVISION_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps --target $(TORCHVISION_DIR) torchvision==0.28.0 pillow==11.3.0
 	touch $(TORCHVISION_STAMP)
 
+# timm for the benchmark's timm models (benchmarks/models.py), the same way: pinned, without its dependencies (torch,
+# torchvision, huggingface_hub, safetensors and pyyaml are already there), in a folder of its own.
+TIMM_DIR := $(VENV)/timm
+TIMM_STAMP := $(TIMM_DIR)/.installed
+
+$(TIMM_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(TIMM_DIR) timm==1.0.31
+	touch $(TIMM_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/fx2onnx demo
 
@@ -61,5 +70,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/export_speed.py
+# Every benchmark model (groups torch.nn, transformers, torchvision, timm), 3 runs each; BENCH_ARGS adds options,
+# e.g. `make bench BENCH_ARGS="--models torchvision --runs 1"` (benchmarks/README.md).
+BENCH_ARGS ?=
+
+bench: $(STAMP) $(TORCHVISION_STAMP) $(TIMM_STAMP)
+	$(BIN)/python benchmarks/export_speed.py $(BENCH_ARGS)

@@ -205,6 +205,8 @@ class ModelFigures:
     max_output_difference: float
     load_average: tuple[float, float]  # 1-minute load average when the model's runs began and ended
     failures: dict[str, str] = dataclasses.field(default_factory=dict)  # exporter -> why it failed
+    # exporter -> largest absolute difference of its ONNX Runtime outputs from eager's (same inputs)
+    eager_difference: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def median(self, exporter: str, key: str) -> float:
         return statistics.median(run[key] for run in self.runs[exporter])
@@ -235,7 +237,10 @@ def run_export(exporter: str, model_name: str, folder: str, index: int, timeout:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     result_path = os.path.join(folder, f"{tag}-{index}.json")
     command = [sys.executable, __file__, "--worker", exporter, model_name, path, result_path]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise RuntimeError(f"{exporter} timed out on {model_name} after {timeout:.0f} s") from error
     if completed.returncode != 0:
         raise RuntimeError(f"{exporter} failed on {model_name}:\n{completed.stderr[-4000:]}")
     result = json.loads(Path(result_path).read_text())
@@ -243,12 +248,36 @@ def run_export(exporter: str, model_name: str, folder: str, index: int, timeout:
     return result
 
 
-def measure_latency(paths: dict[str, str], model_name: str, iterations: int, threads: int) -> tuple[dict, float]:
+def measure_latency(
+    paths: dict[str, str], model_name: str, iterations: int, threads: int
+) -> tuple[dict[str, float], float]:
     """ONNX Runtime CPU latency (median ms) of each model: same inputs, same options, interleaved runs.
 
     Also the largest difference between the first model's outputs and each other's.
     """
+    latency, outputs = _latency_and_outputs(paths, model_name, iterations, threads)
+    first, *others = outputs.values()
+    return latency, _max_difference(first, [array for other in others for array in other], len(others))
+
+
+def _max_difference(expected: list[Any], actual: list[Any], copies: int = 1) -> float:
+    """The largest absolute difference between `expected` and `actual` (`copies` lists of its length, end to end)."""
     import numpy as np
+
+    count = len(expected)
+    if len(actual) != count * copies:
+        return float("inf")
+    differences = [
+        float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max(initial=0.0))
+        for index, b in enumerate(actual)
+        for a in [expected[index % count]]
+    ]
+    return max(differences, default=float("nan"))
+
+
+def _latency_and_outputs(
+    paths: dict[str, str], model_name: str, iterations: int, threads: int
+) -> tuple[dict[str, float], dict[str, list[Any]]]:
     import onnxruntime
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -272,10 +301,24 @@ def measure_latency(paths: dict[str, str], model_name: str, iterations: int, thr
             start = time.perf_counter()
             session.run(None, feeds[label])
             times[label].append(time.perf_counter() - start)
-    first, *others = outputs.values()
-    differences = [float(np.abs(a.astype(np.float64) - b).max()) for other in others for a, b in zip(first, other)]
-    difference = max(differences, default=float("nan"))
-    return {label: statistics.median(t) * 1000 for label, t in times.items()}, difference
+    return {label: statistics.median(t) * 1000 for label, t in times.items()}, outputs
+
+
+def eager_outputs(model_name: str) -> list[Any]:
+    """The model's eager outputs (its tensors, flattened as torch.export flattens them), as numpy arrays."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from models import MODELS
+
+    spec = MODELS[model_name]
+    model, inputs = spec.build(), spec.inputs()
+    args = [item for item in inputs if not isinstance(item, dict)]
+    kwargs = next((item for item in inputs if isinstance(item, dict)), {})
+    with torch.no_grad():
+        result = model(*args, **kwargs)
+    return [leaf.numpy() for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
 
 
 class Progress:
@@ -334,13 +377,19 @@ def benchmark(
                 if index < runs - 1:
                     _remove_saved(result["path"])
         paths = {e: results[e][-1]["path"] for e in EXPORTERS if e not in failures}
-        latency, difference = measure_latency(paths, model_name, iterations, threads)
+        latency, outputs = _latency_and_outputs(paths, model_name, iterations, threads)
+        expected = eager_outputs(model_name)
+        from_eager = {exporter: _max_difference(expected, arrays) for exporter, arrays in outputs.items()}
+        first, *others = outputs.values()
+        difference = _max_difference(first, [array for other in others for array in other], len(others))
         progress.step(
             f"{model_name} ORT latency ms: "
             + ", ".join(f"{exporter} {latency[exporter]:.2f}" for exporter in paths)
-            + f" (max abs diff {difference:.2g})"
+            + f" (max abs diff {difference:.2g}; from eager: "
+            + ", ".join(f"{exporter} {value:.2g}" for exporter, value in from_eager.items())
+            + ")"
         )
-    return ModelFigures(model_name, results, latency, difference, (load_at_start, _load()), failures)
+    return ModelFigures(model_name, results, latency, difference, (load_at_start, _load()), failures, from_eager)
 
 
 def _failure_summary(message: str) -> str:
@@ -389,8 +438,9 @@ def ratios_table(all_figures: list[ModelFigures]) -> str:
         f"| model | export | save | export+save (target <= {TARGET_EXPORT_SAVE}x) "
         f"| after torch.export / torch.export (target <= {TARGET_AFTER_TORCH_EXPORT:.0%}) "
         f"| save / dd conv=fsync (target <= {TARGET_SAVE_VS_DD}x) | save / dd | peak RSS "
-        f"| ORT latency (target <= {TARGET_LATENCY}x) | max abs diff of outputs | load average |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| ORT latency (target <= {TARGET_LATENCY}x) | max abs diff of outputs "
+        "| max abs diff from eager: torch.onnx, fx2onnx | load average |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for f in all_figures:
         if f.failures:
@@ -398,7 +448,7 @@ def ratios_table(all_figures: list[ModelFigures]) -> str:
             rows.append(
                 f"| {f.name} | {failed} | | | {_mark(f.after_torch_export(), TARGET_AFTER_TORCH_EXPORT, '%')} "
                 f"| {_mark(f.save_vs_dd(), TARGET_SAVE_VS_DD, 'x')} | {f.save_vs_dd('dd'):.2f}x | | | "
-                f"| {f.load_average[0]:.1f}-{f.load_average[1]:.1f} |"
+                f"| {_from_eager(f)} | {f.load_average[0]:.1f}-{f.load_average[1]:.1f} |"
             )
             continue
 
@@ -412,9 +462,14 @@ def ratios_table(all_figures: list[ModelFigures]) -> str:
             f"| {_mark(f.after_torch_export(), TARGET_AFTER_TORCH_EXPORT, '%')} "
             f"| {_mark(f.save_vs_dd(), TARGET_SAVE_VS_DD, 'x')} | {f.save_vs_dd('dd'):.2f}x "
             f"| {ratio('peak_rss_mb'):.2f}x | {_mark(latency, TARGET_LATENCY, 'x')} | {f.max_output_difference:.2g} "
-            f"| {f.load_average[0]:.1f}-{f.load_average[1]:.1f} |"
+            f"| {_from_eager(f)} | {f.load_average[0]:.1f}-{f.load_average[1]:.1f} |"
         )
     return "\n".join(rows)
+
+
+def _from_eager(figures: ModelFigures) -> str:
+    """Each exporter's largest output difference from eager (older --json files have none)."""
+    return ", ".join(f"{figures.eager_difference[e]:.2g}" for e in EXPORTERS if e in figures.eager_difference)
 
 
 def _mark(value: float, target: float, unit: str) -> str:
@@ -480,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         worker(*argv[1:5])
         return 0
     sys.path.insert(0, str(Path(__file__).parent))
-    from models import MODELS
+    from models import MODELS, group_available
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     groups = sorted({spec.group for spec in MODELS.values()})
@@ -505,6 +560,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {list(MODELS)}")
+    unavailable = {group: group_available(group) for group in {MODELS[name].group for name in names}}
+    for group, reason in unavailable.items():
+        if reason is not None:  # e.g. torchvision or timm not installed: their models are left out, said so
+            print(f"skipping the {group} models: {reason}", file=sys.stderr)
+            names = [name for name in names if MODELS[name].group != group]
     runs = options.runs or (1 if options.quick else 3)
     iterations = options.iterations or (5 if options.quick else 30)
 
@@ -520,13 +580,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     progress = Progress(len(names) * (2 * runs + 1))
     all_figures = []
+    failed: dict[str, str] = {}  # model -> fx2onnx's error: the other models still run, the failure is reported
     for name in names:
         print(f"{name}: {MODELS[name].description}", file=sys.stderr, flush=True)
-        all_figures.append(benchmark(name, runs, iterations, options.threads, options.timeout, progress))
+        try:
+            all_figures.append(benchmark(name, runs, iterations, options.threads, options.timeout, progress))
+        except RuntimeError as error:
+            failed[name] = str(error)
+            print(f"{name} FAILED in fx2onnx:\n{error}", file=sys.stderr, flush=True)
+            continue
         if options.json:  # after each model, so that a failure later keeps what was measured
             Path(options.json).write_text(json.dumps([dataclasses.asdict(f) for f in all_figures], indent=1))
     print_tables(all_figures, _environment(runs, iterations, options.threads))
-    return 0
+    for name, error in failed.items():
+        print(f"\n{name}: fx2onnx failed: {_failure_summary(error)}")
+    return 1 if failed else 0
 
 
 def print_tables(all_figures: list[ModelFigures], environment: str) -> None:

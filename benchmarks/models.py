@@ -7,7 +7,12 @@ processes (one per exporter) build the same weights and the same inputs.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -235,76 +240,88 @@ class ViT(torch.nn.Module):
 
 
 # --- transformers' models, built from their configs (random weights, nothing downloaded) -----------------
-# As a user would export them: the model class itself, no wrapper, no KV cache; keyword inputs (a dict last in
-# `args`, which both exporters read as keyword arguments) where the model's positional order is not the inputs'.
+# fx2onnx.examples' builder at its "benchmark" size, which the tests use at its "small" one. As a user would export
+# them: the model class itself, no wrapper, no KV cache; keyword inputs (a dict last in `args`, which both exporters
+# read as keyword arguments) where the model's positional order is not the inputs'.
 
 
-def _hf_gpt2() -> torch.nn.Module:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return GPT2LMHeadModel(GPT2Config(use_cache=False))  # GPT-2-small: 12 layers, width 768, vocab 50257
+def _hf_model(family: str) -> Callable[[], torch.nn.Module]:
+    return lambda: examples.transformers_model(family, "benchmark")
 
 
-def _hf_llama() -> torch.nn.Module:
-    from transformers import LlamaConfig as HFLlamaConfig
-    from transformers import LlamaForCausalLM
+def _hf_inputs(family: str) -> Callable[[], tuple[torch.Tensor | dict[str, torch.Tensor], ...]]:
+    def inputs() -> tuple[torch.Tensor | dict[str, torch.Tensor], ...]:
+        args, kwargs = examples.transformers_inputs(family, "benchmark")
+        return (*args, kwargs) if kwargs else args
 
-    config = HFLlamaConfig(
-        vocab_size=32000,
-        hidden_size=1024,
-        intermediate_size=2816,
-        num_hidden_layers=8,
-        num_attention_heads=16,
-        num_key_value_heads=4,
-        use_cache=False,
-    )
-    return LlamaForCausalLM(config)
+    return inputs
 
 
-def _hf_bert() -> torch.nn.Module:
-    from transformers import BertConfig, BertModel
-
-    return BertModel(BertConfig())  # BERT-base: 12 layers, width 768, vocab 30522
-
-
-def _hf_whisper() -> torch.nn.Module:
-    from transformers import WhisperConfig, WhisperForConditionalGeneration
-
-    config = WhisperConfig(  # openai/whisper-tiny's sizes
-        d_model=384,
-        encoder_layers=4,
-        decoder_layers=4,
-        encoder_attention_heads=6,
-        decoder_attention_heads=6,
-        encoder_ffn_dim=1536,
-        decoder_ffn_dim=1536,
-        num_mel_bins=80,
-        vocab_size=51865,
-        use_cache=False,
-    )
-    return WhisperForConditionalGeneration(config)
+# --- torchvision's and timm's image classifiers (random weights) ------------------------------------------
+# Neither is a dependency of fx2onnx: `make bench` installs each, without its dependencies (which would replace
+# torch), into a folder of its own beside the venv's site-packages (see the Makefile); FX2ONNX_TORCHVISION_DIR and
+# FX2ONNX_TIMM_DIR name other folders. PyPI's torchvision needs the CPU-op shim the detection tests use.
+_REPOSITORY = Path(__file__).resolve().parent.parent
 
 
-def _hf_t5() -> torch.nn.Module:
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    config = T5Config(  # t5-small's sizes
-        vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8
-    )
-    config.use_cache = False
-    return T5ForConditionalGeneration(config)
+def _extra_package_folder(variable: str, default: str) -> Path:
+    return Path(os.environ.get(variable, Path(sys.prefix) / default))
 
 
-def _whisper_inputs() -> tuple[torch.Tensor | dict[str, torch.Tensor], ...]:
-    generator = torch.Generator().manual_seed(1)
-    features = torch.randn(1, 80, 3000, generator=generator)  # 30 s of log-mel frames, as Whisper requires
-    return (features, {"decoder_input_ids": torch.randint(0, 51865, (1, 32), generator=generator)})
+def import_torchvision() -> ModuleType:
+    """torchvision, made importable beside the CPU torch by tests/torchvision_cpu_ops.py."""
+    if "torchvision_cpu_ops" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "torchvision_cpu_ops", _REPOSITORY / "tests" / "torchvision_cpu_ops.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["torchvision_cpu_ops"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["torchvision_cpu_ops"].import_torchvision()
 
 
-def _t5_inputs() -> tuple[torch.Tensor | dict[str, torch.Tensor], ...]:
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, 32128, (1, 128), generator=generator)
-    return (ids, {"decoder_input_ids": torch.randint(0, 32128, (1, 32), generator=generator)})
+def import_timm() -> ModuleType:
+    """timm, from the folder `make bench` installs it into (it imports torchvision: that first)."""
+    import_torchvision()
+    folder = _extra_package_folder("FX2ONNX_TIMM_DIR", "timm")
+    if folder.is_dir() and str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    import timm
+
+    return timm
+
+
+def _without_zero_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """Weights a fresh model holds at all zeros are drawn at random (torchvision's ViT initializes its classifier
+    to zeros: its logits would be the zero bias whatever the backbone computed, and no comparison would see it)."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2 and not parameter.any():
+                parameter.normal_(0.0, 0.02)
+    return model
+
+
+def _torchvision(name: str) -> Callable[[], torch.nn.Module]:
+    return lambda: _without_zero_weights(getattr(import_torchvision().models, name)(weights=None))
+
+
+def _timm(name: str) -> Callable[[], torch.nn.Module]:
+    return lambda: _without_zero_weights(import_timm().create_model(name, pretrained=False))
+
+
+def group_available(group: str) -> str | None:
+    """Why a group's models cannot be built here (None when they can)."""
+    try:
+        if group == "torchvision":
+            import_torchvision()
+        elif group == "timm":
+            import_timm()
+        elif group == "transformers":
+            import transformers  # noqa: F401
+    except ImportError as error:
+        return f"{group} does not import ({error}); `make bench` installs it"
+    return None
 
 
 # --- the registry of benchmark models --------------------------------------------------------------------
@@ -343,6 +360,21 @@ def _images(size: int, batch: int = 1) -> Callable[[], tuple[torch.Tensor, ...]]
     return lambda: (torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1)),)
 
 
+# (name, image size, description) of the image classifiers, at their usual 224x224 inputs.
+TORCHVISION_MODELS = (
+    ("resnet50", 224, "1x3x224x224"),
+    ("mobilenet_v3_large", 224, "1x3x224x224"),
+    ("efficientnet_b0", 224, "1x3x224x224"),
+    ("convnext_tiny", 224, "1x3x224x224"),
+    ("vit_b_16", 224, "1x3x224x224"),
+    ("swin_t", 224, "1x3x224x224"),
+)
+TIMM_MODELS = (
+    ("vit_small_patch16_224", 224, "ViT-S/16, 1x3x224x224"),
+    ("convnext_tiny", 224, "ConvNeXt-T, 1x3x224x224"),
+    ("efficientnet_b0", 224, "EfficientNet-B0, 1x3x224x224"),
+)
+
 MODELS: dict[str, BenchModel] = {
     model.name: model
     for model in (
@@ -374,44 +406,62 @@ MODELS: dict[str, BenchModel] = {
         BenchModel(
             "hf-gpt2",
             "transformers GPT2LMHeadModel, GPT2Config() (GPT-2-small: 12 layers, width 768), 1x128 tokens",
-            _seeded(_hf_gpt2),
-            _ids(50257),
+            _seeded(_hf_model("gpt2")),
+            _hf_inputs("gpt2"),
             "transformers",
         ),
         BenchModel(
             "hf-llama",
             "transformers LlamaForCausalLM, 8 layers, hidden 1024, 16 heads / 4 KV heads, vocab 32000, 1x128 tokens",
-            _seeded(_hf_llama),
-            _ids(32000),
+            _seeded(_hf_model("llama")),
+            _hf_inputs("llama"),
             "transformers",
         ),
         BenchModel(
             "hf-bert",
             "transformers BertModel, BertConfig() (BERT-base: 12 layers, width 768), 1x128 tokens",
-            _seeded(_hf_bert),
-            _ids(30522),
+            _seeded(_hf_model("bert")),
+            _hf_inputs("bert"),
             "transformers",
         ),
         BenchModel(
             "hf-whisper",
             "transformers WhisperForConditionalGeneration, whisper-tiny's sizes (d_model 384, 4+4 layers), "
             "1x80x3000 features, 1x32 decoder tokens",
-            _seeded(_hf_whisper),
-            _whisper_inputs,
+            _seeded(_hf_model("whisper")),
+            _hf_inputs("whisper"),
             "transformers",
         ),
         BenchModel(
             "hf-t5",
             "transformers T5ForConditionalGeneration, t5-small's sizes (d_model 512, 6+6 layers), 1x128 tokens, "
             "1x32 decoder tokens",
-            _seeded(_hf_t5),
-            _t5_inputs,
+            _seeded(_hf_model("t5")),
+            _hf_inputs("t5"),
             "transformers",
+        ),
+        *(
+            BenchModel(
+                f"tv-{name}",
+                f"torchvision.models.{name}(weights=None), {description}",
+                _seeded(_torchvision(name)),
+                _images(size),
+                "torchvision",
+            )
+            for name, size, description in TORCHVISION_MODELS
+        ),
+        *(
+            BenchModel(
+                f"timm-{name}",
+                f"timm.create_model({name!r}), {description}",
+                _seeded(_timm(name)),
+                _images(size),
+                "timm",
+            )
+            for name, size, description in TIMM_MODELS
         ),
     )
 }
-# torchvision and timm models would be a third group; torchvision's PyPI wheels do not import beside the
-# machine's CPU torch build, and timm is not installed, so there are none.
 
 
 def flat_inputs(inputs: tuple[torch.Tensor | dict[str, torch.Tensor], ...]) -> list[torch.Tensor]:

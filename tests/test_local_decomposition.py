@@ -129,6 +129,27 @@ def test_a_write_seen_through_a_view_takes_full_decomposition() -> None:
     assert "writes into `mul`, of which `view` took a view before" in record.reason
 
 
+class InPlaceDropoutHead(torch.nn.Module):
+    """torchvision's classifier heads (EfficientNet, MobileNetV3): pooled, flattened (a view), in-place dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.classifier = torch.nn.Sequential(torch.nn.Dropout(0.2, inplace=True), torch.nn.Linear(3, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.pool(x), 1))
+
+
+def test_in_place_dropout_in_eval_mode_is_dropped_without_full_decomposition() -> None:
+    """With train=False it writes nothing: that the tensor it names is a view of another changes nothing."""
+    program = assert_exports_and_matches(InPlaceDropoutHead(), (torch.randn(2, 3, 5, 5),))
+    record = program.report.decomposition
+    assert record.strategy == "local", record.describe()
+    assert [target for _, target in record.functionalized] == ["aten::dropout_"]
+    assert record.nodes == []
+
+
 class CountsCalls(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

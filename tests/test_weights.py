@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import fx2onnx
-from fx2onnx import _weights
+from fx2onnx import _weights, examples
 from fx2onnx._verification import compare, cpu_session, to_torch
 from fx2onnx._verification import to_ortvalue as _to_ortvalue
 from fx2onnx._weights import WeightsError
@@ -27,27 +27,13 @@ warnings.filterwarnings("ignore", module="transformers")
 
 
 def llama_config(**overrides: object) -> transformers.LlamaConfig:
-    values = dict(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=160,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-    )
-    values.update(overrides)
-    return transformers.LlamaConfig(**values)
+    """fx2onnx.examples' small LLaMA (vocab 512, 2 layers of width 64, tied embeddings), with `overrides`."""
+    return examples.transformers_config("llama", **overrides)
 
 
 def build(config: transformers.LlamaConfig, dtype: torch.dtype, *, meta: bool, seed: int = 0) -> torch.nn.Module:
     """The same constructor for both: eagerly (random weights from `seed`) or on the meta device."""
-    torch.manual_seed(seed)
-    if meta:
-        with torch.device("meta"):
-            return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
-    return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    return examples.transformers_model("llama", config=config, dtype=dtype, meta=meta, seed=seed)
 
 
 def to_ortvalue(tensor: torch.Tensor) -> object:

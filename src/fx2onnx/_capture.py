@@ -226,6 +226,16 @@ class NeedsFullDecomposition(Exception):
 
 # In-place ops that change a tensor's autograd metadata only, never its values: dropped by local functionalization.
 _METADATA_ONLY_IN_PLACE = frozenset({torch.ops.aten.detach_.default, torch.ops.aten.requires_grad_.default})
+# In-place dropouts: with train=False (a model in eval mode, `nn.Dropout(inplace=True)` as torchvision's classifier
+# heads have) they write nothing, so they are dropped whatever the tensor they name may share memory with.
+_IN_PLACE_DROPOUTS = frozenset(
+    {
+        torch.ops.aten.dropout_.default,
+        torch.ops.aten.feature_dropout_.default,
+        torch.ops.aten.alpha_dropout_.default,
+        torch.ops.aten.feature_alpha_dropout_.default,
+    }
+)
 
 # Node metadata that says where a node came from: decompositions' nodes inherit it from the node they replace, so
 # errors, the report and the ONNX model's metadata point at the user's line.
@@ -368,7 +378,7 @@ def _functionalize_in_place(
     target = node.target
     assert isinstance(target, torch._ops.OpOverload)
     where = f"`{node.name}` ({qualified_name(target)})"
-    if target in _METADATA_ONLY_IN_PLACE:
+    if target in _METADATA_ONLY_IN_PLACE or (target in _IN_PLACE_DROPOUTS and _dropout_train(node) is False):
         node.replace_all_uses_with(node.args[0])
         graph.erase_node(node)
         return None
@@ -405,6 +415,11 @@ def _functionalize_in_place(
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
     return replacement
+
+
+def _dropout_train(node: torch.fx.Node) -> object:
+    """The `train` argument of an in-place dropout node (a bool, or a node where it is computed)."""
+    return node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
 
 
 def _splice_decomposition(
