@@ -537,6 +537,86 @@ def eager_disagreements(program: Program) -> list[torch.Tensor]:
     return masks
 
 
+# --- rounding of the inexact ops --------------------------------------------------------------------------------
+# Eager's and ONNX Runtime's float kernels are accurate to an ulp or two, not rounded alike (ONNX Runtime's float32
+# Tanh is 1.7 ulp off at -6 where eager's is 0.1). A program whose output is ill-conditioned in an inexact step's
+# result then differs beyond the tolerance though no lowering is wrong: log1p(tanh(-6)), where one ulp of tanh is
+# 0.5% of log1p's result (seeds 22509, 30586). A position whose difference from eager is within what moving every
+# inexact step's float result by ULP_ENVELOPE ulps (all up, or all down) does to eager's own output is such
+# rounding: it passes, and is counted apart. A difference larger than that envelope is still a mismatch.
+ULP_ENVELOPE = 2
+
+
+def _nudged(result: torch.Tensor, direction: float) -> torch.Tensor:
+    towards = torch.full_like(result, direction)
+    for _ in range(ULP_ENVELOPE):
+        result = (
+            torch.nextafter(result.float(), towards.float()).to(result.dtype)
+            if result.dtype
+            in (
+                torch.float16,
+                torch.bfloat16,
+            )
+            else torch.nextafter(result, towards)
+        )
+    return result
+
+
+def run_eager_nudged(program: Program, direction: float) -> list[torch.Tensor]:
+    """The program's outputs with every inexact step's float result moved ULP_ENVELOPE ulps towards `direction`."""
+    values = list(program.inputs)
+    for step in program.steps:
+        result = _evaluate(step.expression, [values[i] for i in step.operands])
+        inexact = OPS_BY_NAME[step.op].inexact
+        if inexact and isinstance(result, torch.Tensor) and result.dtype.is_floating_point and result.numel():
+            result = _nudged(result, direction)
+        values.append(result)
+    return [values[i] for i in program.outputs]
+
+
+def rounding_envelopes(program: Program) -> list[torch.Tensor | None]:
+    """Per float output, how far eager's result moves (at most, element by element, in float64) when every inexact
+    step's result is moved ULP_ENVELOPE ulps; None for an output that is not float or that no nudge reaches."""
+    base = run_eager(program)
+    nudged = [_quietly(lambda d=d: run_eager_nudged(program, d)) for d in (math.inf, -math.inf)]
+    envelopes: list[torch.Tensor | None] = []
+    for n, value in enumerate(base):
+        if not value.dtype.is_floating_point:
+            envelopes.append(None)
+            continue
+        spread = torch.zeros(value.shape, dtype=torch.float64)
+        for run in nudged:
+            other = run[n]
+            if other.shape == value.shape and other.dtype == value.dtype:
+                moved = (other.double() - value.double()).abs()
+                spread = torch.maximum(spread, torch.where(moved.isfinite(), moved, 0.0))
+        envelopes.append(spread)
+    return envelopes
+
+
+def within_envelopes(
+    expected: Sequence[torch.Tensor],
+    actual: Sequence[torch.Tensor],
+    excluded: Sequence[torch.Tensor],
+    envelopes: Sequence[torch.Tensor | None],
+) -> tuple[bool, int]:
+    """Whether every position passes by verify's criterion, or is left out, or differs from eager by no more than
+    its rounding envelope (both finite); and how many positions passed by the envelope only."""
+    rounding = 0
+    for e, a, mask, envelope in zip(expected, actual, excluded, envelopes):
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return False, 0
+        good = agreeing(e, a) | mask
+        if envelope is not None:
+            finite = e.isfinite() & a.isfinite()
+            enveloped = finite & ((a.double() - e.double()).abs() <= envelope) & ~good
+            rounding += int(enveloped.sum())
+            good = good | enveloped
+        if not bool(good.all()):
+            return False, 0
+    return True, rounding
+
+
 def judge_outputs(
     expected: Sequence[torch.Tensor], actual: Sequence[torch.Tensor], excluded: Sequence[torch.Tensor]
 ) -> tuple[bool, str]:
@@ -651,6 +731,7 @@ class Outcome:
     kind: str  # one of CLASSES
     detail: str = ""
     excluded: int = 0  # positions not compared: eager disagrees with itself there (eager_disagreements)
+    rounding: int = 0  # positions passed by the rounding envelope only (rounding_envelopes)
 
     @property
     def signature(self) -> str:
@@ -713,15 +794,19 @@ def _without_eager_disagreements(program: Program, onnx_program: Any, mismatch: 
     positions left out) if every other position passes, else the mismatch."""
     excluded = _quietly(lambda: eager_disagreements(program))
     count = sum(int(mask.sum()) for mask in excluded)
-    if not count:
-        return mismatch
     expected = run_eager(program)
     actual = [a for a in _quietly(lambda: onnx_program(*program.inputs)) if a is not None]
     if len(actual) != len(expected):
         return mismatch
-    passed, detail = judge_outputs(expected, actual, excluded)
     note = f"{count} positions not compared (eager's vectorized and scalar loops disagree there)"
-    return Outcome(OK if passed else MISMATCH, f"{note}\n{detail}" if passed else f"{detail}\n({note})", count)
+    passed, detail = judge_outputs(expected, actual, excluded)
+    if passed:
+        return Outcome(OK, f"{note}\n{detail}", count)
+    enveloped, rounding = within_envelopes(expected, actual, excluded, _quietly(lambda: rounding_envelopes(program)))
+    if enveloped:
+        rounded = f"{rounding} positions within the rounding of inexact ops (+-{ULP_ENVELOPE} ulps of a step's result)"
+        return Outcome(OK, f"{rounded}; {note}\n{detail}", count, rounding)
+    return Outcome(MISMATCH, f"{detail}\n({note})" if count else mismatch.detail, count)
 
 
 def _same_failure(outcome: Outcome, reference: Outcome) -> bool:
@@ -840,6 +925,7 @@ class Finding:
             "program": self.program.source(),
             "detail": self.outcome.detail.strip()[:4000],
             "excluded": self.outcome.excluded,
+            "rounding": self.outcome.rounding,
         }
 
 
@@ -849,7 +935,7 @@ def fuzz_one(seed: int, *, minimize: bool = True) -> Finding | None:
     program = draw_program(seed)
     outcome = judge(program)
     if outcome.kind == OK:
-        return Finding(seed, outcome, program) if outcome.excluded else None
+        return Finding(seed, outcome, program) if outcome.excluded or outcome.rounding else None
     if minimize:
         program, outcome = shrink(program, outcome)
     return Finding(seed, outcome, program)
@@ -954,6 +1040,14 @@ def summary(records: Sequence[dict[str, Any]], programs: int | None = None) -> s
             + ", ".join(f"{seed} ({n})" for seed, n in excluded[:12])
             + (", ...)" if len(excluded) > 12 else ")")
         )
+    rounded = sorted((r["seed"], r["rounding"]) for r in records if r["kind"] == OK and r.get("rounding"))
+    if rounded:
+        lines.append(
+            f"  (of the ok: {len(rounded)} programs pass with {sum(n for _, n in rounded)} positions within the "
+            f"rounding of their inexact ops, +-{ULP_ENVELOPE} ulps: seeds "
+            + ", ".join(f"{seed} ({n})" for seed, n in rounded[:12])
+            + (", ...)" if len(rounded) > 12 else ")")
+        )
     by_cause: dict[str, list[int]] = {}
     for record in sorted(records, key=lambda r: r["seed"]):
         if record["kind"] != OK:
@@ -1003,7 +1097,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for n, record in enumerate(run_seeds(seeds, jobs=options.jobs, minimize=not options.no_shrink), 1):
             counts[record["kind"]] += 1
-            if record["kind"] != OK or record.get("excluded"):
+            if record["kind"] != OK or record.get("excluded") or record.get("rounding"):
                 findings.append(record)
                 print(
                     f"--- seed {record['seed']}: {record['cause']}\n{record['detail'][:600]}\n{record['program']}\n",
