@@ -17,6 +17,9 @@ session than with optimizations off; each such runtime defect is described, with
   (-0.0 + 0.0 is +0.0, as in eager: ``fmod(x, x) + 0`` then ``atan2`` gave -pi for pi, fuzz seed 1939). Such a
   node adding a scalar zero becomes ``Where(x == 0, +0.0, x)``, the same values, which nothing removes.
 
+- ``MatMulScaleFusion`` folds a constant scale after a MatMul into ``FusedMatMul``'s alpha, and the session then
+  refuses a non-finite alpha (``matmul(a, b) / 0``): a same-shape Reshape between the two keeps them apart.
+
 ONNX Runtime also refuses to create a session for a model with an integer ``Div``/``Mod`` by a constant holding a
 zero ("Integer modulo by zero", at kernel creation), where eager's ``empty_uint8 % 0`` is an empty tensor (and a
 non-empty one raises ZeroDivisionError). The zeros of such a constant divisor become ones: the model loads, and
@@ -40,6 +43,10 @@ def guard_fusions(model: ir.Model) -> int:
                 inserted += _separate_from_casts(graph, node)
             elif node.op_type in ("Div", "Mod") and node.domain in _STANDARD:
                 inserted += _without_zero_divisor(graph, node)
+                if node.op_type == "Div":
+                    inserted += _non_finite_scale_kept_apart(graph, node)
+            elif node.op_type == "Mul" and node.domain in _STANDARD:
+                inserted += _non_finite_scale_kept_apart(graph, node)
             elif node.op_type in ("Add", "Sub") and node.domain in _STANDARD:
                 inserted += _zero_addition_kept(graph, node)
             elif node.op_type == "Cast" and node.domain in _STANDARD and _cast_target(node) in _NARROW_FLOATS:
@@ -135,7 +142,36 @@ def _separate_from_casts(graph: ir.Graph | ir.Function, node: ir.Node, to: set[i
         for user, index in output.uses()
         if user.op_type == "Cast" and user.domain in _STANDARD and (to is None or _cast_target(user) in to)
     ]
-    if not casts:
+    return _guard_uses(graph, node, casts)
+
+
+def _non_finite_scale_kept_apart(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
+    """MatMul -> Div by a constant 0 or NaN, or Mul by a constant inf or NaN: MatMulScaleFusion folds the scale into
+    FusedMatMul's alpha, which must be finite, and the session refuses the model (fuzz seed 24189, a float64
+    `matmul(a, b) / False`). A same-shape Reshape between the two keeps the graph as it is."""
+    if len(node.inputs) != 2:
+        return 0
+    for position in (0, 1) if node.op_type == "Mul" else (0,):
+        product, constant = node.inputs[position], _constant_of(node.inputs[1 - position])
+        if product is None or constant is None or constant.size != 1 or constant.dtype.kind != "f":
+            continue
+        value = float(constant.reshape(()))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scale = value if node.op_type == "Mul" else 1.0 / value if value != 0 else np.inf
+        producer = product.producer()
+        if np.isfinite(scale) or producer is None or producer.op_type not in ("MatMul", "Gemm"):
+            continue
+        if producer.domain not in _STANDARD:
+            continue
+        return _guard_uses(graph, producer, [(node, position)])
+    return 0
+
+
+def _guard_uses(graph: ir.Graph | ir.Function, node: ir.Node, uses: list[tuple[ir.Node, int]]) -> int:
+    """Feed `uses` of `node`'s first output through a same-shape Reshape (a view in ONNX Runtime, no copy), which
+    no fusion looks through."""
+    output = node.outputs[0]
+    if not uses:
         return 0
     name = output.name or node.name or "matmul_integer"
     rank = output.shape.rank() if output.shape is not None else None
@@ -154,6 +190,6 @@ def _separate_from_casts(graph: ir.Graph | ir.Function, node: ir.Node, to: set[i
         if key in node.metadata_props:
             reshape.metadata_props[key] = node.metadata_props[key]
     graph.insert_after(node, [shape_node, reshape])
-    for user, index in casts:
+    for user, index in uses:
         user.replace_input_with(index, guarded)
     return 1
