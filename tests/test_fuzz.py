@@ -324,7 +324,7 @@ def test_records_do_not_depend_on_jobs() -> None:
 # Seeds whose output is ill-conditioned in an inexact step's result: log1p(tanh(-6)), where ONNX Runtime's float32
 # Tanh (1.7 ulp off) moves log1p's result by 8.5e-4 relative. They pass within the rounding envelope of their inexact
 # ops (+-2 ulps of each step's result), position by position.
-ROUNDING_ONLY = [22509, 30586]
+ROUNDING_ONLY = [22509, 30586, 34923]  # 34923: expm1(36) 2 ulps off, then sin and rsqrt: NaN where eager is 1.16
 
 
 @pytest.mark.parametrize("seed", ROUNDING_ONLY)
@@ -347,15 +347,17 @@ def test_rounding_envelope_hides_no_larger_error(seed: int) -> None:
     expected = fuzzing.run_eager(program)
     actual = fx2onnx.export(program.module(), tuple(program.inputs))(*program.inputs)
     excluded = [torch.zeros(e.shape, dtype=torch.bool) for e in expected]
-    envelopes = fuzzing.rounding_envelopes(program)
-    assert fuzzing.within_envelopes(expected, actual, excluded, envelopes)[0]
+    runs = fuzzing.nudged_runs(program)
+    assert fuzzing.within_envelopes(expected, actual, excluded, runs)[0]
     for n, value in enumerate(actual):
-        envelope = envelopes[n]
+        if not value.dtype.is_floating_point:
+            continue
+        finite = [r[n].double() for r in runs if r[n].shape == value.shape]
         for index in [tuple(i) for i in torch.ones_like(value, dtype=torch.bool).nonzero().tolist()]:
             eager = float(expected[n][index])
             if not math.isfinite(eager):
                 continue
+            reach = max([abs(float(r[index]) - eager) for r in finite if math.isfinite(float(r[index]))], default=0.0)
             wrong = [v.clone() for v in actual]
-            reach = float(envelope[index]) if envelope is not None else 0.0
             wrong[n][index] = eager + 2 * reach + 1e-3 * max(1.0, abs(eager))
-            assert not fuzzing.within_envelopes(expected, wrong, excluded, envelopes)[0], (n, index)
+            assert not fuzzing.within_envelopes(expected, wrong, excluded, runs)[0], (n, index)
