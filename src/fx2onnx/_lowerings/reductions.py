@@ -437,12 +437,37 @@ def mean_dim_float(
     return _mean(ctx, self, dim, keepdim, dtype)
 
 
+# Eager multiplies float16/bfloat16 elements one by one into an accumulator of their own dtype, each partial product
+# rounded (`[-1.75, 65504, 6.1e-05, -1.25].prod()` overflows to inf at the first step, where a float32 product is
+# 8.74: fuzz seed 32527). Up to this many elements along a static dim, the product is a chain of Muls in the
+# dtype (legalized as float32 Muls each rounded back), in eager's order; longer ones keep one float32 ReduceProd.
+_ROUNDED_PRODUCT_LENGTH = 16
+
+
+def _rounded_product(x: TReal, axis: int, keepdim: bool) -> TReal | None:
+    """The product along `axis` as eager's float16/bfloat16 loop rounds it, or None where it is not chained."""
+    if x.dtype not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return None
+    length = x.shape[axis]
+    if not isinstance(length, int) or not 1 <= length <= _ROUNDED_PRODUCT_LENGTH:
+        return None
+    parts = op.Split(x, axis=axis, num_outputs=length) if length > 1 else [x]
+    parts = [parts] if isinstance(parts, ir.Value) else list(parts)
+    product = parts[0]
+    for part in parts[1:]:
+        product = op.Mul(product, part)
+    return product if keepdim else op.Squeeze(product, op.Constant(value_ints=[axis]))
+
+
 @lowering("aten::prod.dim_int")
 def prod_dim(self: TReal, dim: int, keepdim: bool = False, dtype: int | None = None) -> TReal:
     """Product over one dim; on a 0-d tensor, the tensor itself (ONNX refuses the axis)."""
     x = op.Cast(self, to=dtype) if dtype is not None else self
     if len(self.shape) == 0:
         return op.Identity(x)
+    rounded = _rounded_product(x, dim % len(self.shape), keepdim)
+    if rounded is not None:
+        return rounded
     return op.ReduceProd(x, op.Constant(value_ints=[dim]), keepdims=keepdim)
 
 
