@@ -201,6 +201,14 @@ def test_keypoints_decoded_for_a_data_dependent_count_of_detections(check) -> No
 # --- models ---------------------------------------------------------------------------------------------------
 
 _SMALL = {"min_size": 256, "max_size": 320}
+# The R-CNNs' proposal and detection settings (Faster, Mask and Keypoint R-CNN alike).
+_TWO_STAGE = {
+    "box_score_thresh": 0.3,
+    "rpn_pre_nms_top_n_test": 200,
+    "rpn_post_nms_top_n_test": 50,
+    "box_detections_per_img": 50,
+    **_SMALL,
+}
 _IMAGES = ((3, 240, 300), (3, 300, 224))
 
 
@@ -212,11 +220,7 @@ def _faster_rcnn() -> torch.nn.Module:
     return detection.FasterRCNN(
         _fpn18(),
         num_classes=5,
-        box_score_thresh=0.3,
-        rpn_pre_nms_top_n_test=200,
-        rpn_post_nms_top_n_test=50,
-        box_detections_per_img=50,
-        **_SMALL,
+        **_TWO_STAGE,
     )
 
 
@@ -284,11 +288,7 @@ def _mask_rcnn() -> torch.nn.Module:
     return detection.MaskRCNN(
         _fpn18(),
         num_classes=5,
-        box_score_thresh=0.3,
-        rpn_pre_nms_top_n_test=200,
-        rpn_post_nms_top_n_test=50,
-        box_detections_per_img=50,
-        **_SMALL,
+        **_TWO_STAGE,
     )
 
 
@@ -297,11 +297,7 @@ def _keypoint_rcnn() -> torch.nn.Module:
         _fpn18(),
         num_classes=2,
         num_keypoints=5,
-        box_score_thresh=0.3,
-        rpn_pre_nms_top_n_test=200,
-        rpn_post_nms_top_n_test=50,
-        box_detections_per_img=50,
-        **_SMALL,
+        **_TWO_STAGE,
     )
 
 

@@ -9,6 +9,7 @@ be the checkpoint's, byte for byte.
 from __future__ import annotations
 
 import os
+import pathlib
 import warnings
 
 import onnx
@@ -294,12 +295,9 @@ def make():
 """
 
 
-def test_cli_export_with_weights_and_verify_weights(
-    tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    from fx2onnx import cli
-
-    factory = tmp_path / "factory.py"
+def _cli_factory_and_model(tmp_path: os.PathLike[str]) -> tuple[pathlib.Path, torch.nn.Module]:
+    """The CLI tests' factory file (it builds the model on the meta device) and the eager model of its config."""
+    factory = pathlib.Path(tmp_path) / "factory.py"
     factory.write_text(FACTORY)
     config = transformers.LlamaConfig(
         vocab_size=512,
@@ -310,7 +308,15 @@ def test_cli_export_with_weights_and_verify_weights(
         num_key_value_heads=2,
         tie_word_embeddings=True,
     )
-    eager = transformers.AutoModelForCausalLM.from_config(config).eval()
+    return factory, transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def test_cli_export_with_weights_and_verify_weights(
+    tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fx2onnx import cli
+
+    factory, eager = _cli_factory_and_model(tmp_path)
     eager.save_pretrained(tmp_path / "checkpoint", max_shard_size="100KB")
     output = str(tmp_path / "out" / "model.onnx")
     arguments = ["export", f"{factory}:make", "--weights", str(tmp_path / "checkpoint"), "-o", output]
@@ -508,18 +514,7 @@ def test_reference_saved_model_whose_checkpoint_moved(tmp_path: os.PathLike[str]
 def test_cli_export_with_reference_weights(tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
     from fx2onnx import cli
 
-    factory = tmp_path / "factory.py"
-    factory.write_text(FACTORY)
-    config = transformers.LlamaConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=160,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    eager = transformers.AutoModelForCausalLM.from_config(config).eval()
+    factory, eager = _cli_factory_and_model(tmp_path)
     checkpoint = tmp_path / "checkpoint"
     eager.save_pretrained(checkpoint, max_shard_size="100KB")
     output = str(checkpoint / "model.onnx")
