@@ -28,6 +28,8 @@ whatever the input, nothing eager computes changes.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_ir as ir
 
@@ -156,10 +158,9 @@ def _non_finite_scale_kept_apart(graph: ir.Graph | ir.Function, node: ir.Node) -
         if product is None or constant is None or constant.size != 1 or constant.dtype.kind != "f":
             continue
         value = float(constant.reshape(()))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scale = value if node.op_type == "Mul" else 1.0 / value if value != 0 else np.inf
+        scale = value if node.op_type == "Mul" else 1.0 / value if value != 0 else math.inf
         producer = product.producer()
-        if np.isfinite(scale) or producer is None or producer.op_type not in ("MatMul", "Gemm"):
+        if math.isfinite(scale) or producer is None or producer.op_type not in ("MatMul", "Gemm"):
             continue
         if producer.domain not in _STANDARD:
             continue
