@@ -271,15 +271,17 @@ class ONNXProgram:
         # Eager may update its inputs (a KV cache appends this step's keys): it gets its own copy, so that ONNX
         # Runtime, and the caller, see the inputs as they were given.
         eager_args, eager_kwargs = copy.deepcopy((args, kwargs))
-        if isinstance(self._module, torch.nn.Module) and any(
-            checkpoint_weights.is_weightless(t) for t in (*self._module.parameters(), *self._module.buffers())
-        ):
-            raise ValueError(
-                "the model was exported without weights in memory (meta or fake tensors): eager cannot run it; "
-                "compare program(...) with a model built with the weights, or check the saved weights with "
-                "verify_weights(path)"
-            )
-        with torch.no_grad(), EXPORT_LOCK:  # not while another thread traces the same model (capture.EXPORT_LOCK)
+        # Under the lock: while another thread traces the same model, its parameters are fake tensors for a while
+        # (capture.EXPORT_LOCK), and the check below would take them for a weightless model.
+        with torch.no_grad(), EXPORT_LOCK:
+            if isinstance(self._module, torch.nn.Module) and any(
+                checkpoint_weights.is_weightless(t) for t in (*self._module.parameters(), *self._module.buffers())
+            ):
+                raise ValueError(
+                    "the model was exported without weights in memory (meta or fake tensors): eager cannot run it; "
+                    "compare program(...) with a model built with the weights, or check the saved weights with "
+                    "verify_weights(path)"
+                )
             expected = self._module(*eager_args, **eager_kwargs)
         # Python numbers the model returns (a size, a constant) are 0-d outputs of the graph: int64, bool, or float32
         # (fx2onnx's type for symbolic floats), the dtypes torch.tensor gives them. A None has no graph output and
