@@ -122,11 +122,177 @@ class WritesThroughAView(torch.nn.Module):
         return view
 
 
-def test_a_write_seen_through_a_view_takes_full_decomposition() -> None:
+def test_a_write_seen_through_a_view_taken_before_is_functionalized_locally() -> None:
     program = assert_exports_and_matches(WritesThroughAView(), (torch.randn(2, 3),))
     record = program.report.decomposition
-    assert record.strategy == "full"
-    assert "writes into `mul`, of which `view` took a view before" in record.reason
+    assert record.strategy == "local", record.describe()
+    assert record.functionalized == [("add_", "aten::add_.Tensor")]
+
+
+class ShiftedWindowMask(torch.nn.Module):
+    """torchvision's Swin attention mask: a fresh tensor filled region by region through two slices, then read
+    through views (shifted_window_attention)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        height, width = x.shape[-2:]
+        mask = x.new_zeros((height, width))
+        regions = ((0, -4), (-4, -2), (-2, None))
+        count = 0
+        for rows in regions:
+            for columns in regions:
+                mask[rows[0] : rows[1], columns[0] : columns[1]] = count
+                count += 1
+        windows = mask.view(height // 4, 4, width // 4, 4).permute(0, 2, 1, 3).reshape(-1, 16)
+        return x + mask, (windows.unsqueeze(1) - windows.unsqueeze(2)).masked_fill(windows.unsqueeze(1) == 0, -100.0)
+
+
+def test_writes_through_slices_become_scatters_without_whole_program_decomposition() -> None:
+    model, args = ShiftedWindowMask(), (torch.randn(2, 3, 8, 12),)
+    program = assert_exports_and_matches(model, args)
+    record = program.report.decomposition
+    assert record.strategy == "local", record.describe()
+    assert [target for _, target in record.functionalized] == ["aten::fill_.Tensor"] * 9
+    assert "Decomposition strategy: local" in program.report.to_markdown()
+    targets = {str(node.target) for node in capture(model, args, Registry.default()).graph.nodes}
+    assert "aten.slice_scatter.default" in targets and "aten.fill_.Tensor" not in targets
+
+
+def _extremes(dtype: torch.dtype) -> tuple[float | int | bool, float | int | bool]:
+    if dtype == torch.bool:
+        return True, False
+    if dtype.is_floating_point:
+        return torch.finfo(dtype).max, torch.finfo(dtype).min
+    return torch.iinfo(dtype).max, torch.iinfo(dtype).min
+
+
+class WritesThroughChainsOfViews(torch.nn.Module):
+    """Writes through slices, selects, a transpose, a flattening view, an indexed select and a diagonal of one fresh
+    tensor, overlapping one another; views taken before the writes, and copies taken between them, are read after."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.high, self.low = _extremes(dtype)
+
+    def forward(self, x: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x.clone()
+        row, column, transposed = y[1], y[:, 2], y.t()  # views taken before every write
+        y[0, 1:3].fill_(self.high)
+        after_first = row.clone()
+        transposed[2].copy_(values[:4])  # column 2, through the transpose: overlaps the fill
+        column[1:].fill_(self.low)
+        flat = y.view(-1)
+        flat[::3] = x.view(-1)[1::3]  # a copy_ into a strided slice of a view
+        y[1, [0, 4]] = values[:2]  # index_put_ into a select
+        diagonal = y[:3, 1:4].diagonal()
+        diagonal.fill_(self.high)
+        return y, row, column, transposed, flat, after_first, diagonal
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool])
+def test_writes_through_chains_of_views_match_eager(dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(0)
+    high, low = _extremes(dtype)
+    x = torch.randint(0, 100, (4, 5), generator=generator).to(dtype)
+    x[0, 0], x[3, 4] = high, low
+    values = torch.tensor([high, low, high, low, high]).to(dtype)
+    program = assert_exports_and_matches(WritesThroughChainsOfViews(dtype), (x, values))
+    record = program.report.decomposition
+    assert record.strategy == "local", record.describe()
+    expected = ["aten::fill_.Scalar", "aten::copy_", "aten::fill_.Scalar", "aten::copy_", "aten::index_put_"]
+    assert [target for _, target in record.functionalized] == [*expected, "aten::fill_.Scalar"]
+
+
+class OverlappingWritesWithDynamicSizes(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        y = x * 2
+        head, middle = y[:, :3], y[:, 1:4]  # overlapping views
+        flat = y.view(-1)
+        head.add_(1.0)
+        snapshot = middle * 1  # sees the write through `head`
+        middle.mul_(-3.0)
+        flat[1::2].sub_(0.5)  # through a view of symbolic size
+        y.unsqueeze(0)[0, -1].fill_(7.0)  # the last row, through an unsqueeze
+        return y, head, snapshot, flat
+
+
+def test_overlapping_writes_through_views_of_symbolic_sizes() -> None:
+    rows = torch.export.Dim("rows")
+    program = assert_exports_and_matches(
+        OverlappingWritesWithDynamicSizes(),
+        (torch.randn(3, 5),),
+        dynamic_shapes=({0: rows},),
+        run_with=[((torch.randn(3, 5),), {}), ((torch.randn(6, 5),), {})],
+    )
+    record = program.report.decomposition
+    assert record.strategy == "local", record.describe()
+    assert len(record.functionalized) == 4
+
+
+class WritesAfterAnUntrackedView(torch.nn.Module):
+    def __init__(self, untracked_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.untracked_view = untracked_view
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        seen = self.untracked_view(y)  # shows the write below
+        y[0].fill_(1.0)
+        return y, seen * 1
+
+
+@pytest.mark.parametrize(
+    ("untracked_view", "op"),
+    [
+        (lambda y: y[:1].expand(3, 3), "aten::expand"),
+        (lambda y: y.as_strided((2, 2), (1, 3)), "aten::as_strided"),
+        (lambda y: y.split(1)[1], "aten::split.Tensor"),
+    ],
+    ids=["expand", "as_strided", "split"],
+)
+def test_a_write_into_a_tensor_with_an_untracked_view_takes_full_decomposition(
+    untracked_view: Callable[[torch.Tensor], torch.Tensor], op: str
+) -> None:
+    program = assert_exports_and_matches(WritesAfterAnUntrackedView(untracked_view), (torch.randn(3, 3),))
+    record = program.report.decomposition
+    assert record.strategy == "full", record.describe()
+    assert f"({op}) took a view that local functionalization cannot follow" in record.reason
+
+
+class WritesIntoAnAliasOfAnInput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.to(torch.float32)  # x itself when it is float32 already
+        y[0].fill_(0.0)
+        return y
+
+
+def test_a_write_into_what_may_be_an_input_takes_full_decomposition() -> None:
+    """Here torch.export records the write into the input itself, which the program then mutates."""
+    program = assert_exports_and_matches(WritesIntoAnAliasOfAnInput(), (torch.randn(2, 3, dtype=torch.float64),))
+    record = program.report.decomposition
+    assert record.strategy == "full", record.describe()
+
+
+class ChangesShapeInPlace(torch.nn.Module):
+    def __init__(self, with_view: bool) -> None:
+        super().__init__()
+        self.with_view = with_view
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x + 1
+        view = y[0] if self.with_view else x
+        y.unsqueeze_(0)
+        y[0, 1].fill_(5.0)
+        return y, view * 1
+
+
+@pytest.mark.parametrize("with_view", [False, True])
+def test_a_write_changing_the_shape_in_place(with_view: bool) -> None:
+    program = assert_exports_and_matches(ChangesShapeInPlace(with_view), (torch.randn(2, 3),))
+    record = program.report.decomposition
+    if with_view:
+        assert record.strategy == "full" and "changes the shape of `add`, which has views, in place" in record.reason
+    else:
+        assert record.strategy == "local", record.describe()
 
 
 class InPlaceDropoutHead(torch.nn.Module):

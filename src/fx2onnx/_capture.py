@@ -9,8 +9,9 @@ Decomposition uses torch's table minus every op the registry lowers directly, so
 express natively (``layer_norm``, ``scaled_dot_product_attention``, ``gelu``...) stays whole. It is local when it
 can be: only the nodes the registry cannot lower are replaced, each by its decomposition traced on its own inputs'
 fake values (``make_fx`` under the graph's fake mode, symbolic sizes included), and in-place writes into fresh
-tensors become their functional ops; torch's ``run_decompositions`` retraces the whole program only where
-correctness needs it (mutated buffers or inputs, writes into tensors that alias others, training-mode batch norm).
+tensors, also through their views, become functional ops (``_capture_functionalize.py``); torch's
+``run_decompositions`` retraces the whole program only where correctness needs it (mutated buffers or inputs, writes
+into tensors that may alias others, training-mode batch norm).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
+from fx2onnx._capture_functionalize import PROVENANCE_META, NeedsFullDecomposition, functionalize_locally
 from fx2onnx._fake_kernels import static_fake_kernels
 from fx2onnx._library_stand_ins import library_stand_ins
 from fx2onnx._records import DecompositionRecord, qualified_name, target_name
@@ -220,28 +222,6 @@ def _lowerable_graph(graph_module: torch.fx.GraphModule, registry: Registry) -> 
     return True
 
 
-class NeedsFullDecomposition(Exception):
-    """The graph cannot be decomposed node by node; the message says why (the report gives it)."""
-
-
-# In-place ops that change a tensor's autograd metadata only, never its values: dropped by local functionalization.
-_METADATA_ONLY_IN_PLACE = frozenset({torch.ops.aten.detach_.default, torch.ops.aten.requires_grad_.default})
-# In-place dropouts: with train=False (a model in eval mode, `nn.Dropout(inplace=True)` as torchvision's classifier
-# heads have) they write nothing, so they are dropped whatever the tensor they name may share memory with.
-_IN_PLACE_DROPOUTS = frozenset(
-    {
-        torch.ops.aten.dropout_.default,
-        torch.ops.aten.feature_dropout_.default,
-        torch.ops.aten.alpha_dropout_.default,
-        torch.ops.aten.feature_alpha_dropout_.default,
-    }
-)
-
-# Node metadata that says where a node came from: decompositions' nodes inherit it from the node they replace, so
-# errors, the report and the ONNX model's metadata point at the user's line.
-_PROVENANCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "custom")
-
-
 def local_decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
     """What a node's decomposition may decompose in turn: torch's full table, for the overloads the registry cannot
     lower. ``make_fx`` applies it recursively, and CompositeImplicitAutograd ops decompose as they are traced.
@@ -259,7 +239,7 @@ def decompose_locally(program: ExportedProgram, registry: Registry) -> Decomposi
     """Replace only the nodes of `program` the registry cannot lower by their decompositions, in place.
 
     Each such node's decomposition is traced on its own inputs' fake values and spliced into the graph where the
-    node was; in-place writes into tensors nothing else aliases become their functional ops. Raises
+    node was; in-place writes into tensors the graph owns, also through views of them, become functional ops. Raises
     :class:`NeedsFullDecomposition` when correctness needs torch's ``run_decompositions`` (mutated buffers or inputs,
     a write into a tensor that may alias another, training-mode batch norm, a node whose decomposition cannot be
     traced on its own); the graph is then still equivalent to the captured one.
@@ -292,8 +272,9 @@ def _decompose_graph_locally(
     prefix: str,
 ) -> None:
     graph = graph_module.graph
-    order = {node: index for index, node in enumerate(graph.nodes)}
-    changed = False
+    functionalized = functionalize_locally(graph_module, prefix)
+    record.functionalized.extend(functionalized)
+    changed = bool(functionalized)
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is operator.getitem:
             continue
@@ -316,15 +297,9 @@ def _decompose_graph_locally(
             raise NeedsFullDecomposition(
                 f"`{prefix}{node.name}` ({qualified_name(target)}) updates running statistics in training mode"
             )
-        if target._schema.is_mutable:
-            replacement = _functionalize_in_place(graph, node, order)
-            record.functionalized.append((prefix + node.name, qualified_name(target)))
-            changed = True
-            if replacement is None or _lowers(registry, replacement):
-                continue
-            node = replacement  # a functional op the registry lacks (resize_as_ -> resize_as): decomposed in turn
-            target = replacement.target
-        elif not target._schema.returns or _lowers(registry, node):
+        if target._schema.is_mutable:  # functionalize_locally left none: a node another step added
+            raise NeedsFullDecomposition(f"`{prefix}{node.name}` ({qualified_name(target)}) writes in place")
+        if not target._schema.returns or _lowers(registry, node):
             continue
         name = prefix + node.name
         try:
@@ -341,85 +316,6 @@ def _decompose_graph_locally(
     if changed:
         graph.lint()
         graph_module.recompile()
-
-
-def _is_fresh(node: torch.fx.Node) -> bool:
-    """Whether `node`'s value is a tensor of its own: computed by an op that returns no view of its inputs."""
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-        return False
-    schema = node.target._schema
-    return not schema.is_mutable and all(result.alias_info is None for result in schema.returns)
-
-
-def _may_alias(node: torch.fx.Node) -> bool:
-    """Whether `node` may return a view of one of its inputs (anything but an ATen op that says it does not)."""
-    if node.op == "output":
-        return False
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-        return True
-    return any(result.alias_info is not None for result in node.target._schema.returns)
-
-
-def _functional_variant(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """``aten.add.Tensor`` for ``aten.add_.Tensor``: the same op returning a new tensor."""
-    name = target._schema.name.split("::")[-1]
-    if not name.endswith("_") or name.startswith("_"):
-        return None
-    packet = getattr(torch.ops.aten, name[:-1], None)
-    return getattr(packet, target._overloadname, None) if packet is not None else None
-
-
-def _functionalize_in_place(
-    graph: torch.fx.Graph, node: torch.fx.Node, order: dict[torch.fx.Node, float]
-) -> torch.fx.Node | None:
-    """Replace the in-place op `node` by its functional variant, where that provably changes nothing: the tensor it
-    writes into is fresh and no view of it is taken before the write (uses after the write read the new value).
-    Returns the functional node (None when the op only changed autograd metadata and was dropped)."""
-    target = node.target
-    assert isinstance(target, torch._ops.OpOverload)
-    where = f"`{node.name}` ({qualified_name(target)})"
-    if target in _METADATA_ONLY_IN_PLACE or (target in _IN_PLACE_DROPOUTS and _dropout_train(node) is False):
-        node.replace_all_uses_with(node.args[0])
-        graph.erase_node(node)
-        return None
-    arguments = target._schema.arguments
-    written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
-    functional = _functional_variant(target)
-    if written != [arguments[0].name] or functional is None or not isinstance(node.args[0], torch.fx.Node):
-        raise NeedsFullDecomposition(f"{where} writes into {', '.join(written) or 'its inputs'}")
-    base = node.args[0]
-    if not _is_fresh(base):
-        raise NeedsFullDecomposition(
-            f"{where} writes into `{base.name}`, which may share its memory with another tensor"
-        )
-    for user in base.users:
-        if user is not node and order.get(user, -1) < order[node] and _may_alias(user):
-            raise NeedsFullDecomposition(
-                f"{where} writes into `{base.name}`, of which `{user.name}` took a view before"
-            )
-    expected = node.meta.get("val")
-    values = pytree.tree_map_only(torch.fx.Node, lambda a: a.meta.get("val"), (node.args, node.kwargs))
-    fake_mode = torch._guards.detect_fake_mode(pytree.tree_leaves(values))
-    with fake_mode if fake_mode is not None else contextlib.nullcontext():
-        result = functional(*values[0], **values[1])
-    if not isinstance(expected, torch.Tensor) or result.dtype != expected.dtype or result.shape != expected.shape:
-        # eager casts the result into the written tensor's dtype; the functional op would keep its own
-        raise NeedsFullDecomposition(f"{where} computes in another dtype than it writes")
-    with graph.inserting_before(node):
-        replacement = graph.call_function(functional, node.args, node.kwargs)
-    replacement.meta = dict(node.meta)
-    order[replacement] = order[node] - 0.5
-    for user in list(base.users):
-        if user is not node and user is not replacement and order.get(user, -1) > order[node]:
-            user.replace_input_with(base, replacement)  # it reads the value after the write
-    node.replace_all_uses_with(replacement)
-    graph.erase_node(node)
-    return replacement
-
-
-def _dropout_train(node: torch.fx.Node) -> object:
-    """The `train` argument of an in-place dropout node (a bool, or a node where it is computed)."""
-    return node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
 
 
 def _splice_decomposition(
@@ -467,7 +363,7 @@ def _splice_decomposition(
             )
     placeholders = [sub for sub in traced.graph.nodes if sub.op == "placeholder"]
     env: dict[torch.fx.Node, torch.fx.Node] = dict(zip(placeholders, inputs))
-    provenance = {key: node.meta[key] for key in _PROVENANCE_META if key in node.meta}
+    provenance = {key: node.meta[key] for key in PROVENANCE_META if key in node.meta}
     result: Any = None
     with graph.inserting_before(node):
         for sub in traced.graph.nodes:
