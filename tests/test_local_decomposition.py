@@ -10,7 +10,9 @@ The registries here lack ``aten::diff`` (which fx2onnx lowers) so that the graph
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -412,3 +414,47 @@ def test_a_symbolic_size_argument_reaches_the_decomposition() -> None:
         run_with=[((torch.randn(3, 3), torch.randn(5)), {})],
     )
     assert program.report.decomposition.nodes == [("repeat", "aten::repeat")]
+
+
+_NIGHTLY = os.environ.get("FX2ONNX_NIGHTLY") == "1"
+
+
+def _import_torchvision() -> ModuleType:
+    """torchvision as `make test` installs it (tests/torchvision_cpu_ops.py); skipped where it is absent."""
+    from torchvision_cpu_ops import import_torchvision
+
+    try:
+        return import_torchvision()
+    except ImportError as error:  # `make test` installs it: only a hand-made environment lacks it
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"torchvision is not installed ({error}); `make test` installs it")
+
+
+def _assert_swin_is_decomposed_locally(program: Any) -> None:
+    record = program.report.decomposition
+    assert record.strategy == "local", record.describe()
+    targets = [target for _, target in record.functionalized]
+    assert targets and set(targets) <= {"aten::fill_.Tensor", "aten::fill_.Scalar"}, targets
+
+
+def test_a_small_torchvision_swin_transformer_is_decomposed_locally() -> None:
+    """torchvision's SwinTransformer at swin_t's layout, scaled down: the first stage's shifted windows fill their
+    attention mask through slices (stage 2's window covers its whole feature map: no shift, no mask)."""
+    _import_torchvision()
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    torch.manual_seed(0)
+    model = SwinTransformer(
+        patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4], num_classes=10
+    )
+    program = assert_exports_and_matches(model, (torch.randn(2, 3, 48, 40),))
+    _assert_swin_is_decomposed_locally(program)
+
+
+@pytest.mark.skipif(not _NIGHTLY, reason="runs in `make test-nightly`: swin_t's export takes minutes at load 10")
+def test_torchvision_swin_t_is_decomposed_locally() -> None:
+    torchvision = _import_torchvision()
+    torch.manual_seed(0)
+    program = assert_exports_and_matches(torchvision.models.swin_t(), (torch.randn(1, 3, 224, 224),))
+    _assert_swin_is_decomposed_locally(program)
