@@ -33,6 +33,7 @@ STEPS = [
     ("fx2onnx._capture", "decomposition_table", "decomposition table"),
     ("torch.export", "export", "torch.export.export"),
     ("torch.export.exported_program.ExportedProgram", "run_decompositions", "run_decompositions"),
+    ("fx2onnx._capture", "decompose_locally", "local decomposition (and functionalization)"),
     ("fx2onnx._passes", "run_fx_passes", "fx passes"),
     ("fx2onnx._emit.recorder", "infer_node_types", "emit: per-node type inference"),
     ("fx2onnx._emit.graph_builder.GraphEmitter", "run", "dispatch+emit (rest)"),

@@ -214,6 +214,7 @@ class OverlappingWritesWithDynamicSizes(torch.nn.Module):
         middle.mul_(-3.0)
         flat[1::2].sub_(0.5)  # through a view of symbolic size
         y.unsqueeze(0)[0, -1].fill_(7.0)  # the last row, through an unsqueeze
+        y.t().unsqueeze(1)[1:3, 0].fill_(-1.0)  # columns 1 and 2, through a transpose (not contiguous)
         return y, head, snapshot, flat
 
 
@@ -227,7 +228,7 @@ def test_overlapping_writes_through_views_of_symbolic_sizes() -> None:
     )
     record = program.report.decomposition
     assert record.strategy == "local", record.describe()
-    assert len(record.functionalized) == 4
+    assert len(record.functionalized) == 5
 
 
 class WritesAfterAnUntrackedView(torch.nn.Module):

@@ -3,7 +3,7 @@
 torch.export's graph keeps the model's in-place ops (``buckets += ...``, ``mask[h0:h1, w0:w1] = count``). Each
 write into a tensor that provably owns its memory becomes its functional variant; a write through a chain of views
 (``slice``, ``select``, ``view``, ``permute``...) of such a tensor becomes the functional op on the view, scattered
-back into the base through the inverse of each view op (``slice_scatter``, ``select_scatter``, a ``view`` back to
+back into the base through the inverse of each view op (``slice_scatter``, ``select_scatter``, a ``reshape`` back to
 the parent's sizes...), as torch's functionalization does. Every later read of the base, or of any view of it
 (taken before or after the write), reads the updated value: the view is recomputed from the new base. Eager's
 semantics are kept exactly: views alias each other, writes overlap, reads see every earlier write.
@@ -58,11 +58,12 @@ PROVENANCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_f
 
 
 def _same_sizes_view(parent: torch.fx.Node, view: torch.fx.Node) -> Callable[[Builder, torch.fx.Node], torch.fx.Node]:
-    """A view that keeps the elements' row-major order (view, squeeze, unsqueeze): its inverse is a view back."""
+    """A view that keeps the elements' row-major order (view, squeeze, unsqueeze): its inverse is a reshape back
+    (not a view: the functional op's result may have other strides than the view had)."""
     del view
 
     def inverse(build: Builder, source: torch.fx.Node) -> torch.fx.Node:
-        return build(aten.view.default, (source, build.sizes(parent)))
+        return build(aten.reshape.default, (source, build.sizes(parent)))
 
     return inverse
 
