@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -22,6 +23,8 @@ from fx2onnx import Registry
 from fx2onnx._capture import CapturedGraph, LazyDecompositionTable, TorchExportExtractor
 
 from conftest import Call, assert_exports_and_matches
+
+_NIGHTLY = os.environ.get("FX2ONNX_NIGHTLY") == "1"
 
 
 def registry_without(*targets: str) -> Registry:
@@ -231,6 +234,98 @@ def test_overlapping_writes_through_views_of_symbolic_sizes() -> None:
     assert len(record.functionalized) == 5
 
 
+# Random programs of views and writes: (kind, alias index, op). Views index the aliases list the program builds.
+Step = tuple[str, int, tuple[Any, ...]]
+
+
+def _view_choices(rng: random.Random, tensor: torch.Tensor) -> list[tuple[Any, ...]]:
+    rank, choices = tensor.dim(), []
+    if rank >= 1:
+        dim = rng.randrange(rank)
+        size = tensor.shape[dim]
+        if size >= 1:
+            start = rng.randrange(size)
+            end = rng.choice([None, rng.randrange(start + 1, size + 1)])
+            choices += [("slice", dim, start, end, rng.choice([1, 2, 3])), ("select", dim, rng.randrange(-size, size))]
+        choices.append(("unsqueeze", rng.randrange(-rank - 1, rank + 1)))
+        if tensor.is_contiguous():
+            choices.append(("view", -1))
+    if rank >= 2:
+        permutation = list(range(rank))
+        rng.shuffle(permutation)
+        choices += [("transpose", 0, rank - 1), ("diagonal", rng.randrange(-1, 2)), ("permute", permutation)]
+    if 1 in tensor.shape:
+        choices.append(("squeeze", tensor.shape.index(1)))
+    return choices
+
+
+def _apply(alias: torch.Tensor, op: tuple[Any, ...], x: torch.Tensor) -> torch.Tensor | None:
+    name, *arguments = op
+    if name == "slice":
+        dim, start, end, step = arguments
+        return alias[(slice(None),) * dim + (slice(start, end, step),)]
+    if name in ("select", "unsqueeze", "view", "transpose", "diagonal", "permute", "squeeze"):
+        return getattr(alias, name)(*arguments)
+    if name == "copy":
+        alias.copy_(x.reshape(-1)[: alias.numel()].reshape(alias.shape))
+    elif name == "index_put" and alias.dim() >= 1:
+        alias[torch.tensor([0, alias.shape[0] - 1])] = arguments[0]
+    elif name != "index_put":
+        getattr(alias, name + "_")(*arguments)
+    return None
+
+
+class RandomViewsAndWrites(torch.nn.Module):
+    def __init__(self, steps: list[Step]) -> None:
+        super().__init__()
+        self.steps = steps
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        aliases, copies = [x * 1], []
+        for kind, index, op in self.steps:
+            if kind == "view":
+                aliases.append(_apply(aliases[index], op, x))
+            elif kind == "write":
+                _apply(aliases[index], op, x)
+            else:
+                copies.append(aliases[index] * 1)  # the value now, read after the later writes
+        return (*aliases, *copies)
+
+
+def _random_steps(seed: int, x: torch.Tensor) -> list[Step]:
+    """Steps that eager runs (a candidate it refuses, an overlapping copy_, is skipped)."""
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    aliases = [x * 1]
+    for _ in range(rng.randrange(6, 16)):
+        kind, index = rng.choice(["view", "view", "write", "write", "read"]), rng.randrange(len(aliases))
+        if kind == "view":
+            op = rng.choice(_view_choices(rng, aliases[index]) or [("unsqueeze", 0)])
+        elif kind == "write":
+            op = rng.choice([("fill", rng.uniform(-9, 9)), ("add", 1.5), ("mul", -2.0), ("copy",), ("index_put", 4.25)])
+        else:
+            op = ()
+        if kind != "read":
+            try:
+                result = _apply(aliases[index], op, x)
+            except RuntimeError:
+                continue
+            if result is not None:
+                aliases.append(result)
+        steps.append((kind, index, op))
+    return steps
+
+
+@pytest.mark.parametrize("seed", range(40 if _NIGHTLY else 3))
+def test_random_views_and_writes_match_eager(seed: int) -> None:
+    """Slices, selects, diagonals, transposes, permutes, (un)squeezes and flattening views of one fresh tensor and
+    of one another, written through in turn (fill_, add_, mul_, copy_, index_put_), every alias read at the end and
+    some copied between writes."""
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(seed))
+    program = assert_exports_and_matches(RandomViewsAndWrites(_random_steps(seed, x)), (x,))
+    assert program.report.decomposition.strategy in ("local", "none"), program.report.decomposition.describe()
+
+
 class WritesAfterAnUntrackedView(torch.nn.Module):
     def __init__(self, untracked_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
         super().__init__()
@@ -415,9 +510,6 @@ def test_a_symbolic_size_argument_reaches_the_decomposition() -> None:
         run_with=[((torch.randn(3, 3), torch.randn(5)), {})],
     )
     assert program.report.decomposition.nodes == [("repeat", "aten::repeat")]
-
-
-_NIGHTLY = os.environ.get("FX2ONNX_NIGHTLY") == "1"
 
 
 def _import_torchvision() -> ModuleType:
