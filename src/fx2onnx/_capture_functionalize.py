@@ -261,7 +261,8 @@ class _Functionalizer:
                     f"`{root.node.name}`, of which `{node.name}` ({_describe(node.target)}) took a view that "
                     "local functionalization cannot follow"
                 )
-        self.aliases[node] = _Alias(_Root(node, f"`{node.name}`, a view of another tensor", node), None, 0)
+        refusal = f"`{node.name}` ({_describe(node.target)}), which may be a view of another tensor"
+        self.aliases[node] = _Alias(_Root(node, refusal, node), None, 0)
 
     def _read_current_values(self, node: torch.fx.Node) -> None:
         """Make `node` read the value its inputs have now, after the writes since they were computed."""
