@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
         "fx2onnx._safe_save",
         "fx2onnx._progress",
     ),
-    ("fx2onnx._capture_strategies", "fx2onnx._library_stand_ins"),  # used by the capture stage only
+    ("fx2onnx._capture_strategies", "fx2onnx._library_stand_ins", "fx2onnx._capture_functionalize"),  # capture only
     ("fx2onnx._capture",),
     ("fx2onnx._passes",),
     ("fx2onnx._emit", "fx2onnx._emit.recorder", "fx2onnx._emit.context"),
