@@ -622,7 +622,7 @@ def _ldl_order(a: TLapack, what: str) -> int:
     n = a.shape[-1] if a.shape is not None else None
     if not isinstance(n, int):
         raise NotImplementedError(
-            f"{what} needs a static matrix size (its Bunch-Kaufman steps are unrolled column by column), got {n!r}: "
+            f"{what} needs a static matrix size (its Bunch-Kaufman steps are unrolled column by column), not {n}: "
             "export with a static size for the last two dims"
         )
     if n > _SYTRF_UNBLOCKED_LIMIT:
