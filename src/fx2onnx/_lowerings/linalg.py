@@ -665,6 +665,10 @@ def _sytf2(a: TLapack, n: int) -> tuple[TLapack, INT32, INT32]:
     mirrored) so that row imax reads as a column; L's finished columns sit below the diagonal, as sytf2 leaves
     them (interchanges touch only the trailing submatrix). Returns the packed LD (zero above the diagonal),
     the pivots in LAPACK's convention (1-based, both entries of a 2x2 block -kp) and info ([...], int32).
+
+    A NaN on the diagonal sets info at its column, as reference LAPACK's sytf2 does; MKL's sytrf (torch's x86
+    wheels) has no such check and pivots on through NaNs, so a matrix with NaNs (or overflowing updates) may get
+    other pivots and info than eager's there.
     """
     rows, columns = _index_column(n), _index_row(n)
     zero, one, minus_one = _scalar_like(0.0, a), _scalar_like(1.0, a), _scalar_like(-1.0, a)
@@ -725,8 +729,7 @@ def _sytf2(a: TLapack, n: int) -> tuple[TLapack, INT32, INT32]:
             below_k = op.And(op.Greater(rows, _ints(k)), op.Equal(columns, _ints(k)))
             next_s = op.Where(after_k, _lower_mirrored(updated, rows, columns), s)
             next_s = op.Where(below_k, op.Mul(x, d11), next_s)
-            s_single = next_s
-            s = op.Where(single, s_single, s)
+            s = op.Where(single, next_s, s)
         if k < n - 2:
             # 2x2 pivot: the rank-2 update of sytf2, with its W = (L(k) L(k+1)) D written into columns k, k+1.
             d21 = _element(s, k + 1, k)
