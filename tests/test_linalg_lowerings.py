@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.errors import CaptureError, UnsupportedOperatorError
+from fx2onnx.errors import CaptureError, LoweringError, UnsupportedOperatorError
 
 from conftest import Call, assert_exports_and_matches
 
@@ -330,9 +330,109 @@ def test_eig_error_says_why_and_how_to_register() -> None:
         fx2onnx.export(Call(torch.linalg.eigvals), (randn(3, 3),))
 
 
-def test_ldl_factor_error_names_the_op_not_its_effect_token() -> None:
-    """ldl_factor's decomposition checks errors through an effect token: the error names ldl_factor itself."""
+def test_an_op_decomposed_into_an_effect_token_is_named_in_the_error() -> None:
+    """Without its lowering, ldl_factor is decomposed and checks errors through an effect token: the error names
+    ldl_factor itself, and how to keep it whole."""
+    registry = fx2onnx.Registry.default()
+    registry.unregister("aten::linalg_ldl_factor")
     with pytest.raises(CaptureError, match=r"(?s)aten.linalg_ldl_factor.*fx2onnx.register"):
-        fx2onnx.export(Call(lambda x: tuple(torch.linalg.ldl_factor(x))), (randn(3, 3),))
-    with pytest.raises(UnsupportedOperatorError, match=r"(?s)ldl_factor_ex.*sytrf"):
-        fx2onnx.export(Call(lambda x: tuple(torch.linalg.ldl_factor_ex(x))), (randn(3, 3),))
+        fx2onnx.export(Call(lambda x: tuple(torch.linalg.ldl_factor(x))), (randn(3, 3),), registry=registry)
+
+
+# --- Bunch-Kaufman LDL^T: eager's LD, pivots and info are LAPACK sytf2's ------------------------------------------
+# One 3x3 matrix per branch of sytf2's pivot choice (alpha = (1 + sqrt(17)) / 8), with the pivots eager gives.
+LDL_BRANCHES = {
+    "1x1 kept": ([[4.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 2.0]], [1, 2, 3]),
+    "1x1 kept by rowmax, then a last 2x2": ([[0.5, 1.0, 0.0], [1.0, 0.0, 10.0], [0.0, 10.0, 0.0]], [1, -3, -3]),
+    "1x1 interchanged (0.6 < alpha)": ([[0.6, 1.0, 0.0], [1.0, 10.0, 0.0], [0.0, 0.0, 1.0]], [2, 2, 3]),
+    "2x2 interchanged": ([[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [2.0, 3.0, 0.0]], [-3, -3, 3]),
+    "zero column (info 1)": ([[0.0, 0.0, 0.0], [0.0, 2.0, 1.0], [0.0, 1.0, 0.0]], [1, 2, 3]),
+}
+
+
+def symmetric(*shape: int, dtype: torch.dtype, seed: int = 0, zero_diagonal: bool = False) -> torch.Tensor:
+    """Random symmetric (indefinite) matrices; a zero diagonal forces 2x2 pivots."""
+    a = randn(*shape, dtype=torch.float64, seed=seed)
+    a = a + a.mT
+    if zero_diagonal:
+        a = a - torch.diag_embed(a.diagonal(dim1=-2, dim2=-1))
+    return a.to(dtype)
+
+
+def ldl_factor_ex(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.linalg.ldl_factor_ex(a))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ldl_factor_takes_each_pivot_branch(dtype: torch.dtype) -> None:
+    a = torch.tensor([matrix for matrix, _ in LDL_BRANCHES.values()], dtype=dtype)
+    assert torch.linalg.ldl_factor_ex(a).pivots.tolist() == [pivots for _, pivots in LDL_BRANCHES.values()]
+    assert torch.linalg.ldl_factor_ex(a).info.tolist() == [0, 0, 0, 0, 1]
+    assert_exports_and_matches(Call(ldl_factor_ex), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.ldl_factor(x, hermitian=True))), (a[:4],))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ldl_factor_random_symmetric(dtype: torch.dtype) -> None:
+    """A batch of random indefinite matrices, half with a zero diagonal: pivots equal eager's, LD to rounding."""
+    a = torch.cat(
+        [symmetric(8, 6, 6, dtype=dtype, seed=1), symmetric(8, 6, 6, dtype=dtype, seed=2, zero_diagonal=True)]
+    )
+    pivots = torch.linalg.ldl_factor_ex(a).pivots
+    assert (pivots < 0).any() and (pivots[:, 0] != 1).any()  # 2x2 blocks and interchanges
+    assert_exports_and_matches(Call(ldl_factor_ex), (a,))
+    assert_exports_and_matches(Call(lambda x: tuple(torch.linalg.ldl_factor(x))), (a[:3, :4, :4],))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ldl_factor_extreme_magnitudes(dtype: torch.dtype) -> None:
+    """Entries near the dtype's largest and smallest normal values: the same pivots, LD, and info."""
+    info = torch.finfo(dtype)
+    base = symmetric(2, 4, 4, dtype=torch.float64, seed=4, zero_diagonal=True)
+    a = torch.cat([(base * (info.max / 16)).to(dtype), (base * (info.tiny * 4)).to(dtype)])
+    assert torch.linalg.ldl_factor_ex(a).LD.isfinite().all()
+    assert_exports_and_matches(Call(ldl_factor_ex), (a,))
+
+
+def test_ldl_factor_empty_and_single() -> None:
+    assert_exports_and_matches(Call(ldl_factor_ex), (torch.zeros(0, 0),))
+    assert_exports_and_matches(Call(ldl_factor_ex), (torch.zeros(0, 2, 2, dtype=torch.float64),))
+    assert_exports_and_matches(Call(ldl_factor_ex), (torch.tensor([[[-2.0]], [[0.0]]]),))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ldl_solve(dtype: torch.dtype) -> None:
+    """sytrs from eager's factors, mixed 1x1 and 2x2 blocks in one batch, B broadcast against LD's batch."""
+    a = torch.cat(
+        [symmetric(2, 5, 5, dtype=dtype, seed=5), symmetric(2, 5, 5, dtype=dtype, seed=6, zero_diagonal=True)]
+    )
+    ld, pivots = torch.linalg.ldl_factor(a)
+    assert (pivots < 0).any() and (pivots > 0).any()
+    b = randn(4, 5, 3, dtype=dtype, seed=7)
+    solve = Call(lambda x, p, y: torch.linalg.ldl_solve(x, p, y))
+    assert_exports_and_matches(solve, (ld, pivots, b))
+    assert_exports_and_matches(solve, (ld, pivots, b[0]))  # one B for every matrix
+    branches = torch.tensor([matrix for matrix, _ in LDL_BRANCHES.values()][:4], dtype=dtype)
+    ld, pivots = torch.linalg.ldl_factor(branches)
+    assert_exports_and_matches(solve, (ld, pivots, randn(4, 3, 2, dtype=dtype, seed=8)))
+    assert_exports_and_matches(solve, (torch.zeros(0, 0, dtype=dtype), torch.zeros(0, dtype=torch.int32), b[0, :0]))
+
+
+def test_ldl_factor_then_solve_in_one_model() -> None:
+    def factor_and_solve(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        ld, pivots = torch.linalg.ldl_factor(a, hermitian=True)
+        return torch.linalg.ldl_solve(ld, pivots, b, hermitian=True)
+
+    a = symmetric(3, 4, 4, dtype=torch.float64, seed=9, zero_diagonal=True)
+    assert_exports_and_matches(Call(factor_and_solve), (a, randn(3, 4, 2, dtype=torch.float64)))
+
+
+def test_ldl_factor_refuses_what_it_cannot_match() -> None:
+    """Above 64 columns LAPACK factors in blocked panels; a symbolic size cannot be unrolled: clear errors."""
+    with pytest.raises(LoweringError, match=r"(?s)linalg_ldl_factor_ex.*65x65.*blocked panels"):
+        fx2onnx.export(Call(ldl_factor_ex), (symmetric(65, 65, dtype=torch.float32),))
+    size = torch.export.Dim("size", min=2, max=8)
+    with pytest.raises(LoweringError, match=r"(?s)linalg_ldl_factor_ex.*static matrix size"):
+        fx2onnx.export(
+            Call(ldl_factor_ex), (symmetric(4, 4, dtype=torch.float32),), dynamic_shapes=(({0: size, 1: size},),)
+        )

@@ -608,6 +608,252 @@ def cholesky_inverse(self: TFloat, upper: bool = False) -> TFloat:
     return _triangular_solve(_transpose(lower), y, upper=True, unit=False, n=n)
 
 
+# --- symmetric indefinite factorization (Bunch-Kaufman, LAPACK's sytrf/sytrs with UPLO='L') ----------------------
+# Eager's LD and pivots are those of LAPACK's unblocked sytf2 (torch passes the lower triangle); the blocked path
+# (lasyf panels, reference nb = 64) delays the trailing updates, so its values round differently and a near tie
+# may pick another pivot: larger matrices are refused rather than exported with other pivots.
+_SYTRF_UNBLOCKED_LIMIT = 64
+
+TLapack = TypeVar("TLapack", FLOAT, DOUBLE)
+
+
+def _ldl_order(a: TLapack, what: str) -> int:
+    """The static matrix size n of a [..., n, n] ldl argument, or a clear refusal."""
+    n = a.shape[-1] if a.shape is not None else None
+    if not isinstance(n, int):
+        raise NotImplementedError(
+            f"{what} needs a static matrix size (its Bunch-Kaufman steps are unrolled column by column), not {n}: "
+            "export with a static size for the last two dims"
+        )
+    if n > _SYTRF_UNBLOCKED_LIMIT:
+        raise NotImplementedError(
+            f"{what} of {n}x{n} matrices: above {_SYTRF_UNBLOCKED_LIMIT} LAPACK's sytrf factors in blocked panels "
+            "(lasyf), whose rounding and therefore pivots this lowering does not reproduce; factor matrices of at "
+            f"most {_SYTRF_UNBLOCKED_LIMIT} rows, or keep the factorization outside the exported model"
+        )
+    return n
+
+
+def _element(a: TLapack, i: int, j: int) -> TLapack:
+    """a[..., i, j] as [..., 1, 1]."""
+    return op.Slice(a, _ints(i, j), _ints(i + 1, j + 1), _ints(-2, -1))
+
+
+def _bunch_kaufman_alpha(a: TLapack) -> TLapack:
+    """(1 + sqrt(17)) / 8, computed in the input's precision as s/dsytf2 compute it."""
+    dtype = np.float64 if a.dtype == ir.DataType.DOUBLE else np.float32
+    alpha = (dtype(1) + np.sqrt(dtype(17))) / dtype(8)
+    return op.Constant(value=ir.tensor(np.array(alpha, dtype=dtype)))
+
+
+def _exchanged(n: int, first: INT64, second: INT64) -> INT64:
+    """The gather index [..., n, 1] that exchanges rows `first` and `second` ([..., 1, 1] or [1] each)."""
+    rows = _index_column(n)
+    return op.Where(op.Equal(rows, first), second, op.Where(op.Equal(rows, second), first, rows))
+
+
+def _lower_mirrored(a: TLapack, rows: INT64, columns: INT64) -> TLapack:
+    """The lower triangle, copied onto the upper one."""
+    return op.Where(op.GreaterOrEqual(rows, columns), a, _transpose(a))
+
+
+def _sytf2(a: TLapack, n: int) -> tuple[TLapack, INT32, INT32]:
+    """LAPACK's sytf2 with UPLO='L': A = L D L^T with symmetric row/column interchanges and D of 1x1 and 2x2 blocks.
+
+    The steps are unrolled over the static columns k; a column that is the second of the previous step's 2x2
+    block is skipped, per matrix. The working matrix keeps the trailing submatrix symmetric (its lower triangle
+    mirrored) so that row imax reads as a column; L's finished columns sit below the diagonal, as sytf2 leaves
+    them (interchanges touch only the trailing submatrix). Returns the packed LD (zero above the diagonal),
+    the pivots in LAPACK's convention (1-based, both entries of a 2x2 block -kp) and info ([...], int32).
+
+    A NaN on the diagonal sets info at its column, as reference LAPACK's sytf2 does; MKL's sytrf (torch's x86
+    wheels) has no such check and pivots on through NaNs, so a matrix with NaNs (or overflowing updates) may get
+    other pivots and info than eager's there.
+    """
+    rows, columns = _index_column(n), _index_row(n)
+    zero, one, minus_one = _scalar_like(0.0, a), _scalar_like(1.0, a), _scalar_like(-1.0, a)
+    alpha = _bunch_kaufman_alpha(a)
+    batch = op.Shape(a, end=-2)
+    s = _lower_mirrored(a, rows, columns)
+    skipped: BOOL | None = None  # per matrix: column k is the second of the previous step's 2x2 block
+    previous: INT64 | None = None
+    pivots: list[INT64] = []
+    failed: list[BOOL] = []
+    for k in range(n):
+        akk = _element(s, k, k)
+        absakk = op.Abs(akk)
+        k_index = op.Expand(_ints(k), op.Concat(batch, _ints(1, 1), axis=0))  # [..., 1, 1]
+        two: BOOL | None = None
+        if k < n - 1:
+            below = op.Where(op.Greater(rows, _ints(k)), op.Abs(_columns(s, k, k + 1)), minus_one)  # [..., n, 1]
+            imax = op.ArgMax(below, axis=-2, keepdims=1)  # the first largest, as i*amax
+            colmax = op.ReduceMax(below, _ints(-2), keepdims=1)
+            row = op.GatherElements(s, op.Expand(imax, op.Concat(batch, _ints(1, n), axis=0)), axis=-2)  # [..., 1, n]
+            others = op.And(op.GreaterOrEqual(columns, _ints(k)), op.Not(op.Equal(columns, imax)))
+            rowmax = op.ReduceMax(op.Where(others, op.Abs(row), minus_one), _ints(-1), keepdims=1)
+            absaimax = op.Abs(op.GatherElements(row, imax, axis=-1))
+            zero_column = op.Or(op.Equal(op.Max(absakk, colmax), zero), op.IsNaN(absakk))
+            alpha_colmax = op.Mul(alpha, colmax)
+            safe_rowmax = op.Where(op.Greater(rowmax, zero), rowmax, one)
+            keep = op.Or(
+                op.GreaterOrEqual(absakk, alpha_colmax),
+                op.GreaterOrEqual(absakk, op.Mul(alpha_colmax, op.Div(colmax, safe_rowmax))),
+            )
+            exchange = op.Not(op.Or(zero_column, keep))
+            if skipped is not None:
+                exchange = op.And(exchange, op.Not(skipped))
+            two = op.And(exchange, op.Not(op.GreaterOrEqual(absaimax, op.Mul(alpha, rowmax))))
+            kp = op.Where(exchange, imax, k_index)
+            # Interchange rows and columns kk (k, or k + 1 for a 2x2 block) and kp in the trailing submatrix.
+            kk = op.Where(two, op.Add(k_index, _ints(1)), k_index)
+            order = _exchanged(n, kk, kp)
+            swapped = op.GatherElements(s, op.Expand(order, op.Shape(s)), axis=-2)
+            swapped = op.GatherElements(swapped, op.Expand(_transpose(order), op.Shape(s)), axis=-1)
+            trailing = op.And(op.GreaterOrEqual(rows, _ints(k)), op.GreaterOrEqual(columns, _ints(k)))
+            s = op.Where(trailing, swapped, s)
+        else:
+            zero_column = op.Or(op.Equal(absakk, zero), op.IsNaN(absakk))
+            kp = k_index
+        if skipped is not None:
+            zero_column = op.And(zero_column, op.Not(skipped))
+        failed.append(zero_column)
+        if k < n - 1:
+            # 1x1 pivot: A(k+1:, k+1:) -= x (1/d) x^T with x the column below d, as syr computes it; x /= d.
+            single = op.Not(op.Or(zero_column, two))
+            if skipped is not None:
+                single = op.And(single, op.Not(skipped))
+            d11 = op.Div(one, _element(s, k, k))
+            x = _columns(s, k, k + 1)
+            updated = op.Add(s, op.Mul(x, op.Mul(op.Neg(d11), _transpose(x))))
+            after_k = op.And(op.Greater(rows, _ints(k)), op.Greater(columns, _ints(k)))
+            below_k = op.And(op.Greater(rows, _ints(k)), op.Equal(columns, _ints(k)))
+            next_s = op.Where(after_k, _lower_mirrored(updated, rows, columns), s)
+            next_s = op.Where(below_k, op.Mul(x, d11), next_s)
+            s = op.Where(single, next_s, s)
+        if k < n - 2:
+            # 2x2 pivot: the rank-2 update of sytf2, with its W = (L(k) L(k+1)) D written into columns k, k+1.
+            d21 = _element(s, k + 1, k)
+            d11 = op.Div(_element(s, k + 1, k + 1), d21)
+            d22 = op.Div(_element(s, k, k), d21)
+            t = op.Div(one, op.Sub(op.Mul(d11, d22), one))
+            d21 = op.Div(t, d21)
+            ck, ck1 = _columns(s, k, k + 1), _columns(s, k + 1, k + 2)
+            wk = op.Mul(d21, op.Sub(op.Mul(d11, ck), ck1))
+            wkp1 = op.Mul(d21, op.Sub(op.Mul(d22, ck1), ck))
+            updated = op.Sub(op.Sub(s, op.Mul(ck, _transpose(wk))), op.Mul(ck1, _transpose(wkp1)))
+            after = op.Greater(rows, _ints(k + 1))
+            next_s = op.Where(
+                op.And(after, op.Greater(columns, _ints(k + 1))), _lower_mirrored(updated, rows, columns), s
+            )
+            next_s = op.Where(op.And(after, op.Equal(columns, _ints(k))), wk, next_s)
+            next_s = op.Where(op.And(after, op.Equal(columns, _ints(k + 1))), wkp1, next_s)
+            s = op.Where(two, next_s, s)
+        entry = op.Add(kp, _ints(1))
+        if two is not None:
+            entry = op.Where(two, op.Neg(entry), entry)
+        if skipped is not None:
+            entry = op.Where(skipped, previous, entry)
+        pivots.append(entry)
+        previous = entry
+        skipped = two
+    ld = op.Where(op.GreaterOrEqual(rows, columns), s, zero)
+    if pivots:
+        joined = op.Concat(*[op.Reshape(p, op.Concat(batch, _ints(1), axis=0)) for p in pivots], axis=-1)
+    else:
+        joined = _batch_filled(a, [0], 0.0, a)
+    return ld, op.Cast(joined, to=INT32.dtype), _first_failure(a, failed)
+
+
+@lowering("aten::linalg_ldl_factor_ex")
+def linalg_ldl_factor_ex(
+    self: TLapack, hermitian: bool = False, check_errors: bool = False
+) -> tuple[TLapack, INT32, INT32]:
+    """Bunch-Kaufman LDL^T as LAPACK's sytrf computes it (for real matrices hermitian changes nothing)."""
+    return _sytf2(self, _ldl_order(self, "linalg.ldl_factor"))
+
+
+@lowering("aten::linalg_ldl_factor")
+def linalg_ldl_factor(self: TLapack, hermitian: bool = False) -> tuple[TLapack, INT32]:
+    """Kept whole (its decomposition checks errors through an effect token)."""
+    ld, pivots, _ = _sytf2(self, _ldl_order(self, "linalg.ldl_factor"))
+    return ld, pivots
+
+
+def _sytrs(ld: TLapack, pivots: INT64, b: TLapack, n: int) -> TLapack:
+    """LAPACK's sytrs with UPLO='L': A X = B from sytf2's LD and pivots; ld, pivots [..., n, 1] and b share batch dims.
+
+    Which columns start a 2x2 block depends on the pivots of each matrix: a negative entry starts one unless it
+    is the second of the previous block.
+    """
+    rows = _index_column(n)
+    one = _scalar_like(1.0, ld)
+    entries = [op.Slice(pivots, _ints(k), _ints(k + 1), _ints(-2)) for k in range(n)]  # [..., 1, 1] each
+    singles = [op.Greater(e, _ints(0)) for e in entries]
+    firsts: list[BOOL] = []
+    seconds: list[BOOL | None] = [None]
+    for k in range(n):
+        negative = op.Not(singles[k])
+        firsts.append(negative if seconds[k] is None else op.And(negative, op.Not(seconds[k])))
+        seconds.append(firsts[k])
+    sources = [op.Sub(op.Abs(e), _ints(1)) for e in entries]
+    # L D Y = P^T B, column by column.
+    for k in range(n):
+        single, first = singles[k], firsts[k]
+        block = op.Or(single, first) if k < n - 1 else single
+        target = op.Where(first, _ints(k + 1), _ints(k)) if k < n - 1 else _ints(k)
+        source = op.Where(block, sources[k], _ints(k))
+        b = op.GatherElements(b, op.Expand(_exchanged(n, target, source), op.Shape(b)), axis=-2)
+        bk = _rows(b, k, k + 1)
+        if k < n - 1:
+            below = op.And(block, op.Greater(rows, target))  # L starts below the block
+            b = op.Where(below, op.Sub(b, op.Mul(_columns(ld, k, k + 1), bk)), b)
+        if k < n - 2:
+            bk1 = _rows(b, k + 1, k + 2)
+            below = op.And(first, op.Greater(rows, _ints(k + 1)))
+            b = op.Where(below, op.Sub(b, op.Mul(_columns(ld, k + 1, k + 2), bk1)), b)
+        dkk = _element(ld, k, k)
+        new_k = op.Where(single, op.Mul(bk, op.Div(one, dkk)), bk)
+        if k < n - 1:
+            akm1k = _element(ld, k + 1, k)
+            akm1 = op.Div(dkk, akm1k)
+            ak = op.Div(_element(ld, k + 1, k + 1), akm1k)
+            denom = op.Sub(op.Mul(akm1, ak), one)
+            bkm1 = op.Div(bk, akm1k)
+            bkk = op.Div(_rows(b, k + 1, k + 2), akm1k)
+            new_k = op.Where(first, op.Div(op.Sub(op.Mul(ak, bkm1), bkk), denom), new_k)
+            new_k1 = op.Div(op.Sub(op.Mul(akm1, bkk), bkm1), denom)
+            b = op.Where(op.And(first, op.Equal(rows, _ints(k + 1))), new_k1, b)
+        b = op.Where(op.Equal(rows, _ints(k)), new_k, b)
+    # L^T X = Y, then the interchanges undone, from the last column back.
+    for k in range(n - 1, -1, -1):
+        second = seconds[k]
+        block_end = singles[k] if second is None else op.Or(singles[k], second)
+        if k < n - 1:
+            tail = _rows(b, k + 1, n)
+            column = op.Slice(ld, _ints(k + 1, k), _ints(n, k + 1), _ints(-2, -1))  # [..., n-k-1, 1]
+            new_k = op.Sub(_rows(b, k, k + 1), op.MatMul(_transpose(column), tail))
+            b = op.Where(op.And(block_end, op.Equal(rows, _ints(k))), new_k, b)
+            if second is not None:
+                column = op.Slice(ld, _ints(k + 1, k - 1), _ints(n, k), _ints(-2, -1))
+                new_km1 = op.Sub(_rows(b, k - 1, k), op.MatMul(_transpose(column), tail))
+                b = op.Where(op.And(second, op.Equal(rows, _ints(k - 1))), new_km1, b)
+        source = op.Where(block_end, sources[k], _ints(k))
+        b = op.GatherElements(b, op.Expand(_exchanged(n, _ints(k), source), op.Shape(b)), axis=-2)
+    return b
+
+
+@lowering("aten::linalg_ldl_solve")
+def linalg_ldl_solve(LD: TLapack, pivots: INT32, B: TLapack, hermitian: bool = False) -> TLapack:
+    """A X = B from sytrf's LD and pivots, as LAPACK's sytrs solves it."""
+    n = _ldl_order(LD, "linalg.ldl_solve")
+    if 0 in B.shape or n == 0:  # nothing to solve for: B's shape with the batch dims broadcast
+        return op.Expand(B, op.Concat(op.Shape(LD, end=-2), op.Shape(B, start=-2), axis=0))
+    ld, b = _broadcast_batches(LD, B)
+    column = op.Unsqueeze(op.Cast(pivots, to=INT64.dtype), _ints(-1))  # [..., n, 1]
+    column = op.Expand(column, op.Concat(op.Shape(b, end=-2), _ints(n, 1), axis=0))
+    return _sytrs(ld, column, b, n)
+
+
 def _solve_triangular(a: TFloat, b: TFloat, upper: bool, left: bool, unit: bool) -> TFloat:
     n = a.shape[-1]
     if left:
