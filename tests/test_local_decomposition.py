@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import torch
+from onnxscript import FLOAT
+from onnxscript import opset18 as op
 
 from fx2onnx import Registry
 from fx2onnx._capture import CapturedGraph, LazyDecompositionTable, TorchExportExtractor
@@ -246,3 +248,53 @@ def test_a_symbolic_size_argument_reaches_the_decomposition() -> None:
         run_with=[((torch.randn(3, 3), torch.randn(5)), {})],
     )
     assert program.report.decomposition.nodes == [("repeat", "aten::repeat")]
+
+
+# --- an op the registry has, called without an argument its implementation requires -------------------------------
+@torch.library.custom_op("fx2onnx_binding_test::weighted_twice", mutates_args=())
+def weighted_twice(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    return x * 2 if weight is None else x * 2 * weight
+
+
+@weighted_twice.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def weighted_twice_requiring_weight(x: FLOAT, weight: FLOAT) -> FLOAT:
+    """An implementation that takes `weight` only (as torchlib's nll_loss_forward did)."""
+    return op.Mul(op.Add(x, x), weight)
+
+
+class WeightedTwiceWithAndWithoutWeight(torch.nn.Module):
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return weighted_twice(x, weight), weighted_twice(x - 1)
+
+
+@pytest.fixture
+def weighted_twice_decomposes() -> Any:
+    """torch's decomposition table holds one for the op while the test runs."""
+    from torch._decomp import decomposition_table
+
+    target = torch.ops.fx2onnx_binding_test.weighted_twice.default
+    decomposition_table[target] = lambda x, weight=None: x * 2 if weight is None else x * 2 * weight
+    yield
+    del decomposition_table[target]
+
+
+def test_a_node_no_implementation_binds_is_decomposed_the_others_kept(weighted_twice_decomposes: None) -> None:
+    """The registry lowers the op, but its one implementation requires `weight`: the call without it is decomposed
+    at capture (dispatch would refuse it), the call with it is lowered by the implementation."""
+    target = torch.ops.fx2onnx_binding_test.weighted_twice.default
+    x = torch.tensor([[-3.0, 0.5, 1e30], [-1e-30, 2.0, -7.25]])
+    weight = torch.tensor([[2.0, -1.0, 0.5], [4.0, 0.0, -3.0]])
+    program = assert_exports_and_matches(
+        WeightedTwiceWithAndWithoutWeight(),
+        (x, weight),
+        custom_translation_table={target: weighted_twice_requiring_weight},
+    )
+    record = program.report.decomposition
+    assert record.strategy == "local"
+    assert [overload for _, overload in record.nodes] == ["fx2onnx_binding_test::weighted_twice"]
+    lowered = [d for d in program.report.decisions if d.target == "fx2onnx_binding_test::weighted_twice"]
+    assert len(lowered) == 1 and lowered[0].chosen is not None

@@ -29,7 +29,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import InputKind, InputSpec, OutputKind, TensorArgument
 
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
@@ -101,6 +101,15 @@ class Registry(Protocol):
         ...
 
 
+class ArgumentBinder(Registry, Protocol):
+    """A :class:`Registry` that also says whether some implementation of a node's op takes the node's arguments as
+    they are present (:class:`fx2onnx._dispatch.ArgumentBinding`, which ``_export.py`` passes in: dispatch is a later
+    stage). A node the registry has implementations for but none that binds it is decomposed like an op the
+    registry lacks, rather than failing at dispatch."""
+
+    def binds(self, node: torch.fx.Node) -> bool: ...
+
+
 def decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
     """torch's default decompositions, minus the overloads the registry can lower directly (for real inputs:
     an op with only complex implementations stays decomposable for the real graphs that need it)."""
@@ -119,10 +128,16 @@ def _takes_complex(node: torch.fx.Node) -> bool:
 
 def _lowers(registry: Registry, node: torch.fx.Node) -> bool:
     """Whether `node`'s op is lowered as it is: by the registry, or, with complex inputs, by its real lowering
-    after the FX pass that rewrites it on the real and imaginary parts (passes/complex_parts.py)."""
+    after the FX pass that rewrites it on the real and imaginary parts (passes/complex_parts.py); and, when the
+    registry can say so (:class:`ArgumentBinder`), by an implementation that takes the node's arguments."""
     if not _takes_complex(node):
-        return registry.lowers(node.target)
-    return registry.lowers_on_parts(node.target) or registry.lowers(node.target, complex=True)
+        lowered = registry.lowers(node.target)
+    else:
+        lowered = registry.lowers_on_parts(node.target) or registry.lowers(node.target, complex=True)
+    if not lowered:
+        return False
+    binds: Callable[[torch.fx.Node], bool] | None = getattr(registry, "binds", None)  # an ArgumentBinder's
+    return binds is None or binds(node)
 
 
 def _updates_statistics(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
@@ -327,8 +342,14 @@ def _decompose_graph_locally(
         elif not target._schema.returns or _lowers(registry, node):
             continue
         name = prefix + node.name
+        decompositions = table()
+        if target not in decompositions:  # an op the registry has, but no implementation takes this node's arguments
+            from torch._decomp import decomposition_table as full_table
+
+            if target in full_table:
+                decompositions = {**decompositions, target: full_table[target]}
         try:
-            _splice_decomposition(graph, node, table(), registry)
+            _splice_decomposition(graph, node, decompositions, registry)
         except NeedsFullDecomposition:
             raise
         except Exception as error:  # a decomposition that cannot be traced on its own
@@ -548,6 +569,7 @@ class TorchExportExtractor:
                         lambda: _export_with_suggested_fixes(model, args, kwargs, dynamic_shapes, strict=self.strict),
                         attempts,
                         assumptions,
+                        section_counts=lambda: capture_strategies.example_section_counts(model, args, kwargs),
                     )
                     trace_seconds = time.perf_counter() - traced_at
             except Exception as error:
@@ -562,6 +584,8 @@ class TorchExportExtractor:
                     frame=frame,
                 ) from error
             capture_strategies.warn_if_assumed(attempts, assumptions, stand_ins_used)
+        if self.registry is not None:
+            flatten_sparse_inputs(program, flatten_inputs(program.call_spec.in_spec, args, kwargs), self.registry)
         refuse_sparse_tensors(program.graph_module)
         before = _overloads(program.graph_module)
         if self.registry is not None and lowerable_as_captured(program, self.registry):
@@ -1011,6 +1035,114 @@ def _describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     return ", ".join(
         f"{x.dtype} {tuple(x.shape)}".replace("torch.", "") if isinstance(x, torch.Tensor) else repr(x) for x in leaves
     )
+
+
+# A sparse CSR input's parts, in the order they become graph inputs (`<name>_crow_indices`...); `ONNXProgram` splits a
+# sparse tensor it is given in the same order. The placeholders of the parts carry SPARSE_PART in their meta.
+SPARSE_CSR_PARTS = ("crow_indices", "col_indices", "values")
+SPARSE_PART = "fx2onnx_sparse_part"  # node.meta key: (part's position, the sparse input's name)
+
+
+def _csr_mm_reduce(
+    crow_indices: torch.Tensor,
+    col_indices: torch.Tensor,
+    values: torch.Tensor,
+    other: torch.Tensor,
+    reduce: str,
+    rows: int,
+) -> torch.Tensor:
+    """``torch.sparse.mm(csr, other, reduce)`` on the CSR tensor's parts, with dense ops: each stored element's
+    product with its row of `other`, reduced into its row (a row with no stored element gives 0, as eager).
+    float16/bfloat16 compute in float32 and round once, as eager's kernel."""
+    dtype = other.dtype
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    counts = (crow_indices[1:] - crow_indices[:-1]).long()
+    row_of_each = torch.repeat_interleave(torch.arange(rows, device=other.device), counts, output_size=values.shape[0])
+    products = other.to(compute).index_select(0, col_indices.long()) * values.to(compute).unsqueeze(1)
+    index = row_of_each.unsqueeze(1).expand(-1, other.shape[1])
+    result = torch.zeros(rows, other.shape[1], dtype=compute, device=other.device)
+    return result.scatter_reduce(0, index, products, reduce, include_self=False).to(dtype)
+
+
+def _stored_elements(fake_mode: Any, name: str, example: int) -> int | torch.SymInt:
+    """The number of stored elements of a sparse input as a dynamic size (the ONNX model takes any), with the
+    example's count as its hint; the example's count itself when the graph has no symbolic shapes."""
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is None:
+        return example
+    from torch._dynamo.source import LocalSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    source = LocalSource(name)
+    symbol = shape_env.create_symbol(example, source=source, dynamic_dim=DimDynamic.DYNAMIC)
+    return shape_env.create_symintnode(symbol, hint=example, source=source)
+
+
+def flatten_sparse_inputs(program: ExportedProgram, flat_inputs: list[Any], registry: Registry) -> None:
+    """Give each sparse CSR user input of `program` as its three parts (dense graph inputs named
+    ``<name>_crow_indices``, ``<name>_col_indices``, ``<name>_values``), in place, when every op reading it can
+    be computed on the parts: ``torch.sparse.mm(x, dense, reduce)``, rewritten with index ops. Other sparse inputs
+    are left for :func:`refuse_sparse_tensors` to refuse.
+
+    The number of stored elements is a dynamic size (torch.export's fake sparse tensors hold none): the ONNX model
+    takes any number; the rows are the example's.
+    """
+    graph = program.graph_module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    specs = program.graph_signature.input_specs
+    user_index = -1
+    replaced: dict[int, list[InputSpec]] = {}
+    for position, (node, spec) in enumerate(zip(placeholders, specs)):
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        user_index += 1
+        value = node.meta.get("val")
+        if getattr(value, "layout", torch.strided) != torch.sparse_csr or value.dim() != 2:
+            continue
+        example = flat_inputs[user_index] if user_index < len(flat_inputs) else None
+        readers = list(node.users)
+        if not isinstance(example, torch.Tensor) or not readers:
+            continue
+        if not all(r.target is torch.ops.aten._sparse_mm.reduce and r.args[0] is node for r in readers):
+            continue
+        fake_mode = torch._guards.detect_fake_mode([value])
+        if fake_mode is None:
+            continue
+        stored = _stored_elements(fake_mode, f"{node.name}_values", int(example.values().shape[0]))
+        parts = []
+        with graph.inserting_before(node):
+            for index, part_name in enumerate(SPARSE_CSR_PARTS):
+                part = graph.placeholder(f"{node.name}_{part_name}")
+                real = getattr(example, part_name)()
+                shape = [stored if part_name != "crow_indices" else real.shape[0]]
+                with fake_mode:
+                    part.meta["val"] = torch.empty(shape, dtype=real.dtype)
+                part.meta[SPARSE_PART] = (index, node.name)
+                parts.append(part)
+        for reader in readers:
+            other = reader.args[1] if len(reader.args) > 1 else reader.kwargs["dense"]
+            reduce = reader.args[2] if len(reader.args) > 2 else reader.kwargs.get("reduce", "sum")
+            with graph.inserting_before(reader):
+                rewritten = graph.call_function(_csr_mm_reduce, (*parts, other, reduce, int(value.shape[0])))
+            rewritten.meta.update(reader.meta)
+            reader.replace_all_uses_with(rewritten)
+            graph.erase_node(reader)
+            try:
+                _splice_decomposition(graph, rewritten, local_decomposition_table(registry), registry)
+            except NeedsFullDecomposition as why:
+                raise CaptureError(
+                    f"torch.sparse.mm on the sparse CSR input `{node.name}` could not be rewritten on its parts: {why}"
+                ) from None
+        graph.erase_node(node)
+        replaced[position] = [
+            InputSpec(kind=InputKind.USER_INPUT, arg=TensorArgument(name=part.name), target=None) for part in parts
+        ]
+    if replaced:
+        program.graph_signature.input_specs[:] = [
+            new for position, spec in enumerate(specs) for new in replaced.get(position, [spec])
+        ]
+        graph.lint()
+        program.graph_module.recompile()
 
 
 def refuse_sparse_tensors(graph_module: torch.fx.GraphModule) -> None:
