@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import pathlib
 import warnings
+from typing import Any
 
 import onnxruntime
 import pytest
@@ -202,9 +203,9 @@ class SparseMatmulReduce(torch.nn.Module):
         return torch.sparse.mm(sparse, dense, self.reduce)
 
 
-class SparseMatmul(torch.nn.Module):
+class DenseTimesSparse(torch.nn.Module):
     def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-        return torch.mm(sparse, dense)
+        return torch.mm(dense, sparse)
 
 
 class MatmulReduceOnCsrParts(torch.nn.Module):
@@ -231,10 +232,43 @@ def _csr() -> torch.Tensor:
 
 def test_a_sparse_input_read_by_another_op_is_refused_naming_it_the_op_and_the_way_out() -> None:
     with pytest.raises(CaptureError) as raised:
-        fx2onnx.export(SparseMatmul(), (_csr(), torch.randn(3, 2)))
+        fx2onnx.export(DenseTimesSparse(), (_csr(), torch.randn(2, 4)))
     message = str(raised.value)
     assert "input `sparse` is a sparse tensor (torch.sparse_csr" in message and "aten::mm" in message
-    assert "torch.mm(sparse, dense)" in message and "crow_indices()" in message
+    assert "torch.mm(dense, sparse)" in message and "crow_indices()" in message
+
+
+def _coo(coalesced: bool) -> torch.Tensor:
+    """A 4x3 COO matrix; uncoalesced: a position stored twice (its values add up) and out of order."""
+    if coalesced:
+        return torch.tensor([[0.0, 2, 0], [1, 0, -3], [0, 0, 0], [4, 5, 6]]).to_sparse()
+    indices = torch.tensor([[3, 0, 1, 3, 1, 3], [2, 1, 0, 0, 2, 2]])
+    return torch.sparse_coo_tensor(indices, torch.tensor([6.0, 2, 1, 4, -3, 0.5]), (4, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    ("layout", "product"),
+    [
+        ("coo", lambda s, d: torch.sparse.mm(s, d)),
+        ("coo-uncoalesced", lambda s, d: s @ d),
+        ("coo", lambda s, d: torch.mm(s, d)),
+        ("csr", lambda s, d: torch.mm(s, d)),
+        ("csr", lambda s, d: torch.sparse.mm(s, d)),
+    ],
+)
+def test_sparse_times_dense_takes_a_sparse_input_as_its_parts(layout: str, product: Any, dtype: torch.dtype) -> None:
+    matrix = (_csr() if layout == "csr" else _coo(layout == "coo")).to(dtype)
+    dense = torch.tensor([[1e30, -1.5], [-1e30, 0.25], [3.0, -7.0]], dtype=dtype)
+    program = assert_exports_and_matches(Call(product), (matrix, dense))
+    parts = ("crow_indices", "col_indices", "values") if layout == "csr" else ("indices", "values")
+    assert [value.name for value in program.model.graph.inputs][:-1] == [f"args_0_{part}" for part in parts]
+    fewer = torch.tensor([[0.0, 2, 0], [0, 0, 0], [0, 0, 0], [4, 5, 6]], dtype=dtype)  # 4 stored elements, not 6
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sparse CSR support is in beta
+        fewer = fewer.to_sparse_csr() if layout == "csr" else fewer.to_sparse()
+    results = program.verify(fewer, dense)
+    assert all(result.passed for result in results), [str(result) for result in results]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

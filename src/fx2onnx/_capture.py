@@ -1037,10 +1037,46 @@ def _describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     )
 
 
-# A sparse CSR input's parts, in the order they become graph inputs (`<name>_crow_indices`...); `ONNXProgram` splits a
-# sparse tensor it is given in the same order. The placeholders of the parts carry SPARSE_PART in their meta.
-SPARSE_CSR_PARTS = ("crow_indices", "col_indices", "values")
+# A sparse input's parts, by layout, in the order they become graph inputs (`<name>_crow_indices`...); `ONNXProgram`
+# splits a sparse tensor it is given in the same order (a COO tensor's `_indices()`/`_values()`: uncoalesced ones
+# too). The placeholders of the parts carry SPARSE_PART in their meta.
+SPARSE_PARTS = {torch.sparse_csr: ("crow_indices", "col_indices", "values"), torch.sparse_coo: ("indices", "values")}
 SPARSE_PART = "fx2onnx_sparse_part"  # node.meta key: (part's position, the sparse input's name)
+# Ops reading a sparse matrix as their first argument that are computed on its parts: sparse @ dense
+_SPARSE_MATMULS = frozenset(
+    {
+        torch.ops.aten._sparse_mm.reduce,
+        torch.ops.aten._sparse_mm.default,
+        torch.ops.aten.mm.default,
+        torch.ops.aten.matmul.default,
+    }
+)
+
+
+def sparse_part(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """One of SPARSE_PARTS of a sparse tensor (a COO tensor's indices and values as stored, coalesced or not)."""
+    if tensor.layout == torch.sparse_coo:
+        return tensor._indices() if name == "indices" else tensor._values()
+    return getattr(tensor, name)()
+
+
+def _mm_reduce_on_rows(
+    rows_of_values: torch.Tensor,
+    columns: torch.Tensor,
+    values: torch.Tensor,
+    other: torch.Tensor,
+    reduce: str,
+    rows: int,
+) -> torch.Tensor:
+    """``sparse @ other`` reduced by `reduce` from the stored elements (their rows, columns, values), with dense ops:
+    each stored element's product with its row of `other`, reduced into its row (a row with no stored element gives
+    0, as eager). float16/bfloat16 compute in float32 and round once, as eager's kernel."""
+    dtype = other.dtype
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    products = other.to(compute).index_select(0, columns.long()) * values.to(compute).unsqueeze(1)
+    index = rows_of_values.long().unsqueeze(1).expand(-1, other.shape[1])
+    result = torch.zeros(rows, other.shape[1], dtype=compute, device=other.device)
+    return result.scatter_reduce(0, index, products, reduce, include_self=False).to(dtype)
 
 
 def _csr_mm_reduce(
@@ -1051,17 +1087,18 @@ def _csr_mm_reduce(
     reduce: str,
     rows: int,
 ) -> torch.Tensor:
-    """``torch.sparse.mm(csr, other, reduce)`` on the CSR tensor's parts, with dense ops: each stored element's
-    product with its row of `other`, reduced into its row (a row with no stored element gives 0, as eager).
-    float16/bfloat16 compute in float32 and round once, as eager's kernel."""
-    dtype = other.dtype
-    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    """``torch.sparse.mm(csr, other, reduce)`` on the CSR tensor's parts: each stored element's row from the row
+    pointers."""
     counts = (crow_indices[1:] - crow_indices[:-1]).long()
     row_of_each = torch.repeat_interleave(torch.arange(rows, device=other.device), counts, output_size=values.shape[0])
-    products = other.to(compute).index_select(0, col_indices.long()) * values.to(compute).unsqueeze(1)
-    index = row_of_each.unsqueeze(1).expand(-1, other.shape[1])
-    result = torch.zeros(rows, other.shape[1], dtype=compute, device=other.device)
-    return result.scatter_reduce(0, index, products, reduce, include_self=False).to(dtype)
+    return _mm_reduce_on_rows(row_of_each, col_indices, values, other, reduce, rows)
+
+
+def _coo_mm_reduce(
+    indices: torch.Tensor, values: torch.Tensor, other: torch.Tensor, reduce: str, rows: int
+) -> torch.Tensor:
+    """``coo @ other`` on the COO tensor's parts (duplicate positions of an uncoalesced tensor add up, as eager)."""
+    return _mm_reduce_on_rows(indices[0], indices[1], values, other, reduce, rows)
 
 
 def _stored_elements(fake_mode: Any, name: str, example: int) -> int | torch.SymInt:
@@ -1079,10 +1116,10 @@ def _stored_elements(fake_mode: Any, name: str, example: int) -> int | torch.Sym
 
 
 def flatten_sparse_inputs(program: ExportedProgram, flat_inputs: list[Any], registry: Registry) -> None:
-    """Give each sparse CSR user input of `program` as its three parts (dense graph inputs named
-    ``<name>_crow_indices``, ``<name>_col_indices``, ``<name>_values``), in place, when every op reading it can
-    be computed on the parts: ``torch.sparse.mm(x, dense, reduce)``, rewritten with index ops. Other sparse inputs
-    are left for :func:`refuse_sparse_tensors` to refuse.
+    """Give each sparse CSR (COO) 2-D user input of `program` as its parts, in place: dense graph inputs named
+    ``<name>_crow_indices``, ``<name>_col_indices``, ``<name>_values`` (``<name>_indices``, ``<name>_values``), when
+    every op reading it is a product with a dense matrix (``torch.sparse.mm(x, dense[, reduce])``, ``torch.mm``, ``@``),
+    which is rewritten with index ops on the parts. Other sparse inputs are left for :func:`refuse_sparse_tensors`.
 
     The number of stored elements is a dynamic size (torch.export's fake sparse tensors hold none): the ONNX model
     takes any number; the rows are the example's.
@@ -1097,33 +1134,36 @@ def flatten_sparse_inputs(program: ExportedProgram, flat_inputs: list[Any], regi
             continue
         user_index += 1
         value = node.meta.get("val")
-        if getattr(value, "layout", torch.strided) != torch.sparse_csr or value.dim() != 2:
+        layout = getattr(value, "layout", torch.strided)
+        if layout not in SPARSE_PARTS or value.dim() != 2:
             continue
         example = flat_inputs[user_index] if user_index < len(flat_inputs) else None
         readers = list(node.users)
         if not isinstance(example, torch.Tensor) or not readers:
             continue
-        if not all(r.target is torch.ops.aten._sparse_mm.reduce and r.args[0] is node for r in readers):
+        if not all(r.target in _SPARSE_MATMULS and r.args[0] is node and len(r.args) > 1 for r in readers):
             continue
+        if not all(getattr(r.args[1].meta.get("val"), "dim", lambda: 0)() == 2 for r in readers):
+            continue  # matmul with a vector or a batch: not a sparse @ dense matrix product
         fake_mode = torch._guards.detect_fake_mode([value])
         if fake_mode is None:
             continue
-        stored = _stored_elements(fake_mode, f"{node.name}_values", int(example.values().shape[0]))
+        stored = _stored_elements(fake_mode, f"{node.name}_values", int(sparse_part(example, "values").shape[0]))
         parts = []
         with graph.inserting_before(node):
-            for index, part_name in enumerate(SPARSE_CSR_PARTS):
+            for index, part_name in enumerate(SPARSE_PARTS[layout]):
                 part = graph.placeholder(f"{node.name}_{part_name}")
-                real = getattr(example, part_name)()
-                shape = [stored if part_name != "crow_indices" else real.shape[0]]
+                real = sparse_part(example, part_name)
+                shape = [*real.shape[:-1], stored] if part_name != "crow_indices" else list(real.shape)
                 with fake_mode:
                     part.meta["val"] = torch.empty(shape, dtype=real.dtype)
                 part.meta[SPARSE_PART] = (index, node.name)
                 parts.append(part)
+        on_parts = _csr_mm_reduce if layout == torch.sparse_csr else _coo_mm_reduce
         for reader in readers:
-            other = reader.args[1] if len(reader.args) > 1 else reader.kwargs["dense"]
-            reduce = reader.args[2] if len(reader.args) > 2 else reader.kwargs.get("reduce", "sum")
+            reduce = reader.args[2] if reader.target is torch.ops.aten._sparse_mm.reduce else "sum"
             with graph.inserting_before(reader):
-                rewritten = graph.call_function(_csr_mm_reduce, (*parts, other, reduce, int(value.shape[0])))
+                rewritten = graph.call_function(on_parts, (*parts, reader.args[1], reduce, int(value.shape[0])))
             rewritten.meta.update(reader.meta)
             reader.replace_all_uses_with(rewritten)
             graph.erase_node(reader)
@@ -1131,7 +1171,8 @@ def flatten_sparse_inputs(program: ExportedProgram, flat_inputs: list[Any], regi
                 _splice_decomposition(graph, rewritten, local_decomposition_table(registry), registry)
             except NeedsFullDecomposition as why:
                 raise CaptureError(
-                    f"torch.sparse.mm on the sparse CSR input `{node.name}` could not be rewritten on its parts: {why}"
+                    f"{target_name(reader.target)} of the sparse input `{node.name}` could not be computed on its "
+                    f"parts: {why}"
                 ) from None
         graph.erase_node(node)
         replaced[position] = [

@@ -21,7 +21,7 @@ from fx2onnx import _rounding_noise as rounding_noise
 from fx2onnx import _safe_save as safe_save
 from fx2onnx import _streaming as streaming
 from fx2onnx import _weights as checkpoint_weights
-from fx2onnx._capture import EXPORT_LOCK, SPARSE_CSR_PARTS, SPARSE_PART, flatten_inputs
+from fx2onnx._capture import EXPORT_LOCK, SPARSE_PART, SPARSE_PARTS, flatten_inputs, sparse_part
 from fx2onnx._intermediates import verify_with_intermediates
 from fx2onnx._verification import (
     TOLERANCES,
@@ -380,9 +380,9 @@ def _copy_inputs(inputs: Any) -> Any:
 
 
 def _sparse_parts(path: str, value: Any) -> list[tuple[str, Any]]:
-    """A sparse CSR tensor as the graph inputs it was exported as (capture's SPARSE_CSR_PARTS); anything else as is."""
-    if isinstance(value, torch.Tensor) and value.layout == torch.sparse_csr:
-        return [(f"{path}.{name}()", getattr(value, name)()) for name in SPARSE_CSR_PARTS]
+    """A sparse tensor as the graph inputs it was exported as (capture's SPARSE_PARTS); anything else as is."""
+    if isinstance(value, torch.Tensor) and value.layout in SPARSE_PARTS:
+        return [(f"{path}.{name}()", sparse_part(value, name)) for name in SPARSE_PARTS[value.layout]]
     return [(path, value)]
 
 
