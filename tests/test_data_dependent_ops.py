@@ -104,6 +104,9 @@ def test_tensor_split_into_a_tensor_number_of_sections_takes_the_examples_count(
     with pytest.warns(UserWarning, match=r"tensor_split's number of sections .* taken as 3, the example's"):
         program = assert_exports_and_matches(model, (x, torch.tensor(3)))
     assert len(program(x, torch.tensor(3))) == 6
+    (assumption,) = program.report.capture_assumptions  # both calls are on one line: one assumption
+    assert "taken as 3, the example's" in assumption and "torch.tensor_split(t, n)" in assumption
+    assert "taken as 3, the example's" in program.report.to_markdown()
     for other in (2, 4, 0, -3):
         with pytest.raises(Exception, match="fx2onnx_check_tensor_split_sections_is_3"):
             program(x, torch.tensor(other))

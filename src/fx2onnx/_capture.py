@@ -69,6 +69,8 @@ class CapturedGraph:
     shape_fixes: list[str] = dataclasses.field(default_factory=list)
     # none, local or full decomposition, of which nodes, and why
     decomposition: DecompositionRecord = dataclasses.field(default_factory=DecompositionRecord)
+    # what the capture strategies assumed (capture_strategies.Assumption, as text), also said in a warning
+    assumptions: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -595,6 +597,7 @@ class TorchExportExtractor:
             captured.seconds = time.perf_counter() - start
             captured.trace_seconds = trace_seconds
             captured.shape_fixes = shape_fixes
+            captured.assumptions = [str(assumption) for assumption in assumptions]
             captured.decomposition = DecompositionRecord("none", "the registry lowers every captured op")
             return captured
         decomposed_at = time.perf_counter()
@@ -615,6 +618,7 @@ class TorchExportExtractor:
                 captured.decomposition_seconds = time.perf_counter() - decomposed_at
                 captured.decomposed = sorted({target for _, target in record.nodes})
                 captured.shape_fixes = shape_fixes
+                captured.assumptions = [str(assumption) for assumption in assumptions]
                 captured.decomposition = record
                 return captured
         with static_fake_kernels():
@@ -632,6 +636,7 @@ class TorchExportExtractor:
         captured.decomposition_seconds = decomposition_seconds
         captured.decomposed = sorted(before - after)
         captured.shape_fixes = shape_fixes
+        captured.assumptions = [str(assumption) for assumption in assumptions]
         captured.decomposition = DecompositionRecord("full", reason)
         return captured
 
@@ -1101,6 +1106,12 @@ def _coo_mm_reduce(
     return _mm_reduce_on_rows(indices[0], indices[1], values, other, reduce, rows)
 
 
+def _is_dense_matrix(arguments: tuple[Any, ...]) -> bool:
+    """Whether `arguments` holds one FX node whose value is a dense 2-D tensor (not a vector, a batch, a sparse one)."""
+    value = arguments[0].meta.get("val") if arguments and isinstance(arguments[0], torch.fx.Node) else None
+    return isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dim() == 2
+
+
 def _stored_elements(fake_mode: Any, name: str, example: int) -> int | torch.SymInt:
     """The number of stored elements of a sparse input as a dynamic size (the ONNX model takes any), with the
     example's count as its hint; the example's count itself when the graph has no symbolic shapes."""
@@ -1139,12 +1150,10 @@ def flatten_sparse_inputs(program: ExportedProgram, flat_inputs: list[Any], regi
             continue
         example = flat_inputs[user_index] if user_index < len(flat_inputs) else None
         readers = list(node.users)
-        if not isinstance(example, torch.Tensor) or not readers:
+        if not isinstance(example, torch.Tensor) or example.dense_dim() != 0 or not readers:
+            continue  # a hybrid tensor (values with dims of their own) is refused
+        if not all(r.target in _SPARSE_MATMULS and r.args[0] is node and _is_dense_matrix(r.args[1:]) for r in readers):
             continue
-        if not all(r.target in _SPARSE_MATMULS and r.args[0] is node and len(r.args) > 1 for r in readers):
-            continue
-        if not all(getattr(r.args[1].meta.get("val"), "dim", lambda: 0)() == 2 for r in readers):
-            continue  # matmul with a vector or a batch: not a sparse @ dense matrix product
         fake_mode = torch._guards.detect_fake_mode([value])
         if fake_mode is None:
             continue

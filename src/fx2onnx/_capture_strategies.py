@@ -258,7 +258,8 @@ class _SectionCounts(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if func in (torch.tensor_split, torch.Tensor.tensor_split):
-            given = args[1] if len(args) > 1 else kwargs.get("indices_or_sections", kwargs.get("sections"))
+            names = ("indices_or_sections", "tensor_indices_or_sections", "sections")
+            given = args[1] if len(args) > 1 else next((kwargs[n] for n in names if n in kwargs), None)
             if isinstance(given, torch.Tensor) and given.dim() == 0:
                 self.counts.append((int(given.item()), _asking_line()))
         return func(*args, **kwargs)
@@ -349,7 +350,11 @@ def first_that_captures(
         if mode is from_example:
             if section_counts is None or not failed_in_tensor_split:
                 break
-            counts.append(section_counts())
+            try:
+                counts.append(section_counts())
+            except Exception as error:  # the model fails eagerly too: the first error stands, with this one noted
+                attempts.append(StrategyAttempt(name, f"the eager run failed: {type(error).__name__}: {error}"))
+                break
             if not counts[0]:
                 break
         attempts.append(StrategyAttempt(name))

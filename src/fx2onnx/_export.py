@@ -212,6 +212,7 @@ def _export(
     }
     export_report.decomposed = captured.decomposed
     export_report.decomposition = captured.decomposition
+    export_report.capture_assumptions = captured.assumptions
     opset_version = opset_for_dtypes(captured, opset_version)
     export_report.opset = opset_version
     flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
