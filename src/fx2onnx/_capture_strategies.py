@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import dataclasses
 import inspect
 import sys
@@ -268,9 +269,12 @@ class _SectionCounts(TorchFunctionMode):
 def example_section_counts(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[int, str]]:
     """Run `model` eagerly on the example inputs and return each 0-d-tensor ``tensor_split``'s count, in call order.
 
-    Under ``torch.no_grad()``; the buffers (a training-mode batch norm's running statistics) are restored after, so
-    that the exported weights are the model's as given.
+    Under ``torch.no_grad()``, on copies of the inputs (a model may write into them: a KV cache); the buffers (a
+    training-mode batch norm's running statistics) are restored after, so that the exported weights are the model's
+    as given.
     """
+    with contextlib.suppress(Exception):  # inputs that cannot be copied (a sparse tensor) are read as given
+        args, kwargs = copy.deepcopy((args, kwargs))
     buffers = [(buffer, buffer.detach().clone()) for buffer in getattr(model, "buffers", lambda: [])()]
     recorder = _SectionCounts()
     try:
@@ -289,13 +293,13 @@ def sections_from_example(counts: Sequence[tuple[int, str]], assumptions: list[A
     number of outputs (counted afresh in each trace: a fake mode of its own). torch's own decomposition keeps the
     other calls (a 1-D tensor of split points)."""
     original = _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd]
-    position = {"trace": None, "next": 0}
+    position: dict[str, Any] = {"trace": None, "next": 0}
 
     def tensor_split_at_example_count(self: torch.Tensor, sections: torch.Tensor, dim: int = 0) -> Any:
         if sections.dim() != 0:
             return original(self, sections, dim)
-        trace = id(torch._guards.detect_fake_mode())
-        if position["trace"] != trace:
+        trace = torch._guards.detect_fake_mode()  # held, not its id: a later trace's mode cannot reuse it
+        if position["trace"] is not trace:
             position["trace"], position["next"] = trace, 0
         index = position["next"]
         if index >= len(counts):  # a call the eager run did not make through the public API: as before
