@@ -4,8 +4,11 @@ split points of tensor_split from a tensor, input validation on values (gaussian
 from __future__ import annotations
 
 import math
+import pathlib
 import warnings
+from typing import Any
 
+import onnxruntime
 import pytest
 import torch
 
@@ -73,12 +76,65 @@ def test_tensor_split_at_a_tensor_of_indices_read_at_run_time(dtype: torch.dtype
     assert_exports_and_matches(Call(lambda t, i: torch.tensor_split(t, i)), (x, torch.tensor([], dtype=torch.long)))
 
 
-def test_tensor_split_into_a_tensor_number_of_sections_names_the_op_and_the_way_out() -> None:
-    with pytest.raises(CaptureError) as raised:
-        fx2onnx.export(Call(lambda t, n: torch.tensor_split(t, n)), (torch.ones(5, 3), torch.tensor(2)))
-    message = str(raised.value)
-    assert "aten::tensor_split.tensor_indices_or_sections" in message and "fixed number of outputs" in message
-    assert "test_data_dependent_ops.py" in message and "Python int" in message
+def _with_extremes(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Values of `dtype` from its lowest to its highest (and inf/NaN for floats), so that a part that moved shows."""
+    count = math.prod(shape)
+    if dtype == torch.bool:
+        return (torch.arange(count) % 3 == 0).reshape(shape)
+    if dtype.is_complex:
+        real = _with_extremes(shape, torch.float32)
+        return torch.complex(real, real.flip(0)).to(dtype)
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    ends = [info.min, info.max] + ([math.inf, -math.inf, math.nan, info.tiny] if dtype.is_floating_point else [])
+    values = torch.arange(count, dtype=torch.float64) - count // 2
+    kept = min(count, len(ends))
+    values[:kept] = torch.tensor(ends[:kept], dtype=torch.float64)
+    return values.to(dtype).reshape(shape)
+
+
+SPLIT_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.bool, torch.int64]
+
+
+@pytest.mark.parametrize("dtype", [*SPLIT_DTYPES, torch.complex64])
+def test_tensor_split_into_a_tensor_number_of_sections_takes_the_examples_count(dtype: torch.dtype) -> None:
+    """The number of sections is the number of outputs, which the ONNX graph fixes: the example's, said in a
+    warning; each split point is computed from the size, and the model fails in ONNX Runtime on another count."""
+    x = _with_extremes((7, 5), dtype)
+    model = Call(lambda t, n: (torch.tensor_split(t, n), t.tensor_split(n, dim=-1)))
+    with pytest.warns(UserWarning, match=r"tensor_split's number of sections .* taken as 3, the example's"):
+        program = assert_exports_and_matches(model, (x, torch.tensor(3)))
+    assert len(program(x, torch.tensor(3))) == 6
+    (assumption,) = program.report.capture_assumptions  # both calls are on one line: one assumption
+    assert "taken as 3, the example's" in assumption and "torch.tensor_split(t, n)" in assumption
+    assert "taken as 3, the example's" in program.report.to_markdown()
+    for other in (2, 4, 0, -3):
+        with pytest.raises(Exception, match="fx2onnx_check_tensor_split_sections_is_3"):
+            program(x, torch.tensor(other))
+
+
+def test_tensor_split_into_a_tensor_number_of_sections_along_a_dynamic_dim() -> None:
+    """Section sizes from the run-time length (the first length % n one longer), empty sections included."""
+    model = Call(lambda t, n: torch.tensor_split(t, n, 1))
+    x = _with_extremes((2, 8), torch.float32)
+    with pytest.warns(UserWarning, match="taken as 3"):
+        program = assert_exports_and_matches(model, (x, torch.tensor(3)), dynamic_shapes=(({1: "length"}, None),))
+    for length in (0, 1, 2, 3, 4, 10):
+        results = program.verify(_with_extremes((2, length), torch.float32), torch.tensor(3))
+        assert all(result.passed for result in results), [str(result) for result in results]
+
+
+def test_tensor_split_into_a_tensor_number_of_sections_computed_in_the_model() -> None:
+    """A count computed from a constant tensor in the model, and two calls with different counts: each its own."""
+
+    def split_twice(t: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (*torch.tensor_split(t, n + 1), *torch.tensor_split(t, torch.tensor(2), 1))
+
+    x = _with_extremes((6, 4), torch.int32)
+    with pytest.warns(UserWarning, match="taken as 4"):
+        program = assert_exports_and_matches(Call(split_twice), (x, torch.tensor(3)))
+    assert len(program(x, torch.tensor(3))) == 6
+    with pytest.raises(Exception, match="fx2onnx_check_tensor_split_sections_is_4"):
+        program(x, torch.tensor(4))
 
 
 def _ctc(**options: object) -> Call:
@@ -142,8 +198,17 @@ def test_ctc_loss_with_dynamic_time_and_batch() -> None:
 
 
 class SparseMatmulReduce(torch.nn.Module):
+    def __init__(self, reduce: str = "amax") -> None:
+        super().__init__()
+        self.reduce = reduce
+
     def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-        return torch.sparse.mm(sparse, dense, "amax")
+        return torch.sparse.mm(sparse, dense, self.reduce)
+
+
+class DenseTimesSparse(torch.nn.Module):
+    def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        return torch.mm(dense, sparse)
 
 
 class MatmulReduceOnCsrParts(torch.nn.Module):
@@ -168,12 +233,76 @@ def _csr() -> torch.Tensor:
         return torch.tensor([[0.0, 2, 0], [1, 0, -3], [0, 0, 0], [4, 5, 6]]).to_sparse_csr()
 
 
-def test_a_sparse_input_is_refused_naming_it_the_op_and_the_way_out() -> None:
+def test_a_sparse_input_read_by_another_op_is_refused_naming_it_the_op_and_the_way_out() -> None:
     with pytest.raises(CaptureError) as raised:
-        fx2onnx.export(SparseMatmulReduce(), (_csr(), torch.randn(3, 2)))
+        fx2onnx.export(DenseTimesSparse(), (_csr(), torch.randn(2, 4)))
     message = str(raised.value)
-    assert "input `sparse` is a sparse tensor (torch.sparse_csr" in message and "aten::_sparse_mm.reduce" in message
-    assert 'torch.sparse.mm(sparse, dense, "amax")' in message and "crow_indices()" in message
+    assert "input `sparse` is a sparse tensor (torch.sparse_csr" in message and "aten::mm" in message
+    assert "torch.mm(dense, sparse)" in message and "crow_indices()" in message
+
+
+def _coo(coalesced: bool) -> torch.Tensor:
+    """A 4x3 COO matrix; uncoalesced: a position stored twice (its values add up) and out of order."""
+    if coalesced:
+        return torch.tensor([[0.0, 2, 0], [1, 0, -3], [0, 0, 0], [4, 5, 6]]).to_sparse()
+    indices = torch.tensor([[3, 0, 1, 3, 1, 3], [2, 1, 0, 0, 2, 2]])
+    return torch.sparse_coo_tensor(indices, torch.tensor([6.0, 2, 1, 4, -3, 0.5]), (4, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    ("layout", "product"),
+    [
+        ("coo", lambda s, d: torch.sparse.mm(s, d)),
+        ("coo-uncoalesced", lambda s, d: s @ d),
+        ("coo", lambda s, d: torch.mm(s, d)),
+        ("csr", lambda s, d: torch.mm(s, d)),
+        ("csr", lambda s, d: torch.sparse.mm(s, d)),
+    ],
+)
+def test_sparse_times_dense_takes_a_sparse_input_as_its_parts(layout: str, product: Any, dtype: torch.dtype) -> None:
+    matrix = (_csr() if layout == "csr" else _coo(layout == "coo")).to(dtype)
+    dense = torch.tensor([[1e30, -1.5], [-1e30, 0.25], [3.0, -7.0]], dtype=dtype)
+    program = assert_exports_and_matches(Call(product), (matrix, dense))
+    parts = ("crow_indices", "col_indices", "values") if layout == "csr" else ("indices", "values")
+    assert [value.name for value in program.model.graph.inputs][:-1] == [f"args_0_{part}" for part in parts]
+    fewer = torch.tensor([[0.0, 2, 0], [0, 0, 0], [0, 0, 0], [4, 5, 6]], dtype=dtype)  # 4 stored elements, not 6
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sparse CSR support is in beta
+        fewer = fewer.to_sparse_csr() if layout == "csr" else fewer.to_sparse()
+    results = program.verify(fewer, dense)
+    assert all(result.passed for result in results), [str(result) for result in results]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+def test_sparse_matmul_reduce_takes_a_sparse_csr_input_as_its_parts(reduce: str, dtype: torch.dtype) -> None:
+    """The CSR input becomes three graph inputs; the program splits the sparse tensor it is given (a row with no
+    stored element included). Values near the dtype's largest, so that a sum rounded in the dtype would differ."""
+    matrix = _csr().to(dtype)
+    large = torch.finfo(dtype).max / 8
+    dense = torch.tensor([[large, -1.5], [-large, 0.25], [3.0, -large]], dtype=dtype)
+    program = assert_exports_and_matches(SparseMatmulReduce(reduce), (matrix, dense))
+    names = [value.name for value in program.model.graph.inputs]
+    assert names == ["sparse_crow_indices", "sparse_col_indices", "sparse_values", "dense"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sparse CSR support is in beta
+        other = torch.tensor([[0.0, 0, 7], [1, 0, -3], [2, 0, 0], [4, 5, 6]], dtype=dtype).to_sparse_csr()
+        empty = torch.zeros(4, 3, dtype=dtype).to_sparse_csr()
+    for matrix in (other, empty):  # other values, positions and numbers of stored elements
+        results = program.verify(matrix, dense)
+        assert all(result.passed for result in results), [str(result) for result in results]
+
+
+def test_a_saved_model_takes_a_sparse_inputs_parts_by_name(tmp_path: pathlib.Path) -> None:
+    matrix, dense = _csr(), torch.randn(3, 2, generator=torch.Generator().manual_seed(5))
+    program = fx2onnx.export(SparseMatmulReduce("sum"), (matrix, dense))
+    path = tmp_path / "model.onnx"
+    program.save(path)
+    session = onnxruntime.InferenceSession(path)
+    feed = {f"sparse_{part}": getattr(matrix, part)().numpy() for part in ("crow_indices", "col_indices", "values")}
+    (result,) = session.run(None, {**feed, "dense": dense.numpy()})
+    torch.testing.assert_close(torch.from_numpy(result), torch.sparse.mm(matrix, dense, "sum"))
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import torch
+from onnxscript import FLOAT
+from onnxscript import opset18 as op
 
 from fx2onnx import Registry
 from fx2onnx._capture import CapturedGraph, LazyDecompositionTable, TorchExportExtractor
@@ -282,11 +284,11 @@ class RandomViewsAndWrites(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         aliases, copies = [x * 1], []
-        for kind, index, op in self.steps:
+        for kind, index, step_op in self.steps:
             if kind == "view":
-                aliases.append(_apply(aliases[index], op, x))
+                aliases.append(_apply(aliases[index], step_op, x))
             elif kind == "write":
-                _apply(aliases[index], op, x)
+                _apply(aliases[index], step_op, x)
             else:
                 copies.append(aliases[index] * 1)  # the value now, read after the later writes
         return (*aliases, *copies)
@@ -300,14 +302,16 @@ def _random_steps(seed: int, x: torch.Tensor) -> list[Step]:
     for _ in range(rng.randrange(6, 16)):
         kind, index = rng.choice(["view", "view", "write", "write", "read"]), rng.randrange(len(aliases))
         if kind == "view":
-            op = rng.choice(_view_choices(rng, aliases[index]) or [("unsqueeze", 0)])
+            step_op = rng.choice(_view_choices(rng, aliases[index]) or [("unsqueeze", 0)])
         elif kind == "write":
-            op = rng.choice([("fill", rng.uniform(-9, 9)), ("add", 1.5), ("mul", -2.0), ("copy",), ("index_put", 4.25)])
+            step_op = rng.choice(
+                [("fill", rng.uniform(-9, 9)), ("add", 1.5), ("mul", -2.0), ("copy",), ("index_put", 4.25)]
+            )
         else:
-            op = ()
+            step_op = ()
         if kind != "read":
             try:
-                result = _apply(aliases[index], op, x)
+                result = _apply(aliases[index], step_op, x)
             except RuntimeError:
                 continue
             if result is not None:
@@ -551,3 +555,53 @@ def test_torchvision_swin_t_is_decomposed_locally() -> None:
     torch.manual_seed(0)
     program = assert_exports_and_matches(torchvision.models.swin_t(), (torch.randn(1, 3, 224, 224),))
     _assert_swin_is_decomposed_locally(program)
+
+
+# --- an op the registry has, called without an argument its implementation requires -------------------------------
+@torch.library.custom_op("fx2onnx_binding_test::weighted_twice", mutates_args=())
+def weighted_twice(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    return x * 2 if weight is None else x * 2 * weight
+
+
+@weighted_twice.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def weighted_twice_requiring_weight(x: FLOAT, weight: FLOAT) -> FLOAT:
+    """An implementation that takes `weight` only (as torchlib's nll_loss_forward did)."""
+    return op.Mul(op.Add(x, x), weight)
+
+
+class WeightedTwiceWithAndWithoutWeight(torch.nn.Module):
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return weighted_twice(x, weight), weighted_twice(x - 1)
+
+
+@pytest.fixture
+def weighted_twice_decomposes() -> Any:
+    """torch's decomposition table holds one for the op while the test runs."""
+    from torch._decomp import decomposition_table
+
+    target = torch.ops.fx2onnx_binding_test.weighted_twice.default
+    decomposition_table[target] = lambda x, weight=None: x * 2 if weight is None else x * 2 * weight
+    yield
+    del decomposition_table[target]
+
+
+def test_a_node_no_implementation_binds_is_decomposed_the_others_kept(weighted_twice_decomposes: None) -> None:
+    """The registry lowers the op, but its one implementation requires `weight`: the call without it is decomposed
+    at capture (dispatch would refuse it), the call with it is lowered by the implementation."""
+    target = torch.ops.fx2onnx_binding_test.weighted_twice.default
+    x = torch.tensor([[-3.0, 0.5, 1e30], [-1e-30, 2.0, -7.25]])
+    weight = torch.tensor([[2.0, -1.0, 0.5], [4.0, 0.0, -3.0]])
+    program = assert_exports_and_matches(
+        WeightedTwiceWithAndWithoutWeight(),
+        (x, weight),
+        custom_translation_table={target: weighted_twice_requiring_weight},
+    )
+    record = program.report.decomposition
+    assert record.strategy == "local"
+    assert [overload for _, overload in record.nodes] == ["fx2onnx_binding_test::weighted_twice"]
+    lowered = [d for d in program.report.decisions if d.target == "fx2onnx_binding_test::weighted_twice"]
+    assert len(lowered) == 1 and lowered[0].chosen is not None

@@ -30,7 +30,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import InputKind, InputSpec, OutputKind, TensorArgument
 
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
@@ -71,6 +71,8 @@ class CapturedGraph:
     shape_fixes: list[str] = dataclasses.field(default_factory=list)
     # none, local or full decomposition, of which nodes, and why
     decomposition: DecompositionRecord = dataclasses.field(default_factory=DecompositionRecord)
+    # what the capture strategies assumed (capture_strategies.Assumption, as text), also said in a warning
+    assumptions: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -103,6 +105,15 @@ class Registry(Protocol):
         ...
 
 
+class ArgumentBinder(Registry, Protocol):
+    """A :class:`Registry` that also says whether some implementation of a node's op takes the node's arguments as
+    they are present (:class:`fx2onnx._dispatch.ArgumentBinding`, which ``_export.py`` passes in: dispatch is a later
+    stage). A node the registry has implementations for but none that binds it is decomposed like an op the
+    registry lacks, rather than failing at dispatch."""
+
+    def binds(self, node: torch.fx.Node) -> bool: ...
+
+
 def decomposition_table(registry: Registry) -> dict[Any, Callable[..., Any]]:
     """torch's default decompositions, minus the overloads the registry can lower directly (for real inputs:
     an op with only complex implementations stays decomposable for the real graphs that need it)."""
@@ -121,10 +132,16 @@ def _takes_complex(node: torch.fx.Node) -> bool:
 
 def _lowers(registry: Registry, node: torch.fx.Node) -> bool:
     """Whether `node`'s op is lowered as it is: by the registry, or, with complex inputs, by its real lowering
-    after the FX pass that rewrites it on the real and imaginary parts (passes/complex_parts.py)."""
+    after the FX pass that rewrites it on the real and imaginary parts (passes/complex_parts.py); and, when the
+    registry can say so (:class:`ArgumentBinder`), by an implementation that takes the node's arguments."""
     if not _takes_complex(node):
-        return registry.lowers(node.target)
-    return registry.lowers_on_parts(node.target) or registry.lowers(node.target, complex=True)
+        lowered = registry.lowers(node.target)
+    else:
+        lowered = registry.lowers_on_parts(node.target) or registry.lowers(node.target, complex=True)
+    if not lowered:
+        return False
+    binds: Callable[[torch.fx.Node], bool] | None = getattr(registry, "binds", None)  # an ArgumentBinder's
+    return binds is None or binds(node)
 
 
 def _updates_statistics(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
@@ -302,8 +319,14 @@ def _decompose_graph_locally(
         if not target._schema.returns or _lowers(registry, node):
             continue
         name = prefix + node.name
+        decompositions = table()
+        if target not in decompositions:  # an op the registry has, but no implementation takes this node's arguments
+            from torch._decomp import decomposition_table as full_table
+
+            if target in full_table:
+                decompositions = {**decompositions, target: full_table[target]}
         try:
-            _splice_decomposition(graph, node, table(), registry)
+            _splice_decomposition(graph, node, decompositions, registry)
         except NeedsFullDecomposition:
             raise
         except Exception as error:  # a decomposition that cannot be traced on its own
@@ -444,6 +467,7 @@ class TorchExportExtractor:
                         lambda: _export_with_suggested_fixes(model, args, kwargs, dynamic_shapes, strict=self.strict),
                         attempts,
                         assumptions,
+                        section_counts=lambda: capture_strategies.example_section_counts(model, args, kwargs),
                     )
                     trace_seconds = time.perf_counter() - traced_at
             except Exception as error:
@@ -458,6 +482,8 @@ class TorchExportExtractor:
                     frame=frame,
                 ) from error
             capture_strategies.warn_if_assumed(attempts, assumptions, stand_ins_used)
+        if self.registry is not None:
+            flatten_sparse_inputs(program, flatten_inputs(program.call_spec.in_spec, args, kwargs), self.registry)
         refuse_sparse_tensors(program.graph_module)
         before = _overloads(program.graph_module)
         if self.registry is not None and lowerable_as_captured(program, self.registry):
@@ -467,6 +493,7 @@ class TorchExportExtractor:
             captured.seconds = time.perf_counter() - start
             captured.trace_seconds = trace_seconds
             captured.shape_fixes = shape_fixes
+            captured.assumptions = [str(assumption) for assumption in assumptions]
             captured.decomposition = DecompositionRecord("none", "the registry lowers every captured op")
             return captured
         decomposed_at = time.perf_counter()
@@ -487,6 +514,7 @@ class TorchExportExtractor:
                 captured.decomposition_seconds = time.perf_counter() - decomposed_at
                 captured.decomposed = sorted({target for _, target in record.nodes})
                 captured.shape_fixes = shape_fixes
+                captured.assumptions = [str(assumption) for assumption in assumptions]
                 captured.decomposition = record
                 return captured
         with static_fake_kernels():
@@ -504,6 +532,7 @@ class TorchExportExtractor:
         captured.decomposition_seconds = decomposition_seconds
         captured.decomposed = sorted(before - after)
         captured.shape_fixes = shape_fixes
+        captured.assumptions = [str(assumption) for assumption in assumptions]
         captured.decomposition = DecompositionRecord("full", reason)
         return captured
 
@@ -907,6 +936,159 @@ def _describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     return ", ".join(
         f"{x.dtype} {tuple(x.shape)}".replace("torch.", "") if isinstance(x, torch.Tensor) else repr(x) for x in leaves
     )
+
+
+# A sparse input's parts, by layout, in the order they become graph inputs (`<name>_crow_indices`...); `ONNXProgram`
+# splits a sparse tensor it is given in the same order (a COO tensor's `_indices()`/`_values()`: uncoalesced ones
+# too). The placeholders of the parts carry SPARSE_PART in their meta.
+SPARSE_PARTS = {torch.sparse_csr: ("crow_indices", "col_indices", "values"), torch.sparse_coo: ("indices", "values")}
+SPARSE_PART = "fx2onnx_sparse_part"  # node.meta key: (part's position, the sparse input's name)
+# Ops reading a sparse matrix as their first argument that are computed on its parts: sparse @ dense
+_SPARSE_MATMULS = frozenset(
+    {
+        torch.ops.aten._sparse_mm.reduce,
+        torch.ops.aten._sparse_mm.default,
+        torch.ops.aten.mm.default,
+        torch.ops.aten.matmul.default,
+    }
+)
+
+
+def sparse_part(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """One of SPARSE_PARTS of a sparse tensor (a COO tensor's indices and values as stored, coalesced or not)."""
+    if tensor.layout == torch.sparse_coo:
+        return tensor._indices() if name == "indices" else tensor._values()
+    return getattr(tensor, name)()
+
+
+def _mm_reduce_on_rows(
+    rows_of_values: torch.Tensor,
+    columns: torch.Tensor,
+    values: torch.Tensor,
+    other: torch.Tensor,
+    reduce: str,
+    rows: int,
+) -> torch.Tensor:
+    """``sparse @ other`` reduced by `reduce` from the stored elements (their rows, columns, values), with dense ops:
+    each stored element's product with its row of `other`, reduced into its row (a row with no stored element gives
+    0, as eager). float16/bfloat16 compute in float32 and round once, as eager's kernel."""
+    dtype = other.dtype
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    products = other.to(compute).index_select(0, columns.long()) * values.to(compute).unsqueeze(1)
+    index = rows_of_values.long().unsqueeze(1).expand(-1, other.shape[1])
+    result = torch.zeros(rows, other.shape[1], dtype=compute, device=other.device)
+    return result.scatter_reduce(0, index, products, reduce, include_self=False).to(dtype)
+
+
+def _csr_mm_reduce(
+    crow_indices: torch.Tensor,
+    col_indices: torch.Tensor,
+    values: torch.Tensor,
+    other: torch.Tensor,
+    reduce: str,
+    rows: int,
+) -> torch.Tensor:
+    """``torch.sparse.mm(csr, other, reduce)`` on the CSR tensor's parts: each stored element's row from the row
+    pointers."""
+    counts = (crow_indices[1:] - crow_indices[:-1]).long()
+    row_of_each = torch.repeat_interleave(torch.arange(rows, device=other.device), counts, output_size=values.shape[0])
+    return _mm_reduce_on_rows(row_of_each, col_indices, values, other, reduce, rows)
+
+
+def _coo_mm_reduce(
+    indices: torch.Tensor, values: torch.Tensor, other: torch.Tensor, reduce: str, rows: int
+) -> torch.Tensor:
+    """``coo @ other`` on the COO tensor's parts (duplicate positions of an uncoalesced tensor add up, as eager)."""
+    return _mm_reduce_on_rows(indices[0], indices[1], values, other, reduce, rows)
+
+
+def _is_dense_matrix(arguments: tuple[Any, ...]) -> bool:
+    """Whether `arguments` holds one FX node whose value is a dense 2-D tensor (not a vector, a batch, a sparse one)."""
+    value = arguments[0].meta.get("val") if arguments and isinstance(arguments[0], torch.fx.Node) else None
+    return isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dim() == 2
+
+
+def _stored_elements(fake_mode: Any, name: str, example: int) -> int | torch.SymInt:
+    """The number of stored elements of a sparse input as a dynamic size (the ONNX model takes any), with the
+    example's count as its hint; the example's count itself when the graph has no symbolic shapes."""
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is None:
+        return example
+    from torch._dynamo.source import LocalSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    source = LocalSource(name)
+    symbol = shape_env.create_symbol(example, source=source, dynamic_dim=DimDynamic.DYNAMIC)
+    return shape_env.create_symintnode(symbol, hint=example, source=source)
+
+
+def flatten_sparse_inputs(program: ExportedProgram, flat_inputs: list[Any], registry: Registry) -> None:
+    """Give each sparse CSR (COO) 2-D user input of `program` as its parts, in place: dense graph inputs named
+    ``<name>_crow_indices``, ``<name>_col_indices``, ``<name>_values`` (``<name>_indices``, ``<name>_values``), when
+    every op reading it is a product with a dense matrix (``torch.sparse.mm(x, dense[, reduce])``, ``torch.mm``, ``@``),
+    which is rewritten with index ops on the parts. Other sparse inputs are left for :func:`refuse_sparse_tensors`.
+
+    The number of stored elements is a dynamic size (torch.export's fake sparse tensors hold none): the ONNX model
+    takes any number; the rows are the example's.
+    """
+    graph = program.graph_module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    specs = program.graph_signature.input_specs
+    user_index = -1
+    replaced: dict[int, list[InputSpec]] = {}
+    for position, (node, spec) in enumerate(zip(placeholders, specs)):
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        user_index += 1
+        value = node.meta.get("val")
+        layout = getattr(value, "layout", torch.strided)
+        if layout not in SPARSE_PARTS or value.dim() != 2:
+            continue
+        example = flat_inputs[user_index] if user_index < len(flat_inputs) else None
+        readers = list(node.users)
+        if not isinstance(example, torch.Tensor) or example.dense_dim() != 0 or not readers:
+            continue  # a hybrid tensor (values with dims of their own) is refused
+        if not all(r.target in _SPARSE_MATMULS and r.args[0] is node and _is_dense_matrix(r.args[1:]) for r in readers):
+            continue
+        fake_mode = torch._guards.detect_fake_mode([value])
+        if fake_mode is None:
+            continue
+        stored = _stored_elements(fake_mode, f"{node.name}_values", int(sparse_part(example, "values").shape[0]))
+        parts = []
+        with graph.inserting_before(node):
+            for index, part_name in enumerate(SPARSE_PARTS[layout]):
+                part = graph.placeholder(f"{node.name}_{part_name}")
+                real = sparse_part(example, part_name)
+                shape = [*real.shape[:-1], stored] if part_name != "crow_indices" else list(real.shape)
+                with fake_mode:
+                    part.meta["val"] = torch.empty(shape, dtype=real.dtype)
+                part.meta[SPARSE_PART] = (index, node.name)
+                parts.append(part)
+        on_parts = _csr_mm_reduce if layout == torch.sparse_csr else _coo_mm_reduce
+        for reader in readers:
+            reduce = reader.args[2] if reader.target is torch.ops.aten._sparse_mm.reduce else "sum"
+            with graph.inserting_before(reader):
+                rewritten = graph.call_function(on_parts, (*parts, reader.args[1], reduce, int(value.shape[0])))
+            rewritten.meta.update(reader.meta)
+            reader.replace_all_uses_with(rewritten)
+            graph.erase_node(reader)
+            try:
+                _splice_decomposition(graph, rewritten, local_decomposition_table(registry), registry)
+            except NeedsFullDecomposition as why:
+                raise CaptureError(
+                    f"{target_name(reader.target)} of the sparse input `{node.name}` could not be computed on its "
+                    f"parts: {why}"
+                ) from None
+        graph.erase_node(node)
+        replaced[position] = [
+            InputSpec(kind=InputKind.USER_INPUT, arg=TensorArgument(name=part.name), target=None) for part in parts
+        ]
+    if replaced:
+        program.graph_signature.input_specs[:] = [
+            new for position, spec in enumerate(specs) for new in replaced.get(position, [spec])
+        ]
+        graph.lint()
+        program.graph_module.recompile()
 
 
 def refuse_sparse_tensors(graph_module: torch.fx.GraphModule) -> None:

@@ -13,6 +13,12 @@ a size (torchvision's ``if boxes.numel() == 0: return empty``) makes torch.expor
    Undecidable even so (a comparison with a value the size could take either side of), it fails as before,
    unless the condition is input validation: an ``if`` whose body only raises (``if torch.any(var < 0): raise``),
    decided so that it does not raise, as torch.export decides a Python ``assert``.
+3. **the example's section counts**, only after a failure inside ``torch.tensor_split(x, sections)`` given a 0-d
+   tensor: the number of sections is the number of outputs, which an ONNX graph fixes. One eager run of the model
+   on the example inputs (``torch.no_grad()``, buffers restored after) records each such call's count, in call
+   order; the capture then gives each call that many outputs (with the size-oblivious guards of strategy 2). The
+   op stays whole in the graph, and its lowering (``_lowerings/indexing.py``) makes the ONNX model fail at run
+   time when fed another count, never split it otherwise. Each count is reported as an assumption.
 Not a strategy: torch.export.draft_export's real-tensor propagation (guards decided by the example's values).
 On torchvision's Faster R-CNN it captured a graph that keeps no detection (the "real" values it propagated
 through non-strict export were themselves fake tensors: the RPN's mask came out empty), on Keypoint R-CNN it
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import dataclasses
 import inspect
 import sys
@@ -37,11 +44,15 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sympy
+import torch
+from torch._C import DispatchKey
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+from torch.overrides import TorchFunctionMode
 
 __all__ = [
     "Assumption",
     "StrategyAttempt",
+    "example_section_counts",
     "first_that_captures",
     "is_data_dependent",
     "size_oblivious_guards",
@@ -231,23 +242,125 @@ def _raising_if_polarity() -> bool | None:
     return None
 
 
-STRATEGIES = ("torch.export", "size-oblivious guards")
+# torch's decomposition of tensor_split at a 0-d tensor names itself in the data-dependent error it raises
+TENSOR_SPLIT_AT_TENSOR = "tensor_split_tensor_indices_or_sections"
+_TENSOR_SPLIT = torch.ops.aten.tensor_split.tensor_indices_or_sections
+
+STRATEGIES = ("torch.export", "size-oblivious guards", "the example's section counts")
+
+
+class _SectionCounts(TorchFunctionMode):
+    """Records, in call order, the count of each ``tensor_split`` given a 0-d tensor of sections (an eager run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: list[tuple[int, str]] = []  # (count, the asking line)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in (torch.tensor_split, torch.Tensor.tensor_split):
+            names = ("indices_or_sections", "tensor_indices_or_sections", "sections")
+            given = args[1] if len(args) > 1 else next((kwargs[n] for n in names if n in kwargs), None)
+            if isinstance(given, torch.Tensor) and given.dim() == 0:
+                self.counts.append((int(given.item()), _asking_line()))
+        return func(*args, **kwargs)
+
+
+def example_section_counts(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[int, str]]:
+    """Run `model` eagerly on the example inputs and return each 0-d-tensor ``tensor_split``'s count, in call order.
+
+    Under ``torch.no_grad()``, on copies of the inputs (a model may write into them: a KV cache); the buffers (a
+    training-mode batch norm's running statistics) are restored after, so that the exported weights are the model's
+    as given.
+    """
+    with contextlib.suppress(Exception):  # inputs that cannot be copied (a sparse tensor) are read as given
+        args, kwargs = copy.deepcopy((args, kwargs))
+    buffers = [(buffer, buffer.detach().clone()) for buffer in getattr(model, "buffers", lambda: [])()]
+    recorder = _SectionCounts()
+    try:
+        with torch.no_grad(), recorder:
+            model(*args, **kwargs)
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+    return recorder.counts
+
+
+@contextlib.contextmanager
+def sections_from_example(counts: Sequence[tuple[int, str]], assumptions: list[Assumption]) -> Iterator[None]:
+    """While active, the i-th ``tensor_split`` at a 0-d tensor traced gets the i-th count of `counts` as its
+    number of outputs (counted afresh in each trace: a fake mode of its own). torch's own decomposition keeps the
+    other calls (a 1-D tensor of split points)."""
+    original = _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd]
+    position: dict[str, Any] = {"trace": None, "next": 0}
+
+    def tensor_split_at_example_count(self: torch.Tensor, sections: torch.Tensor, dim: int = 0) -> Any:
+        if sections.dim() != 0:
+            return original(self, sections, dim)
+        trace = torch._guards.detect_fake_mode()  # held, not its id: a later trace's mode cannot reuse it
+        if position["trace"] is not trace:
+            position["trace"], position["next"] = trace, 0
+        index = position["next"]
+        if index >= len(counts):  # a call the eager run did not make through the public API: as before
+            return original(self, sections, dim)
+        position["next"] += 1
+        count, line = counts[index]
+        assumption = Assumption(
+            "tensor_split's number of sections (a 0-d tensor)",
+            f"{count}, the example's (the ONNX model fails at run time when given another count)",
+            line,
+        )
+        if assumption not in assumptions:
+            assumptions.append(assumption)
+        return torch.ops.aten.tensor_split.sections(self, count, dim)
+
+    _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd] = tensor_split_at_example_count
+    _TENSOR_SPLIT._dispatch_cache.clear()
+    try:
+        with size_oblivious_guards(assumptions):
+            yield
+    finally:
+        _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd] = original
+        _TENSOR_SPLIT._dispatch_cache.clear()
 
 
 def first_that_captures(
-    export: Callable[[], Any], attempts: list[StrategyAttempt], assumptions: list[Assumption]
+    export: Callable[[], Any],
+    attempts: list[StrategyAttempt],
+    assumptions: list[Assumption],
+    section_counts: Callable[[], Sequence[tuple[int, str]]] | None = None,
 ) -> Any:
     """``export()`` under each strategy in turn until one captures; the first error when none does.
 
     Only a data-dependent failure moves on to the next strategy: any other error is the model's or the
-    user's, and later strategies would hit it too. `attempts` and `assumptions` are filled in for the report.
+    user's, and later strategies would hit it too. The third strategy is tried only after a failure in
+    ``tensor_split`` at a 0-d tensor, and only when `section_counts` (an eager run) is given and finds such calls.
+    `attempts` and `assumptions` are filled in for the report.
     """
+    counts: list[Sequence[tuple[int, str]]] = []
+    failed_in_tensor_split = False
+
+    def from_example() -> contextlib.AbstractContextManager[None]:
+        return sections_from_example(counts[0], assumptions)
+
     modes: list[Callable[[], contextlib.AbstractContextManager[None]]] = [
         contextlib.nullcontext,
         lambda: size_oblivious_guards(assumptions),
+        from_example,
     ]
     first_error: BaseException | None = None
     for name, mode in zip(STRATEGIES, modes):
+        if mode is from_example:
+            if section_counts is None or not failed_in_tensor_split:
+                break
+            try:
+                counts.append(section_counts())
+            except Exception as error:  # the model fails eagerly too: the first error stands, with this one noted
+                attempts.append(StrategyAttempt(name, f"the eager run failed: {type(error).__name__}: {error}"))
+                break
+            if not counts[0]:
+                break
         attempts.append(StrategyAttempt(name))
         assumptions.clear()
         try:
@@ -255,6 +368,7 @@ def first_that_captures(
                 return export()
         except Exception as error:
             attempts[-1].failure = f"{type(error).__name__}: {_first_line(error)}"
+            failed_in_tensor_split |= TENSOR_SPLIT_AT_TENSOR in str(error)
             if first_error is None:
                 first_error = error
             if not is_data_dependent(error):

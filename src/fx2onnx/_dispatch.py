@@ -175,17 +175,9 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
         kind = "complex" if implementation.complex else "real"
         return Candidate(implementation, "rejected", f"takes {kind} inputs only")
 
-    for name in sorted(given - used - IGNORABLE_ARGUMENTS):
-        return Candidate(implementation, "rejected", f"does not take `{name}` (given: {values[name]!r})")
-    for param in params:
-        required = param.required and not param.has_default()
-        if required and param.name not in arguments:
-            if isinstance(param, schemas.Parameter) and param.variadic:
-                continue
-            return Candidate(implementation, "rejected", f"requires `{param.name}`, which the node does not give")
-        is_attribute = isinstance(param, schemas.AttributeParameter) and param.name in arguments
-        if is_attribute and _is_symbolic(arguments[param.name]):
-            return Candidate(implementation, "rejected", f"needs `{param.name}` as a constant but it is symbolic")
+    problem = _presence_problem(implementation, arguments, given - used, values)
+    if problem is not None:
+        return Candidate(implementation, "rejected", problem)
 
     # Group tensor inputs by type variable.
     groups: dict[str, list[tuple[str, ir.DataType]]] = {}
@@ -228,6 +220,79 @@ def bind(implementation: Implementation, named: list[tuple[str, Any]], given: se
     if casts:
         return Candidate(implementation, "cast", "; ".join(problems), casts, cost, arguments)
     return Candidate(implementation, "perfect", "", {}, 0.0, arguments)
+
+
+def _presence_problem(
+    implementation: Implementation, arguments: Mapping[str, Any], not_used: set[str], values: Mapping[str, Any]
+) -> str | None:
+    """Why `implementation` cannot take the node's arguments as they are present (an argument given that it has no
+    parameter for, a required parameter the node leaves out, a constant attribute given a symbolic value), or None."""
+    for name in sorted(not_used - IGNORABLE_ARGUMENTS):
+        return f"does not take `{name}` (given: {values[name]!r})"
+    for param in implementation.signature.params:
+        required = param.required and not param.has_default()
+        if required and param.name not in arguments:
+            if isinstance(param, schemas.Parameter) and param.variadic:
+                continue
+            return f"requires `{param.name}`, which the node does not give"
+        is_attribute = isinstance(param, schemas.AttributeParameter) and param.name in arguments
+        if is_attribute and _is_symbolic(arguments[param.name]):
+            return f"needs `{param.name}` as a constant but it is symbolic"
+    return None
+
+
+class ArgumentBinding:
+    """What capture asks of dispatch (capture's ``Registry`` protocol, given by ``_export.py``): the registry's
+    answers, and whether some implementation of a node's op takes the node's arguments as they are present.
+
+    ``Registry.lowers`` says only that an op has implementations; an implementation that requires an argument the
+    node leaves out (torchlib's ``nll_loss_forward`` requires ``weight``) would fail at dispatch, where the node
+    could have been decomposed. Capture decomposes such a node instead. dtypes are not judged here: the FX passes
+    (type promotion, complex parts) change them after capture, and dispatch casts.
+    """
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._answers: dict[tuple[Any, ...], bool] = {}  # by target and which arguments are given/None/symbolic
+
+    def lowers(self, target: Any, *, complex: bool = False) -> bool:
+        return self.registry.lowers(target, complex=complex)
+
+    def lowers_on_parts(self, target: Any) -> bool:
+        return self.registry.lowers_on_parts(target)
+
+    def binds(self, node: torch.fx.Node) -> bool:
+        """Whether some implementation of `node`'s op (a real one for real inputs; any for complex inputs, which
+        the complex parts pass may hand to the real one) takes `node`'s arguments as they are present."""
+        if getattr(node.target, "_schema", None) is None:
+            return True
+        named, given = node_arguments(node)
+        takes_complex = any(
+            d is not None and dtypes.is_complex(d) for _, v in named for d in (_argument_dtypes(v) or [])
+        )
+        key = (
+            node.target,
+            takes_complex,
+            tuple(sorted(given)),
+            tuple(name for name, value in named if value is None),
+            tuple(name for name, value in named if _is_symbolic(value)),
+        )
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = any(
+                _takes_present_arguments(implementation, named, given)
+                for implementation in self.registry.overloads(node.target)
+                if takes_complex or not implementation.complex
+            )
+            self._answers[key] = answer
+        return answer
+
+
+def _takes_present_arguments(implementation: Implementation, named: list[tuple[str, Any]], given: set[str]) -> bool:
+    values = dict(named)
+    sources = argument_sources(implementation, [name for name, _ in named])
+    arguments = {param: values[source] for param, source in sources if values[source] is not None}
+    return _presence_problem(implementation, arguments, given - {source for _, source in sources}, values) is None
 
 
 def argument_sources(implementation: Implementation, aten_names: Sequence[str]) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ from fx2onnx import _passes as passes
 from fx2onnx import _torch_compat as torch_compat
 from fx2onnx import _weights as checkpoint_weights
 from fx2onnx import legalize
-from fx2onnx._dispatch import Dispatcher
+from fx2onnx._dispatch import ArgumentBinding, Dispatcher
 from fx2onnx._emit import control_flow
 from fx2onnx._emit.graph_builder import GraphEmitter, symbol_names_for
 from fx2onnx._progress import ExportProgress, StageClock
@@ -192,16 +192,18 @@ def _export(
     timer = StageClock(export_report.stage_seconds, progress)
     with timer("registry"):  # the first export in a process builds the default registry
         registry = apply_translation_table(registry or global_registry(), dict(custom_translation_table or {}))
+    # capture asks which nodes the registry lowers as they are: dispatch's binding answers for argument presence
+    capture_registry = ArgumentBinding(registry)
     if isinstance(extractor, str):
         try:
-            extractor = capture_stage.EXTRACTORS[extractor](strict, registry)
+            extractor = capture_stage.EXTRACTORS[extractor](strict, capture_registry)
         except KeyError:
             raise ValueError(
                 f"unknown extractor {extractor!r}; choose from {sorted(capture_stage.EXTRACTORS)}"
             ) from None
 
     with timer("capture"):
-        decompositions = capture_stage.LazyDecompositionTable(registry)
+        decompositions = capture_stage.LazyDecompositionTable(capture_registry)
         captured = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions)
     export_report.strategy = captured.strategy
     export_report.capture_seconds = {
@@ -210,6 +212,7 @@ def _export(
     }
     export_report.decomposed = captured.decomposed
     export_report.decomposition = captured.decomposition
+    export_report.capture_assumptions = captured.assumptions
     opset_version = opset_for_dtypes(captured, opset_version)
     export_report.opset = opset_version
     flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)

@@ -21,7 +21,7 @@ from fx2onnx import _rounding_noise as rounding_noise
 from fx2onnx import _safe_save as safe_save
 from fx2onnx import _streaming as streaming
 from fx2onnx import _weights as checkpoint_weights
-from fx2onnx._capture import EXPORT_LOCK, flatten_inputs
+from fx2onnx._capture import EXPORT_LOCK, SPARSE_PART, SPARSE_PARTS, flatten_inputs, sparse_part
 from fx2onnx._intermediates import verify_with_intermediates
 from fx2onnx._verification import (
     TOLERANCES,
@@ -221,6 +221,7 @@ class ONNXProgram:
                         f"Python numbers and None into the graph); got {_describe(value)}: export again with this "
                         "value, or make it a tensor"
                     )
+        values = [part for path, value in values for part in _sparse_parts(path, value)]
         if len(values) != len(graph_inputs):
             wanted = ", ".join(_describe_input(v) for v in graph_inputs)
             given = ", ".join(f"{path}={_describe(value)}" for path, value in values) or "none"
@@ -270,7 +271,7 @@ class ONNXProgram:
             return verify_with_intermediates(self, args, kwargs, rtol=rtol, atol=atol)
         # Eager may update its inputs (a KV cache appends this step's keys): it gets its own copy, so that ONNX
         # Runtime, and the caller, see the inputs as they were given.
-        eager_args, eager_kwargs = copy.deepcopy((args, kwargs))
+        eager_args, eager_kwargs = _copy_inputs((args, kwargs))
         # Under the lock: while another thread traces the same model, its parameters are fake tensors for a while
         # (capture.EXPORT_LOCK), and the check below would take them for a weightless model.
         with torch.no_grad(), EXPORT_LOCK:
@@ -328,7 +329,7 @@ class ONNXProgram:
         if not failed:
             return
         with EXPORT_LOCK:  # runs the user's model (capture.EXPORT_LOCK)
-            reference = rounding_noise.float32_outputs(self._module, *copy.deepcopy((args, kwargs)))
+            reference = rounding_noise.float32_outputs(self._module, *_copy_inputs((args, kwargs)))
         if reference is None or len(reference) != len(expected):
             return
         for i in failed:
@@ -361,10 +362,28 @@ def input_layout(captured: CapturedGraph | None, in_spec: pytree.TreeSpec | None
         if node.op != "placeholder":
             continue
         if node in graph_inputs:
-            layout.append(None)
+            if node.meta.get(SPARSE_PART, (0,))[0] == 0:  # a sparse input's parts are one flat input
+                layout.append(None)
         elif node in captured.constant_inputs:
             layout.append(_Constant(captured.constant_inputs[node]))
     return layout if len(layout) == in_spec.num_leaves else None
+
+
+def _copy_inputs(inputs: Any) -> Any:
+    """A deep copy of call inputs; sparse tensors (which ``copy.deepcopy`` refuses: no storage) are cloned."""
+    memo: dict[int, Any] = {
+        id(leaf): leaf.clone()
+        for leaf in pytree.tree_leaves(inputs)
+        if isinstance(leaf, torch.Tensor) and leaf.layout != torch.strided
+    }
+    return copy.deepcopy(inputs, memo)
+
+
+def _sparse_parts(path: str, value: Any) -> list[tuple[str, Any]]:
+    """A sparse tensor as the graph inputs it was exported as (capture's SPARSE_PARTS); anything else as is."""
+    if isinstance(value, torch.Tensor) and value.layout in SPARSE_PARTS:
+        return [(f"{path}.{name}()", sparse_part(value, name)) for name in SPARSE_PARTS[value.layout]]
+    return [(path, value)]
 
 
 def _same_constant(value: Any, constant: Any) -> bool:

@@ -144,6 +144,9 @@ class ExportReport:
     promotion_casts: list[CastRecord] = dataclasses.field(default_factory=list)  # FX casts the passes inserted
     # Dims `dynamic_shapes` asked to be dynamic that the model's code made static or constrained.
     dynamic_dims: list[str] = dataclasses.field(default_factory=list)
+    # What capture assumed to get through data-dependent code (the capture strategies' warning): each assumption with
+    # the value taken and the model's line (a tensor_split's count of sections fixed to the example's...).
+    capture_assumptions: list[str] = dataclasses.field(default_factory=list)
 
     def all_casts(self) -> list[CastRecord]:
         """Every Cast the export added: by FX promotion, by dispatch, back to eager's dtype, by legalization."""
@@ -264,6 +267,9 @@ class ExportReport:
         if self.dynamic_dims:
             lines += ["Dynamic dims the model's code made static or constrained:", ""]
             lines += [f"- {_md(note)}" for note in self.dynamic_dims] + [""]
+        if self.capture_assumptions:
+            lines += ["Capture's assumptions on data-dependent code:", ""]
+            lines += [f"- {_md(note)}" for note in self.capture_assumptions] + [""]
         return lines
 
     def _markdown_dispatch(self) -> list[str]:

@@ -11,8 +11,10 @@ from onnxscript import opset18 as op
 
 from fx2onnx import _complex_layout as complex_layout
 from fx2onnx import _dtypes as dtypes
+from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.builders import TComponent, TReal, _complex_rank, _conj, _const, _part, _select
 from fx2onnx._lowerings.indexing import pad as _real_pad
+from fx2onnx._lowerings.indexing import tensor_split_at_tensor
 from fx2onnx._lowerings.rules import lowering
 
 
@@ -313,6 +315,14 @@ def split_with_sizes_complex(self: TComponent, split_sizes: Sequence[int], dim: 
         parts.append(op.Slice(self, *bounds, op.Constant(value_ints=[axis])))
         start += size
     return parts
+
+
+@lowering("aten::tensor_split.tensor_indices_or_sections", complex=True, context=True)
+def tensor_split_tensor_complex(
+    ctx: LoweringContext, self: TComponent, tensor_indices_or_sections: INT64, dim: int = 0
+) -> Sequence[TComponent]:
+    outputs = len(ctx.node.meta["val"])
+    return tensor_split_at_tensor(ctx, self, tensor_indices_or_sections, dim % _complex_rank(self), outputs)
 
 
 @lowering("aten::sym_size.int", complex=True)

@@ -12,7 +12,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT64
 from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.tensor_typing import TTensor
 
+from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.builders import (
     _LOW_PRECISION,
     _NARROW_INTS,
@@ -654,6 +656,52 @@ def resize(self: TReal, size: Sequence[int], memory_format: int | None = None) -
     return op.Reshape(kept, op.Constant(value_ints=[int(s) for s in size]))
 
 
+# --- tensor_split at a tensor ----------------------------------------------------------------------------------
+_END = 2**63 - 1  # Slice's "to the end"
+
+
+def tensor_split_at_tensor(
+    ctx: LoweringContext, self: TTensor, indices_or_sections: INT64, axis: int, outputs: int
+) -> list[TTensor]:
+    """``tensor_split`` along `axis` at a 1-D tensor of split points (read at run time, Python slicing semantics:
+    negative points count from the end, points past it give empty parts), or into a 0-d tensor's number of sections.
+
+    That number is the number of outputs, fixed at export (capture takes the example's, see
+    ``_capture_strategies.sections_from_example``): the split bounds are gathered at index ``sections != outputs``
+    from a one-row tensor, so that another count fails in ONNX Runtime (Gather's index out of range) rather than
+    splitting into the wrong parts. That Gather is named for the check, so ONNX Runtime's error names it.
+    """
+    if len(indices_or_sections.shape) == 1:
+        bounds = op.Concat(op.Constant(value_ints=[0]), indices_or_sections, op.Constant(value_ints=[_END]), axis=0)
+    else:
+        length = self.shape[axis]
+        if isinstance(length, int):
+            base, extra = divmod(length, outputs)
+            bounds = op.Constant(value_ints=[i * base + min(i, extra) for i in range(outputs + 1)])
+        else:  # i * (length // n) + min(i, length % n): the first length % n sections one longer
+            size = op.Shape(self, start=axis, end=axis + 1)
+            count = op.Constant(value_ints=[outputs])
+            steps = op.Constant(value_ints=list(range(outputs + 1)))
+            bounds = op.Add(op.Mul(steps, op.Div(size, count)), op.Min(steps, op.Mod(size, count)))
+        another_count = op.Cast(op.Not(op.Equal(indices_or_sections, op.Constant(value_int=outputs))), to=INT64.dtype)
+        bounds = op.Gather(op.Unsqueeze(bounds, op.Constant(value_ints=[0])), another_count, axis=0)
+        check = bounds.producer() if isinstance(bounds, ir.Value) else None
+        if check is not None:
+            check.name = ctx.fresh_name(f"fx2onnx_check_tensor_split_sections_is_{outputs}_as_exported")
+    axes = op.Constant(value_ints=[axis])
+    return [
+        op.Slice(self, op.Slice(bounds, [i], [i + 1]), op.Slice(bounds, [i + 1], [i + 2]), axes) for i in range(outputs)
+    ]
+
+
+@lowering("aten::tensor_split.tensor_indices_or_sections", context=True)
+def tensor_split_tensor(
+    ctx: LoweringContext, self: TTensor, tensor_indices_or_sections: INT64, dim: int = 0
+) -> Sequence[TTensor]:
+    outputs = len(ctx.node.meta["val"])
+    return tensor_split_at_tensor(ctx, self, tensor_indices_or_sections, dim % len(self.shape), outputs)
+
+
 # --- hash_tensor ---------------------------------------------------------------------------------------------
 _SIGN_BIT = -(2**63)  # 1 << 63 as an int64
 
@@ -796,7 +844,12 @@ def repeat_interleave_tensor(repeats: INT64, output_size: int | None = None) -> 
     """
     repeats = op.Cast(repeats, to=INT64.dtype)
     ends = op.CumSum(repeats, op.Constant(value_int=0))  # (n,)
-    total = op.ReduceSum(repeats, keepdims=0) if output_size is None else op.Constant(value_int=output_size)
+    if output_size is None:
+        total = op.ReduceSum(repeats, keepdims=0)
+    elif isinstance(output_size, int):
+        total = op.Constant(value_int=output_size)
+    else:  # a symbolic size (a sparse input's number of stored elements)
+        total = op.Reshape(op.Cast(output_size, to=INT64.dtype), op.Constant(value_ints=[]))
     positions = op.Range(op.Constant(value_int=0), total, op.Constant(value_int=1))  # (total,)
     passed = op.LessOrEqual(
         op.Unsqueeze(ends, op.Constant(value_ints=[0])), op.Unsqueeze(positions, op.Constant(value_ints=[1]))
