@@ -548,6 +548,7 @@ class TorchExportExtractor:
                         lambda: _export_with_suggested_fixes(model, args, kwargs, dynamic_shapes, strict=self.strict),
                         attempts,
                         assumptions,
+                        skip_torch_export=capture_strategies.known_data_dependent(model),
                     )
                     trace_seconds = time.perf_counter() - traced_at
             except Exception as error:
