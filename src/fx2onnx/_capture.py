@@ -468,6 +468,7 @@ class TorchExportExtractor:
                         attempts,
                         assumptions,
                         section_counts=lambda: capture_strategies.example_section_counts(model, args, kwargs),
+                        skip_torch_export=capture_strategies.known_data_dependent(model),
                     )
                     trace_seconds = time.perf_counter() - traced_at
             except Exception as error:

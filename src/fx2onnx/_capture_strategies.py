@@ -26,7 +26,9 @@ failed on a metadata mismatch, and on a branch on a value (``if x.sum() > 0``) i
 graph to the example's branch. A wrong graph is worse than the error.
 
 The first that succeeds is used; when none does, the error of the first (the user's line, torch's message)
-is raised with what the later one hit.
+is raised with what the later one hit. A model holding one of torchvision's detection modules known to stop plain
+torch.export (``known_data_dependent``: their ``batched_nms`` asks ``boxes.numel() == 0``) starts with
+size-oblivious guards: tracing it with torch.export first only to fail doubled its capture time.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ __all__ = [
     "example_section_counts",
     "first_that_captures",
     "is_data_dependent",
+    "known_data_dependent",
     "size_oblivious_guards",
     "warn_if_assumed",
 ]
@@ -324,12 +327,38 @@ def sections_from_example(counts: Sequence[tuple[int, str]], assumptions: list[A
         _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd] = original
         _TENSOR_SPLIT._dispatch_cache.clear()
 
+# torchvision's detection modules whose post-processing calls ``batched_nms``, which begins with
+# ``if boxes.numel() == 0`` on the data-dependent count of candidates: plain torch.export always stops there, after
+# tracing the whole network (half of such a model's capture time), so their capture starts with size-oblivious
+# guards. Where nothing is data-dependent, that strategy decides no guard and captures what torch.export would.
+_KNOWN_DATA_DEPENDENT = {
+    "torchvision.models.detection.rpn": {"RegionProposalNetwork"},
+    "torchvision.models.detection.roi_heads": {"RoIHeads"},
+    "torchvision.models.detection.retinanet": {"RetinaNet"},
+    "torchvision.models.detection.fcos": {"FCOS"},
+    "torchvision.models.detection.ssd": {"SSD"},
+}
+
+
+def known_data_dependent(model: Any) -> str | None:
+    """The qualified name of a module in `model` known to branch on a data-dependent size, or None."""
+    if "torchvision" not in sys.modules or not hasattr(model, "modules"):
+        return None
+    for module in model.modules():
+        cls = type(module)
+        for base in cls.__mro__:  # subclasses too (torchvision's own builders subclass some of them)
+            if base.__name__ in _KNOWN_DATA_DEPENDENT.get(base.__module__, ()):
+                return f"{base.__module__}.{base.__name__}"
+    return None
+
 
 def first_that_captures(
     export: Callable[[], Any],
     attempts: list[StrategyAttempt],
     assumptions: list[Assumption],
+    *,
     section_counts: Callable[[], Sequence[tuple[int, str]]] | None = None,
+    skip_torch_export: str | None = None,
 ) -> Any:
     """``export()`` under each strategy in turn until one captures; the first error when none does.
 
@@ -337,6 +366,7 @@ def first_that_captures(
     user's, and later strategies would hit it too. The third strategy is tried only after a failure in
     ``tensor_split`` at a 0-d tensor, and only when `section_counts` (an eager run) is given and finds such calls.
     `attempts` and `assumptions` are filled in for the report.
+    `skip_torch_export` (the module known to stop plain torch.export) starts with size-oblivious guards.
     """
     counts: list[Sequence[tuple[int, str]]] = []
     failed_in_tensor_split = False
@@ -349,8 +379,14 @@ def first_that_captures(
         lambda: size_oblivious_guards(assumptions),
         from_example,
     ]
+    strategies: Sequence[str] = STRATEGIES
+    if skip_torch_export is not None:
+        attempts.append(
+            StrategyAttempt(STRATEGIES[0], f"not tried: {skip_torch_export} branches on a data-dependent size")
+        )
+        strategies, modes = strategies[1:], modes[1:]
     first_error: BaseException | None = None
-    for name, mode in zip(STRATEGIES, modes):
+    for name, mode in zip(strategies, modes):
         if mode is from_example:
             if section_counts is None or not failed_in_tensor_split:
                 break
@@ -393,7 +429,12 @@ def warn_if_assumed(
     traced as fx2onnx's stand-ins (``_library_stand_ins.py``): never silently."""
     if len(attempts) <= 1 and not stand_ins:
         return
-    lines = [f"{attempt.strategy} failed: {attempt.failure}" for attempt in attempts[:-1]]
+    lines = [
+        f"{attempt.strategy}: {attempt.failure}"
+        if attempt.failure.startswith("not tried")
+        else f"{attempt.strategy} failed: {attempt.failure}"
+        for attempt in attempts[:-1]
+    ]
     lines.append(f"captured with {attempts[-1].strategy}")
     lines += [f"assumed: {assumption}" for assumption in assumptions]
     lines += [f"traced as fx2onnx's vectorized stand-in: {name}" for name in stand_ins]
