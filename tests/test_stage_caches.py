@@ -265,3 +265,23 @@ def test_a_model_exports_the_same_with_and_without_replays(monkeypatch: pytest.M
     monkeypatch.setattr(GraphRecorder, "call_traced", lambda self, function, arguments, call: call())
     traced = fx2onnx.export(model, args).model_proto.SerializeToString()
     assert replayed == traced
+
+
+def test_a_users_function_runs_for_each_node() -> None:
+    """A registered function may keep state (here it counts its calls): it is never replayed."""
+    import fx2onnx
+
+    calls: list[str] = []
+
+    def counted_relu(self: FLOAT) -> FLOAT:
+        calls.append("relu")
+        return op.Relu(self)
+
+    class ThreeRelus(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(torch.relu(torch.relu(x) - 1) - 1)
+
+    fx2onnx.export(
+        ThreeRelus(), (torch.randn(2, 3),), custom_translation_table={torch.ops.aten.relu.default: counted_relu}
+    )
+    assert calls == ["relu"] * 3

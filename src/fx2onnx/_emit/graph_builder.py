@@ -166,7 +166,9 @@ class GraphEmitter:
             }
             try:
                 function = implementation.function
-                if context_rule(function) is None:  # a function of its arguments only: its trace may be replayed
+                # fx2onnx's and torchlib's functions of their arguments only may be replayed; a user's function runs
+                # for each node, as registered (it may keep state, or read what the recorder does not watch)
+                if implementation.source != "user" and context_rule(function) is None:
                     result = self.recorder.call_traced(function, kwargs, lambda: _call(function, kwargs, None))
                 else:
                     result = _call(function, kwargs, LoweringContext(self, self.recorder, node))
