@@ -16,7 +16,7 @@ from onnxscript import opset18 as op
 
 from fx2onnx import Registry
 from fx2onnx._dispatch import Dispatcher
-from fx2onnx._emit.recorder import infer_node_types
+from fx2onnx._emit.recorder import GraphRecorder, infer_node_types
 
 
 class Alike(torch.nn.Module):
@@ -141,3 +141,147 @@ def test_kept_inferred_types_are_those_inferred_afresh() -> None:
     assert len(cache) < len(kept)  # some answers were reused
     assert [_types(node) for node in kept] == [_types(node) for node in fresh]
     assert _types(kept[1]) == [(ir.TensorType(ir.DataType.FLOAT), (4, 3))]
+
+
+# --- traces the recorder replays ------------------------------------------------------------------------------
+def transpose_last(x: FLOAT) -> FLOAT:
+    """Reads the rank and a static last dim (a scale), and a Python float constant (shared between calls)."""
+    rank = len(x.shape)
+    last = x.shape[-1]
+    scaled = op.Mul(x, 1.0 / last if isinstance(last, int) else 0.5)
+    return op.Transpose(scaled, perm=[*range(rank - 2), rank - 1, rank - 2])
+
+
+def add_like(x: FLOAT, y: FLOAT, alpha: float = 1.0) -> FLOAT:
+    """The dtype picks the constant's dtype; the two inputs may be one value (which the function sees); -0.0 and
+    True are not 0.0 and 1."""
+    scale = op.Constant(value=ir.tensor(alpha, dtype=x.dtype))
+    return op.Mul(x, op.Add(scale, scale)) if x is y else op.Add(x, op.Mul(y, scale))
+
+
+def reshaped(x: FLOAT, shape: INT64) -> tuple[FLOAT, FLOAT]:
+    """The output's shape comes from ONNX's inference, which reads the constant `shape`; a tuple result that
+    returns an input as it came."""
+    return op.Reshape(x, shape), x
+
+
+def folds_a_constant(x: FLOAT) -> FLOAT:
+    """Reads what only the value's producer tells (not replayable)."""
+    producer = x.producer()
+    return op.Identity(x) if producer is not None and producer.op_type == "Constant" else op.Neg(x)
+
+
+def reads_a_large_constant(x: FLOAT) -> FLOAT:
+    """Reads a constant's value the recorder does not key on (not replayable)."""
+    array = x.const_value.numpy() if x.const_value is not None else np.zeros(1)
+    return op.Add(x, float(array.reshape(-1)[0]))
+
+
+def _trace_calls(recorder: object) -> None:
+    """Calls alike but in one thing each, made through the recorder's trace cache."""
+    graph = recorder.graph  # type: ignore[attr-defined]
+
+    def value(name: str, dtype: ir.DataType, shape: list[int | str]) -> ir.Value:
+        made = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(shape))
+        graph.inputs.append(made)
+        return made
+
+    x = value("x", ir.DataType.FLOAT, [2, 3, 4])
+    x2 = value("x2", ir.DataType.FLOAT, [2, 3, 4])
+    d = value("d", ir.DataType.DOUBLE, [2, 3, 4])
+    b = value("b", ir.DataType.FLOAT, ["batch", 3, 4])
+    n = value("n", ir.DataType.FLOAT, ["n", 3, 4])
+    w = value("w", ir.DataType.FLOAT, [3, 5])
+    m = value("m", ir.DataType.FLOAT, [2, 3, 4, 6])
+    large = ir.Value(name="large", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([80]))
+    large.const_value = ir.Tensor(np.full(80, 2.0, np.float32))
+    large_too = ir.Value(name="large_too", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([80]))
+    large_too.const_value = ir.Tensor(np.full(80, 3.0, np.float32))
+    with recorder.recording({"pkg.test": "calls"}):  # type: ignore[attr-defined]
+        shape_34 = recorder.constant(np.array([6, 4]))  # type: ignore[attr-defined]
+        shape_43 = recorder.constant(np.array([4, 6]))  # type: ignore[attr-defined]
+        calls: list[tuple[object, dict[str, object]]] = [
+            (transpose_last, {"x": x}),
+            (transpose_last, {"x": x2}),  # alike: replayed
+            (transpose_last, {"x": w}),  # another rank and last dim
+            (transpose_last, {"x": m}),
+            (transpose_last, {"x": b}),  # a symbolic dim
+            (transpose_last, {"x": n}),  # another symbolic dim's name
+            (add_like, {"x": x, "y": x2, "alpha": 2.0}),
+            (add_like, {"x": x, "y": x, "alpha": 2.0}),  # one value twice
+            (add_like, {"x": x2, "y": x2, "alpha": 2.0}),
+            (add_like, {"x": d, "y": d, "alpha": 2.0}),  # another dtype
+            (add_like, {"x": x, "y": x2, "alpha": -0.0}),
+            (add_like, {"x": x, "y": x2, "alpha": 0.0}),
+            (add_like, {"x": x, "y": x2, "alpha": True}),
+            (add_like, {"x": x, "y": x2, "alpha": 1}),
+            (reshaped, {"x": x, "shape": shape_34}),
+            (reshaped, {"x": x2, "shape": shape_43}),  # another constant value
+            (reshaped, {"x": x2, "shape": shape_34}),
+            (folds_a_constant, {"x": shape_34}),
+            (folds_a_constant, {"x": x}),
+            (reads_a_large_constant, {"x": large}),
+            (reads_a_large_constant, {"x": large_too}),
+        ]
+        results = []
+        for function, arguments in calls:
+            result = recorder.call_traced(function, arguments, lambda f=function, a=arguments: f(**a))  # type: ignore[attr-defined]
+            results.append(result)
+        for index, result in enumerate(results):  # what each call returned, as graph outputs
+            for item in result if isinstance(result, tuple) else (result,):
+                copy = recorder.add_node("", "Identity", [item])[0]  # type: ignore[attr-defined]
+                copy.name = f"result_{index}_{len(graph.outputs)}"
+                graph.outputs.append(copy)
+
+
+def _recorded_graph(replaying: bool) -> tuple[bytes, GraphRecorder]:
+    graph = ir.Graph([], [], nodes=[], name="calls", opset_imports={"": 18})
+    recorder = GraphRecorder(graph, {"": 18})
+    if not replaying:
+        recorder._traces = None
+    _trace_calls(recorder)
+    model = ir.Model(graph, ir_version=8)
+    return ir.to_proto(model).SerializeToString(), recorder
+
+
+def test_replayed_traces_add_what_fresh_traces_add() -> None:
+    kept, recorder = _recorded_graph(replaying=True)
+    fresh, _ = _recorded_graph(replaying=False)
+    traces = recorder._traces
+    assert traces is not None
+    replayable = [key for key, trace in traces.items() if trace is not None]
+    assert len(traces) < 21  # some calls were replayed
+    assert {key[0] for key in traces if traces[key] is None} == {folds_a_constant, reads_a_large_constant}
+    assert len(replayable) >= 10
+    assert kept == fresh  # byte for byte: nodes, names, attributes, metadata, types and shapes
+
+
+def test_a_model_exports_the_same_with_and_without_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fx2onnx
+    from fx2onnx import examples
+
+    model, args = examples.tiny_gpt()
+    replayed = fx2onnx.export(model, args).model_proto.SerializeToString()
+    monkeypatch.setattr(GraphRecorder, "call_traced", lambda self, function, arguments, call: call())
+    traced = fx2onnx.export(model, args).model_proto.SerializeToString()
+    assert replayed == traced
+
+
+def test_a_users_function_runs_for_each_node() -> None:
+    """A registered function may keep state (here it counts its calls): it is never replayed."""
+    import fx2onnx
+
+    calls: list[str] = []
+
+    def counted_relu(self: FLOAT) -> FLOAT:
+        calls.append("relu")
+        return op.Relu(self)
+
+    class ThreeRelus(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(torch.relu(torch.relu(x) - 1) - 1)
+
+    fx2onnx.export(
+        ThreeRelus(), (torch.randn(2, 3),), custom_translation_table={torch.ops.aten.relu.default: counted_relu}
+    )
+    assert calls == ["relu"] * 3

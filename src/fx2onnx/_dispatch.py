@@ -396,17 +396,12 @@ class Dispatcher:
         self.decisions: list[DispatchDecision] = []
         # How each candidate bound, by what binding reads of a node (_binding_key): a model's repeated layers
         # dispatch the same target with the same argument dtypes and constants over and over.
-        self._bindings: dict[tuple[Any, ...], list[_Binding]] = {}
+        self._bindings: dict[tuple[Any, ...], tuple[dict[str, str], list[_Binding]]] = {}
 
     def dispatch(self, node: torch.fx.Node) -> DispatchDecision:
         target_name = qualified_name(node.target)
         named, given = node_arguments(node)
-        input_dtypes = {
-            name: "/".join(dtypes.short_name(d) for d in found)
-            for name, value in named
-            if (found := _argument_dtypes(value))
-        }
-        candidates = self._candidates(node, named, given)
+        input_dtypes, candidates = self._candidates(node, named, given)
         chosen = next((c for c in candidates if c.kind == "perfect"), None)
         if chosen is None:
             castable = [c for c in candidates if c.kind == "cast"]
@@ -424,19 +419,34 @@ class Dispatcher:
             raise UnsupportedOperatorError(decision, source_line(node), node)
         return decision
 
-    def _candidates(self, node: torch.fx.Node, named: list[tuple[str, Any]], given: set[str]) -> list[Candidate]:
-        """Every implementation bound to the node: as :func:`bind` binds it, reusing an earlier node's binding when
-        the two are alike in all that binding reads."""
+    def _candidates(
+        self, node: torch.fx.Node, named: list[tuple[str, Any]], given: set[str]
+    ) -> tuple[dict[str, str], list[Candidate]]:
+        """The node's input dtypes as the decision shows them, and every implementation bound to the node: as
+        :func:`bind` binds it, reusing an earlier node's binding (and dtypes) when the two are alike in all that
+        binding reads (the dtypes of tensor arguments are part of it)."""
         try:
             key: tuple[Any, ...] | None = (node.target, tuple(sorted(given)), *((n, _binding_key(v)) for n, v in named))
         except _NotComparable:
             key = None
-        bindings = self._bindings.get(key) if key is not None else None
-        if bindings is None:
+        kept = self._bindings.get(key) if key is not None else None
+        if kept is None:
+            input_dtypes = _input_dtypes(named)
             candidates = [bind(impl, named, given, self.opset) for impl in self.registry.overloads(node.target)]
             if key is not None:
                 aten_names = [name for name, _ in named]
-                self._bindings[key] = [_Binding.of(candidate, aten_names) for candidate in candidates]
-            return candidates
+                self._bindings[key] = (input_dtypes, [_Binding.of(candidate, aten_names) for candidate in candidates])
+            return input_dtypes, candidates
+        input_dtypes, bindings = kept
         values = dict(named)
-        return [binding.candidate(values) for binding in bindings]
+        return dict(input_dtypes), [binding.candidate(values) for binding in bindings]
+
+
+def _input_dtypes(named: Sequence[tuple[str, Any]]) -> dict[str, str]:
+    """The dtypes of the node's tensor arguments, by argument name, as a decision shows them."""
+    shown = {}
+    for name, value in named:
+        found = _argument_dtypes(value)
+        if found:
+            shown[name] = "/".join(dtypes.short_name(d) for d in found)
+    return shown

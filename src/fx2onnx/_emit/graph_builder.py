@@ -165,7 +165,13 @@ class GraphEmitter:
                 for name, value in candidate.arguments.items()
             }
             try:
-                result = _call(implementation.function, kwargs, LoweringContext(self, self.recorder, node))
+                function = implementation.function
+                # fx2onnx's and torchlib's functions of their arguments only may be replayed; a user's function runs
+                # for each node, as registered (it may keep state, or read what the recorder does not watch)
+                if implementation.source != "user" and context_rule(function) is None:
+                    result = self.recorder.call_traced(function, kwargs, lambda: _call(function, kwargs, None))
+                else:
+                    result = _call(function, kwargs, LoweringContext(self, self.recorder, node))
             except Exception as error:
                 arguments = ", ".join(f"{k}={describe_value(v)}" for k, v in candidate.arguments.items())
                 raise LoweringError(
@@ -308,7 +314,7 @@ def is_runtime_check(node: torch.fx.Node) -> bool:
 _is_runtime_check = is_runtime_check  # the former private name
 
 
-def _call(function: Any, kwargs: dict[str, Any], context: LoweringContext) -> Any:
+def _call(function: Any, kwargs: dict[str, Any], context: LoweringContext | None) -> Any:
     """Call an onnxscript function; leading parameters go by position (`self` clashes with the method's). A lowering
     declared with ``context=True`` gets the lowering context first."""
     python_function = getattr(function, "func", None) or getattr(function, "function", None) or function
@@ -319,6 +325,7 @@ def _call(function: Any, kwargs: dict[str, Any], context: LoweringContext) -> An
         positional.append(kwargs.pop(name))
     rule = context_rule(function)
     if rule is not None:
+        assert context is not None
         return rule(context, *positional, **kwargs)
     return function(*positional, **kwargs)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,10 @@ class GraphRecorder(evaluator.Evaluator):
         # ONNX's inferred output types by what decides them (infer_node_types): a model's repeated layers ask
         # for the same node with the same input types over and over.
         self._inferred: dict[tuple[Any, ...], list[_InferredType | None]] = {}
+        self._constant_keys: dict[int, tuple[Any, ...]] = {}  # id of a shared constant -> its key in _constants
+        # Traces of implementations by what a trace reads (_trace_key); None: one that cannot be replayed.
+        self._traces: dict[tuple[Any, ...], _Trace | None] | None = {}
+        self._log: list[ir.Node] | None = None  # nodes added while a trace is recorded
 
     # --- context ------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -144,6 +149,8 @@ class GraphRecorder(evaluator.Evaluator):
             output.name = self.fresh_name("val")
         self.graph.append(node)
         self.nodes_added += 1
+        if self._log is not None:
+            self._log.append(node)
         if infer:
             infer_node_types(node, self.opset_imports, self._inferred)
         return list(node.outputs)
@@ -175,6 +182,7 @@ class GraphRecorder(evaluator.Evaluator):
         output.const_value = tensor
         if key is not None:
             self._constants[key] = output
+            self._constant_keys[id(output)] = key
         return output
 
     def _converted_number(
@@ -290,6 +298,276 @@ class GraphRecorder(evaluator.Evaluator):
                 self._function(called)
         return self.functions[identifier]
 
+    # --- traces kept and replayed -------------------------------------------------------------------
+    def call_traced(self, function: Any, arguments: Mapping[str, Any], call: Callable[[], Any]) -> Any:
+        """`call()` (which runs `function` on `arguments`), or a replay of the nodes an earlier call recorded when
+        the two calls are alike in all the function can read: a model's repeated layers lower the same op on the
+        same types dozens of times, and tracing a torchlib function costs ~10x adding its nodes.
+
+        The first call of a kind is traced with its input values watched: if the function reads anything of them
+        but their types and shapes (their producer, constant value, name, uses...), or adds nodes the recorder
+        cannot replay (subgraphs, values from elsewhere, names of its own), that kind is always traced afresh.
+        A replay adds the same nodes, names, metadata, types and shapes a fresh trace would.
+        """
+        if self._traces is None or self._log is not None:
+            return call()
+        try:
+            key, inputs = _trace_key(function, arguments)
+        except _NotKeyable:
+            return call()
+        trace = self._traces.get(key, _UNSEEN)
+        if trace is None:
+            return call()
+        if trace is not _UNSEEN:
+            assert isinstance(trace, _Trace)
+            return self._replay(trace, inputs)
+        reads: list[str] = []
+        for value in inputs:
+            _WATCHED_READS[id(value)] = reads
+            value.__class__ = _WatchedValue
+        names, length, self._log = self._names, len(self.graph), []
+        try:
+            result = call()
+        finally:
+            log, self._log = self._log, None
+            for value in inputs:
+                value.__class__ = ir.Value
+                _WATCHED_READS.pop(id(value), None)
+        replayable = not reads and len(self.graph) - length == len(log)
+        self._traces[key] = _Trace.of(self, log, inputs, result, names) if replayable else None
+        return result
+
+    def _replay(self, trace: _Trace, inputs: Sequence[ir.Value]) -> Any:
+        produced: list[list[ir.Value]] = []
+
+        def resolve(reference: _Reference) -> Any:
+            kind, first, second = reference
+            if kind == "input":
+                return inputs[first]
+            if kind == "node":
+                return produced[first][second]
+            return self._constants[first]  # "constant": a shared constant (it exists: the recorded call made it)
+
+        metadata = dict(self._metadata) if self._metadata else None
+        for recorded in trace.nodes:
+            if recorded.shared_constant is not None:
+                produced.append([self._constants[recorded.shared_constant]])
+                continue
+            node = ir.Node(
+                recorded.domain,
+                recorded.op_type,
+                [None if reference is None else resolve(reference) for reference in recorded.inputs],
+                [ir.Attr(a.name, a.type, a.value) for a in recorded.attributes],
+                num_outputs=len(recorded.outputs),
+                version=recorded.version,
+                name=self.fresh_name(f"node_{recorded.op_type}"),
+                metadata_props=dict(metadata) if metadata else None,
+            )
+            for output, (dtype, dims, const_value) in zip(node.outputs, recorded.outputs):
+                output.name = self.fresh_name("val")
+                if dtype is not None:
+                    output.type = ir.TensorType(dtype)
+                if dims is not None:
+                    output.shape = ir.Shape(dims)
+                if const_value is not None:
+                    output.const_value = const_value
+            self.graph.append(node)
+            self.nodes_added += 1
+            produced.append(list(node.outputs))
+        return _rebuild(trace.result, resolve)
+
+
+class _NotKeyable(Exception):
+    """An argument a trace key cannot describe: the call is traced as it comes."""
+
+
+_UNSEEN = object()
+
+# ("input", position among the call's distinct input values, 0) | ("node", recorded node, output index) |
+# ("constant", key in the recorder's shared constants, 0)
+_Reference = tuple[str, Any, int]
+
+
+def _trace_key(function: Any, arguments: Mapping[str, Any]) -> tuple[tuple[Any, ...], list[ir.Value]]:
+    """What a traced function reads of its arguments when it reads only their types: each input value's dtype,
+    shape and (a small one's) constant value, which input values are the same value, and the Python arguments
+    (by type and repr: -0.0 is not 0.0, True is not 1). The recorder reads the constant values of inputs of up to 64
+    elements (for ONNX's type inference); a function that reads more is seen doing so while its trace is recorded.
+    Also the call's distinct input values in order."""
+    positions: dict[int, int] = {}
+    inputs: list[ir.Value] = []
+
+    def describe(item: Any) -> Any:
+        kind = type(item)
+        if kind is ir.Value:
+            position = positions.get(id(item))
+            if position is not None:
+                return ("same", position)
+            positions[id(item)] = len(inputs)
+            inputs.append(item)
+            value_type = item.type
+            if value_type is not None and (type(value_type) is not ir.TensorType or value_type.denotation is not None):
+                raise _NotKeyable
+            shape = item.shape
+            dims = None if shape is None else tuple(d if type(d) is int else (d.value,) for d in shape)
+            const = item.const_value
+            data = None
+            if const is not None:
+                data = (const.dtype, tuple(const.shape), const.tobytes() if const.size <= 64 else None)
+            return (item.dtype, dims, data)
+        if item is None or kind in (bool, int, float, str):
+            return (kind, repr(item))
+        if kind in (list, tuple):
+            return (kind, tuple(describe(element) for element in item))
+        raise _NotKeyable
+
+    key = (function, tuple((name, describe(value)) for name, value in arguments.items()))
+    return key, inputs
+
+
+# id of a watched value -> the list its recording trace notes reads into
+_WATCHED_READS: dict[int, list[str]] = {}
+_FREE_READS = frozenset({"dtype", "shape", "type"})
+
+
+class _WatchedValue(ir.Value):
+    """An input value of a trace being recorded (its class, for the call): a read by the traced function of
+    anything but its type and shape, or a write to it, makes the trace one that is not replayed. onnx_ir's own
+    code and the recorder's (which a trace key covers) read freely."""
+
+    __slots__ = ()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name[0] != "_" and name not in _FREE_READS and not _reader_is_trusted():
+            _note_watched(self, name)
+        return object.__getattribute__(self, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not _reader_is_trusted():
+            _note_watched(self, f"set {name}")
+        object.__setattr__(self, name, value)
+
+
+def _reader_is_trusted() -> bool:
+    module = sys._getframe(2).f_globals.get("__name__", "")
+    return module == __name__ or module.startswith("onnx_ir")
+
+
+def _note_watched(value: ir.Value, what: str) -> None:
+    reads = _WATCHED_READS.get(id(value))
+    if reads is not None:
+        reads.append(what)
+
+
+@dataclasses.dataclass(frozen=True)
+class _RecordedNode:
+    domain: str
+    op_type: str
+    version: int | None
+    inputs: tuple[_Reference | None, ...]
+    attributes: tuple[ir.Attr, ...]
+    outputs: tuple[tuple[ir.DataType | None, tuple[Any, ...] | None, Any], ...]  # dtype, dims, constant value
+    shared_constant: tuple[Any, ...] | None  # a shared constant's key: reused, as a fresh call reuses it
+
+
+@dataclasses.dataclass(frozen=True)
+class _Trace:
+    """The nodes one call added, with their inputs as references, and its result with values as references."""
+
+    nodes: tuple[_RecordedNode, ...]
+    result: Any
+
+    @classmethod
+    def of(
+        cls, recorder: GraphRecorder, log: Sequence[ir.Node], inputs: Sequence[ir.Value], result: Any, names: int
+    ) -> _Trace | None:
+        """The trace, or None when a replay could not add what the call added."""
+        references: dict[int, _Reference] = {id(value): ("input", position, 0) for position, value in enumerate(inputs)}
+
+        def reference(value: ir.Value) -> _Reference | None:
+            found = references.get(id(value))
+            if found is None and id(value) in recorder._constant_keys:
+                found = ("constant", recorder._constant_keys[id(value)], 0)
+            return found
+
+        metadata = dict(recorder.metadata) or None
+        nodes = []
+        for index, node in enumerate(log):
+            names += 1
+            if node.name != f"node_{node.op_type}_{names}" or node.metadata_props != (metadata or {}):
+                return None
+            if node.doc_string or node.overload or node.meta:
+                return None
+            inputs_of_node: list[_Reference | None] = []
+            for value in node.inputs:
+                found = None if value is None else reference(value)
+                if value is not None and found is None:
+                    return None  # a value from elsewhere
+                inputs_of_node.append(found)
+            attributes = tuple(node.attributes.values())
+            if any(a.is_ref() or a.type in _UNREPLAYABLE_ATTRIBUTES or a.doc_string for a in attributes):
+                return None
+            outputs = []
+            for position, output in enumerate(node.outputs):
+                names += 1
+                if output.name != f"val_{names}" or output.metadata_props or output.meta or output.doc_string:
+                    return None
+                value_type, shape = output.type, output.shape
+                if value_type is not None and (type(value_type) is not ir.TensorType or value_type.denotation):
+                    return None
+                if shape is not None and any(shape.get_denotation(axis) for axis in range(len(shape))):
+                    return None
+                dims = None if shape is None else tuple(shape)
+                outputs.append((output.dtype, dims, output.const_value))
+                references[id(output)] = ("node", index, position)
+            shared = recorder._constant_keys.get(id(node.outputs[0])) if node.op_type == "Constant" else None
+            nodes.append(
+                _RecordedNode(
+                    node.domain,
+                    node.op_type,
+                    node.version,
+                    tuple(inputs_of_node),
+                    attributes,
+                    tuple(outputs),
+                    shared,
+                )
+            )
+        if names != recorder._names:
+            return None  # names were taken by something else than the nodes it added
+
+        def template(item: Any) -> Any:
+            if isinstance(item, ir.Value):
+                found = reference(item)
+                if found is None:
+                    raise _NotKeyable
+                return _ValueReference(found)
+            if isinstance(item, (list, tuple)):
+                return type(item)(template(element) for element in item)
+            if item is None or type(item) in (bool, int, float, str):
+                return item
+            raise _NotKeyable
+
+        try:
+            return cls(tuple(nodes), template(result))
+        except _NotKeyable:
+            return None
+
+
+_UNREPLAYABLE_ATTRIBUTES = frozenset({ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS})
+
+
+@dataclasses.dataclass(frozen=True)
+class _ValueReference:
+    reference: _Reference
+
+
+def _rebuild(template: Any, resolve: Callable[[_Reference], Any]) -> Any:
+    if isinstance(template, _ValueReference):
+        return resolve(template.reference)
+    if isinstance(template, (list, tuple)):
+        return type(template)(_rebuild(element, resolve) for element in template)
+    return template
+
 
 class _NestedRecorder(GraphRecorder):
     def __init__(self, graph: ir.Graph, parent: GraphRecorder) -> None:
@@ -297,6 +575,7 @@ class _NestedRecorder(GraphRecorder):
         self.parent = parent
         self.functions = parent.functions
         self._inferred = parent._inferred
+        self._traces = None  # its names are its parent's: a trace's names would not be consecutive
 
     def fresh_name(self, hint: str = "v") -> str:
         return self.parent.fresh_name(hint)
