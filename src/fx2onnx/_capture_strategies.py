@@ -327,6 +327,7 @@ def sections_from_example(counts: Sequence[tuple[int, str]], assumptions: list[A
         _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd] = original
         _TENSOR_SPLIT._dispatch_cache.clear()
 
+
 # torchvision's detection modules whose post-processing calls ``batched_nms``, which begins with
 # ``if boxes.numel() == 0`` on the data-dependent count of candidates: plain torch.export always stops there, after
 # tracing the whole network (half of such a model's capture time), so their capture starts with size-oblivious
