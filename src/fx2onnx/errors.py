@@ -73,8 +73,6 @@ class DispatchOutcome(Protocol):
 
 # Ops fx2onnx knows it cannot lower yet, and why (an export error says so).
 _NOT_LOWERED_YET: dict[str, str] = {
-    "linalg_eig": "no nonsymmetric eigensolver yet: eager's eigenvalue order and eigenvector normalization are "
-    "those of LAPACK's geev (Hessenberg QR iterations with its shifts and deflation), which one must reproduce",
     "linalg_ldl_factor_ex": "no Bunch-Kaufman factorization yet (LAPACK's sytrf, whose pivots eager returns)",
     "linalg_ldl_factor": "no Bunch-Kaufman factorization yet (LAPACK's sytrf, whose pivots eager returns)",
     "linalg_ldl_solve": "no solver from sytrf's packed factors and pivots yet (LAPACK's sytrs)",

@@ -903,16 +903,22 @@ def _lapy2(x: TEig, y: TEig) -> TEig:
     return op.Where(op.Equal(z, zero), w, scaled)
 
 
+def _norm2(x: TEig, axes: list[int]) -> TEig:
+    """The Euclidean norm over `axes` (kept), scaled by the largest magnitude as LAPACK's dnrm2 is scaled, so that
+    the squares of tiny entries (a bulge far below the matrix's scale) do not underflow."""
+    zero, one = _typed(0.0, x), _typed(1.0, x)
+    largest = op.ReduceMax(op.Abs(x), _ints(*axes), keepdims=1)
+    safe = op.Where(op.Equal(largest, zero), one, largest)
+    scaled = op.Div(x, safe)
+    return op.Mul(safe, op.Sqrt(op.ReduceSum(op.Mul(scaled, scaled), _ints(*axes), keepdims=1)))
+
+
 def _larfg(alpha: TEig, x: list[TEig]) -> tuple[TEig, TEig, list[TEig]]:
     """?larfg on [B, 1, 1] scalars: (beta, tau, scaled x) of the reflector taking (alpha, x) to (beta, 0...)."""
     zero, one = _typed(0.0, alpha), _typed(1.0, alpha)
-    squares = None
-    for element in x:
-        square = op.Mul(element, element)
-        squares = square if squares is None else op.Add(squares, square)
-    if squares is None:
+    if not x:
         return alpha, zero, []
-    xnorm = op.Sqrt(squares)
+    xnorm = _norm2(op.Concat(*x, axis=-1), [-1])
     trivial = op.Equal(xnorm, zero)
     beta = op.Neg(_sign_of(_lapy2(alpha, xnorm), alpha))
     safe_beta = op.Where(trivial, one, beta)
@@ -1039,8 +1045,8 @@ def _gebal_scale(ctx: LoweringContext, a: TEig, low: INT64, high: INT64, n: int)
         for i in range(n):
             active = op.And(unconverged, op.And(op.LessOrEqual(low, _ints(i)), op.GreaterOrEqual(high, _ints(i))))
             column, row = _columns(a, i, i + 1), _rows(a, i, i + 1)
-            c = op.Sqrt(op.ReduceSum(op.Where(in_rows, op.Mul(column, column), zero), _ints(-2, -1), keepdims=1))
-            r = op.Sqrt(op.ReduceSum(op.Where(in_columns, op.Mul(row, row), zero), _ints(-2, -1), keepdims=1))
+            c = _norm2(op.Where(in_rows, column, zero), [-2, -1])
+            r = _norm2(op.Where(in_columns, row, zero), [-2, -1])
             ca = op.ReduceMax(op.Where(rows_to_high, op.Abs(column), zero), _ints(-2, -1), keepdims=1)
             ra = op.ReduceMax(op.Where(columns_from_low, op.Abs(row), zero), _ints(-2, -1), keepdims=1)
             active = op.And(active, op.Not(op.Or(op.Equal(c, zero), op.Equal(r, zero))))
@@ -1130,7 +1136,7 @@ def _gehd2(a: TEig, low: INT64, high: INT64, n: int) -> tuple[TEig, list[TEig], 
         alpha = op.Slice(a, _ints(i + 1, i), _ints(i + 2, i + 1), _ints(-2, -1))
         below = op.And(active, op.And(op.GreaterOrEqual(rows, _ints(i + 2)), op.LessOrEqual(rows, high)))
         x = op.Where(below, column, zero)
-        xnorm = op.Sqrt(op.ReduceSum(op.Mul(x, x), _ints(-2, -1), keepdims=1))
+        xnorm = _norm2(x, [-2, -1])
         trivial = op.Or(op.Equal(xnorm, zero), op.Not(active))
         beta = op.Neg(_sign_of(_lapy2(alpha, xnorm), alpha))
         safe_beta = op.Where(trivial, one, beta)
@@ -1522,9 +1528,10 @@ def _reflect_columns(
 
 def _geev_schur(
     ctx: LoweringContext, a: TEig, n: int, vectors: bool
-) -> tuple[TEig, TEig | None, TEig, INT64, TEig, TEig]:
+) -> tuple[TEig, TEig | None, TEig, INT64, TEig, TEig, TEig]:
     """geev up to the Schur form of a [B, n, n] matrix: (T, Z or None, the balancing scale [B, 1, n], the
-    balancing permutation [B, 1, n], the eigenvalues' real and imaginary parts [B, n])."""
+    balancing permutation [B, 1, n], T's eigenvalues' real and imaginary parts [B, n], and the factor [B, 1]
+    that undoes geev's scaling of a tiny or huge matrix on them)."""
     constants = _constants(a)
     # geev scales a matrix whose largest entry is tiny or huge into range (undone on the eigenvalues)
     smlnum = math.sqrt(constants["safmin"]) / constants["ulp"]
@@ -1535,7 +1542,8 @@ def _geev_schur(
     huge = op.Greater(anrm, _typed(bignum, a))
     cscale = op.Where(tiny, _typed(smlnum, a), _typed(bignum, a))
     rescaled = op.Or(tiny, huge)
-    safe_anrm = op.Where(rescaled, anrm, _typed(1.0, a))
+    one = _typed(1.0, a)
+    safe_anrm = op.Where(rescaled, anrm, one)
     a = op.Where(rescaled, op.Mul(a, op.Div(cscale, safe_anrm)), a)
     a, perm, low, high = _gebal_permute(ctx, a, n)
     a, scale = _gebal_scale(ctx, a, low, high, n)
@@ -1559,31 +1567,210 @@ def _geev_schur(
         padding = _batch_filled(a, [1, 1], 0.0, a)
         padding = op.Reshape(padding, op.Concat(op.Shape(a, end=1), _ints(1), axis=0))
         imaginary = op.Sub(op.Concat(width, padding, axis=1), op.Concat(padding, width, axis=1))
-    undo = op.Reshape(op.Div(safe_anrm, op.Where(rescaled, cscale, _typed(1.0, a))), _ints(-1, 1))
-    return h, z, scale, perm, op.Mul(real, undo), op.Mul(imaginary, undo)
+    return (
+        h,
+        z,
+        scale,
+        perm,
+        real,
+        imaginary,
+        op.Reshape(op.Div(safe_anrm, op.Where(rescaled, cscale, one)), _ints(-1, 1)),
+    )
 
 
 def _eig_input(A: TEig, name: str) -> int:
+    """The matrix size, which must be static (batch dims may be symbolic)."""
     n = A.shape[-1]
-    if not isinstance(n, int) or any(not isinstance(d, int) for d in A.shape):
+    if not isinstance(n, int):
         raise NotImplementedError(
-            f"{name} is lowered for static shapes only (LAPACK geev's steps are unrolled over the matrix size), "
-            f"got {list(A.shape)}: export with a static size for this input"
+            f"{name} is lowered for a static matrix size only (LAPACK geev's steps are unrolled over it), got "
+            f"an input of shape {list(A.shape)}: export with a static size for the last two dims (the batch dims "
+            "may stay dynamic)"
         )
     return n
+
+
+def _with_batch(value: TEig, source: TEig, trailing: list[int]) -> TEig:
+    """value reshaped to source's batch dims followed by `trailing`."""
+    return op.Reshape(value, op.Concat(op.Shape(source, end=-2), _ints(*trailing), axis=0))
+
+
+def _no_matrices(source: TEig, n: int) -> bool:
+    return n == 0 or 0 in list(source.shape[:-2])
 
 
 @lowering("aten::linalg_eigvals", context=True)
 def linalg_eigvals(ctx: LoweringContext, self: TEig) -> TEig:
     """Eigenvalues in eager's order (complex, as [..., n, 2]): geev's balancing, Hessenberg QR and deflation."""
     n = _eig_input(self, "linalg.eigvals")
-    batch = list(self.shape[:-2])
-    if n == 0 or 0 in batch:
-        return op.Reshape(_batch_filled(self, [n, 2], 0.0, self), _ints(*batch, n, 2))
+    if _no_matrices(self, n):
+        return _with_batch(_batch_filled(self, [n, 2], 0.0, self), self, [n, 2])
     a = op.Reshape(self, _ints(-1, n, n))
-    _, _, _, _, real, imaginary = _geev_schur(ctx, a, n, vectors=False)
+    _, _, _, _, real, imaginary, undo = _geev_schur(ctx, a, n, vectors=False)
+    real, imaginary = op.Mul(real, undo), op.Mul(imaginary, undo)
     values = op.Concat(op.Unsqueeze(real, _ints(-1)), op.Unsqueeze(imaginary, _ints(-1)), axis=-1)
-    return op.Reshape(values, _ints(*batch, n, 2))
+    return _with_batch(values, self, [n, 2])
+
+
+def _complex_divide(a_re: TEig, a_im: TEig, b_re: TEig, b_im: TEig) -> tuple[TEig, TEig]:
+    """(a_re + i a_im) / (b_re + i b_im), scaled by the larger part of b (Smith's formula, as ?ladiv)."""
+    one = _typed(1.0, a_re)
+    real_larger = op.GreaterOrEqual(op.Abs(b_re), op.Abs(b_im))
+    big = op.Where(real_larger, b_re, b_im)
+    small = op.Where(real_larger, b_im, b_re)
+    safe_big = op.Where(op.Equal(big, _typed(0.0, big)), one, big)
+    ratio = op.Div(small, safe_big)
+    denominator = op.Add(big, op.Mul(small, ratio))
+    # |b_re| larger: (a_re + a_im r, a_im - a_re r) / (b_re + b_im r); else (a_re r + a_im, a_im r - a_re) / ...
+    re = op.Where(real_larger, op.Add(a_re, op.Mul(a_im, ratio)), op.Add(op.Mul(a_re, ratio), a_im))
+    im = op.Where(real_larger, op.Sub(a_im, op.Mul(a_re, ratio)), op.Sub(op.Mul(a_im, ratio), a_re))
+    return op.Div(re, denominator), op.Div(im, denominator)
+
+
+def _complex_multiply(a_re: TEig, a_im: TEig, b_re: TEig, b_im: TEig) -> tuple[TEig, TEig]:
+    return op.Sub(op.Mul(a_re, b_re), op.Mul(a_im, b_im)), op.Add(op.Mul(a_re, b_im), op.Mul(a_im, b_re))
+
+
+def _trevc_right(t: TEig, real: TEig, imaginary: TEig, n: int) -> tuple[TEig, TEig]:
+    """trevc's right eigenvectors of the standardized quasi-triangular T, as (real, imaginary) [B, n, n]: column j
+    for a real eigenvalue or the first of a complex pair (its conjugate's column is filled by the caller). Each
+    solves (T - lambda I) x = 0 by back-substitution, x = 1 at the eigenvalue's own row, a complex pair's start
+    as trevc's, 2x2 diagonal blocks solved together, pivots below trevc's smin replaced by it."""
+    rows, columns = _index_column(n), _index_row(n)
+    constants = _constants(t)
+    zero, one = _typed(0.0, t), _typed(1.0, t)
+    sub = _diagonal(t, n, 1)  # t[k, k-1], k = 1..n-1
+    padding = op.Reshape(_batch_filled(t, [1, 1], 0.0, t), op.Concat(op.Shape(t, end=1), _ints(1), axis=0))
+    pair_first = op.Not(op.Equal(op.Concat(sub, padding, axis=1), zero))  # t[j+1, j] != 0, [B, n]
+    lam_re = op.Unsqueeze(real, _ints(1))  # [B, 1, n]
+    lam_im = op.Unsqueeze(imaginary, _ints(1))
+    first = op.Unsqueeze(pair_first, _ints(1))
+    smlnum = constants["safmin"] * (n / constants["ulp"])
+    smin = op.Max(op.Mul(_typed(constants["ulp"], t), op.Add(op.Abs(lam_re), op.Abs(lam_im))), _typed(smlnum, t))
+    # the start of each column: x[j] = 1 (real), or trevc's pair start on rows j, j+1
+    sup = _diagonal(t, n, -1)  # t[k-1, k]
+    b = op.Unsqueeze(op.Concat(sup, padding, axis=1), _ints(1))  # t[j, j+1]
+    c = op.Unsqueeze(op.Concat(sub, padding, axis=1), _ints(1))  # t[j+1, j]
+    safe_b = op.Where(op.Equal(b, zero), one, b)
+    safe_c = op.Where(op.Equal(c, zero), one, c)
+    b_larger = op.GreaterOrEqual(op.Abs(b), op.Abs(c))
+    head_re = op.Where(first, op.Where(b_larger, one, op.Div(op.Neg(lam_im), safe_c)), one)
+    next_im = op.Where(b_larger, op.Div(lam_im, safe_b), one)
+    at_j = op.Equal(rows, columns)
+    at_next = op.And(first, op.Equal(rows, op.Add(columns, _ints(1))))
+    x_re = op.Where(at_j, head_re, zero)
+    x_im = op.Where(at_next, next_im, zero)
+    x_re, x_im = op.Expand(x_re, op.Shape(t)), op.Expand(x_im, op.Shape(t))
+    # the rows above each column's start, from the bottom; 2x2 blocks (r-1, r) together at step r
+    for r in range(n - 1, -1, -1):
+        due = op.Less(_ints(r), columns)  # [1, n]: columns whose start is below row r
+        row_t = _rows(t, r, r + 1)  # [B, 1, n]
+        rhs_re = op.Neg(op.MatMul(row_t, x_re))  # [B, 1, n]
+        rhs_im = op.Neg(op.MatMul(row_t, x_im))
+        t_rr = op.Slice(t, _ints(r, r), _ints(r + 1, r + 1), _ints(-2, -1))
+        d_re, d_im = op.Sub(t_rr, lam_re), op.Neg(lam_im)
+        tiny = op.Less(op.Add(op.Abs(d_re), op.Abs(d_im)), smin)
+        d_re, d_im = op.Where(tiny, smin, d_re), op.Where(tiny, zero, d_im)
+        single_re, single_im = _complex_divide(rhs_re, rhs_im, d_re, d_im)
+        block_top = (
+            op.Not(op.Equal(op.Slice(t, _ints(r + 1, r), _ints(r + 2, r + 1), _ints(-2, -1)), zero))
+            if r + 1 < n
+            else None
+        )
+        if r >= 1:
+            block_bottom = op.Not(op.Equal(op.Slice(t, _ints(r, r - 1), _ints(r + 1, r), _ints(-2, -1)), zero))
+            upper_t = _rows(t, r - 1, r)
+            up_re = op.Neg(op.MatMul(upper_t, x_re))
+            up_im = op.Neg(op.MatMul(upper_t, x_im))
+            t11 = op.Slice(t, _ints(r - 1, r - 1), _ints(r, r), _ints(-2, -1))
+            t12 = op.Slice(t, _ints(r - 1, r), _ints(r, r + 1), _ints(-2, -1))
+            t21 = op.Slice(t, _ints(r, r - 1), _ints(r + 1, r), _ints(-2, -1))
+            a_re, a_im = op.Sub(t11, lam_re), op.Neg(lam_im)
+            e_re, e_im = op.Sub(t_rr, lam_re), op.Neg(lam_im)
+            # Cramer's rule on [[a, t12], [t21, e]] [x1, x2] = [up, rhs]
+            det_re, det_im = _complex_multiply(a_re, a_im, e_re, e_im)
+            det_re = op.Sub(det_re, op.Mul(t12, t21))
+            small = op.Less(op.Add(op.Abs(det_re), op.Abs(det_im)), op.Mul(smin, smin))
+            det_re, det_im = op.Where(small, op.Mul(smin, smin), det_re), op.Where(small, zero, det_im)
+            n1_re, n1_im = _complex_multiply(up_re, up_im, e_re, e_im)
+            n1_re, n1_im = op.Sub(n1_re, op.Mul(t12, rhs_re)), op.Sub(n1_im, op.Mul(t12, rhs_im))
+            n2_re, n2_im = _complex_multiply(a_re, a_im, rhs_re, rhs_im)
+            n2_re, n2_im = op.Sub(n2_re, op.Mul(t21, up_re)), op.Sub(n2_im, op.Mul(t21, up_im))
+            x1_re, x1_im = _complex_divide(n1_re, n1_im, det_re, det_im)
+            x2_re, x2_im = _complex_divide(n2_re, n2_im, det_re, det_im)
+            in_block = op.And(due, block_bottom)
+            write_top = op.And(in_block, op.Equal(rows, _ints(r - 1)))
+            write_bottom = op.And(in_block, op.Equal(rows, _ints(r)))
+            x_re = op.Where(write_top, x1_re, op.Where(write_bottom, x2_re, x_re))
+            x_im = op.Where(write_top, x1_im, op.Where(write_bottom, x2_im, x_im))
+            alone = op.And(due, op.Not(block_bottom))
+        else:
+            alone = due
+        if block_top is not None:
+            alone = op.And(alone, op.Not(block_top))
+        write = op.And(alone, op.Equal(rows, _ints(r)))
+        x_re = op.Where(write, single_re, x_re)
+        x_im = op.Where(write, single_im, x_im)
+    return x_re, x_im
+
+
+def _geev_vectors(t: TEig, z: TEig, scale: TEig, perm: INT64, real: TEig, imaginary: TEig, n: int) -> tuple[TEig, TEig]:
+    """geev's right eigenvectors: Z times trevc's, balancing undone (gebak), each of Euclidean norm 1 and, for
+    a complex pair, rotated so that its largest component is real (lartg); as (real, imaginary) [B, n, n]."""
+    x_re, x_im = _trevc_right(t, real, imaginary, n)
+    v_re, v_im = op.MatMul(z, x_re), op.MatMul(z, x_im)
+    row_scale = _transpose(scale)  # [B, n, 1]
+    v_re, v_im = op.Mul(v_re, row_scale), op.Mul(v_im, row_scale)
+    index = op.Expand(_transpose(perm), op.Shape(v_re))
+    v_re = op.ScatterElements(v_re, index, v_re, axis=1)
+    v_im = op.ScatterElements(v_im, index, v_im, axis=1)
+    zero, one = _typed(0.0, v_re), _typed(1.0, v_re)
+    norm_re, norm_im = _norm2(v_re, [-2]), _norm2(v_im, [-2])
+    norm = _lapy2(norm_re, norm_im)  # = norm_re for a real eigenvector
+    reciprocal = op.Div(one, op.Where(op.Equal(norm, zero), one, norm))
+    v_re, v_im = op.Mul(v_re, reciprocal), op.Mul(v_im, reciprocal)
+    # lartg(f, g) at the first component of largest modulus: c = f / r, s = g / r, with r = +-sqrt(f^2 + g^2)
+    # negative where |f| > |g| and f < 0 (LAPACK's dlartg before 3.10, which eager's MKL follows more often than
+    # the newer r = sign(f) sqrt(f^2 + g^2): 96% of the complex vectors of random 5x5 matrices against 78%)
+    modulus = op.Add(op.Mul(v_re, v_re), op.Mul(v_im, v_im))
+    k = op.ArgMax(modulus, axis=1, keepdims=1)  # [B, 1, n]
+    f = op.GatherElements(v_re, k, axis=1)
+    g = op.GatherElements(v_im, k, axis=1)
+    d = op.Sqrt(op.Add(op.Mul(f, f), op.Mul(g, g)))
+    f_zero, g_zero = op.Equal(f, zero), op.Equal(g, zero)
+    safe_d = op.Where(op.Equal(d, zero), one, d)
+    r = op.Where(op.Greater(op.Abs(f), op.Abs(g)), _sign_of(safe_d, f), op.Where(f_zero, g, safe_d))
+    cs = op.Where(g_zero, one, op.Where(f_zero, zero, op.Div(f, r)))
+    sn = op.Where(g_zero, zero, op.Where(f_zero, one, op.Div(g, r)))
+    rotated_re = op.Add(op.Mul(cs, v_re), op.Mul(sn, v_im))
+    rotated_im = op.Sub(op.Mul(cs, v_im), op.Mul(sn, v_re))
+    rotated_im = op.Where(op.Equal(_index_column(n), k), zero, rotated_im)
+    pair = op.Greater(op.Unsqueeze(imaginary, _ints(1)), zero)  # the first of each pair
+    v_re = op.Where(pair, rotated_re, v_re)
+    v_im = op.Where(pair, rotated_im, zero)
+    # the second of a pair: the conjugate of the first
+    second = op.Less(op.Unsqueeze(imaginary, _ints(1)), zero)
+    previous = op.Concat(_columns(v_re, 0, 1), _columns(v_re, 0, n - 1), axis=-1)
+    previous_im = op.Concat(_columns(v_im, 0, 1), _columns(v_im, 0, n - 1), axis=-1)
+    v_re = op.Where(second, previous, v_re)
+    v_im = op.Where(second, op.Neg(previous_im), v_im)
+    return v_re, v_im
+
+
+@lowering("aten::linalg_eig", context=True)
+def linalg_eig(ctx: LoweringContext, self: TEig) -> tuple[TEig, TEig]:
+    """Eigenvalues and right eigenvectors as eager's (complex, as [..., n, 2] and [..., n, n, 2]): geev."""
+    n = _eig_input(self, "linalg.eig")
+    if _no_matrices(self, n):
+        values = _with_batch(_batch_filled(self, [n, 2], 0.0, self), self, [n, 2])
+        return values, _with_batch(_batch_filled(self, [n, n * 2], 0.0, self), self, [n, n, 2])
+    a = op.Reshape(self, _ints(-1, n, n))
+    t, z, scale, perm, real, imaginary, undo = _geev_schur(ctx, a, n, vectors=True)
+    v_re, v_im = _geev_vectors(t, z, scale, perm, real, imaginary, n)
+    real, imaginary = op.Mul(real, undo), op.Mul(imaginary, undo)
+    values = op.Concat(op.Unsqueeze(real, _ints(-1)), op.Unsqueeze(imaginary, _ints(-1)), axis=-1)
+    vectors = op.Concat(op.Unsqueeze(v_re, _ints(-1)), op.Unsqueeze(v_im, _ints(-1)), axis=-1)
+    return _with_batch(values, self, [n, 2]), _with_batch(vectors, self, [n, n, 2])
 
 
 @lowering("aten::linalg_pinv.atol_rtol_tensor")
