@@ -324,10 +324,92 @@ def test_lstsq_ill_conditioned(driver: str) -> None:
     assert_exports_and_matches(Call(lambda x, y: tuple(torch.linalg.lstsq(x, y, driver=driver))), (a, b))
 
 
+# --- nonsymmetric eigenvalues: LAPACK geev's order ------------------------------------------------------------
+def nonsymmetric(*shape: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    """Random matrices; at these sizes most have both real eigenvalues and complex-conjugate pairs."""
+    return randn(*shape, dtype=dtype, seed=seed)
+
+
+def repeated_eigenvalues() -> torch.Tensor:
+    """Exactly repeated eigenvalues: a defective triangular block (balancing isolates it by permutations), a
+    repeated complex pair behind an orthogonal similarity, and the identity."""
+    rotation = torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=torch.float64)
+    q, _ = torch.linalg.qr(randn(4, 4, dtype=torch.float64, seed=3))
+    return torch.stack(
+        [
+            torch.tensor([[1.0, 0, 0, 0], [2, 1, 0, 0], [3, 4, 5, 0], [1, 1, 1, 5]], dtype=torch.float64),
+            q @ torch.block_diag(rotation, rotation) @ q.T,
+            torch.eye(4, dtype=torch.float64),
+        ]
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_eigvals_in_eagers_order(dtype: torch.dtype) -> None:
+    """Real and complex eigenvalues of a batch, in the order of LAPACK's Schur form (an exact comparison of
+    positions: another order would put other values side by side); geev's rescaling of tiny and huge matrices."""
+    a = nonsymmetric(3, 6, 6, dtype=dtype)
+    values = torch.linalg.eigvals(a)
+    assert bool((values.imag > 0).any()) and bool((values.imag == 0).any())  # both kinds are exercised
+    extreme = 1e30 if dtype == torch.float32 else 1e200
+    run_with = [((a,), {}), ((a * extreme,), {}), ((a / extreme,), {})]
+    if dtype == torch.float32:  # geev scales matrices beyond its own range (float32: 1e-12..1e12) into it
+        run_with.append(((a * 1e-15,), {}))
+    assert_exports_and_matches(Call(torch.linalg.eigvals), (a,), run_with=run_with)
+
+
+def test_eigvals_with_repeated_eigenvalues() -> None:
+    assert_exports_and_matches(Call(torch.linalg.eigvals), (repeated_eigenvalues(),))
+
+
+def test_eigvals_of_empty_and_one_by_one_matrices() -> None:
+    assert_exports_and_matches(Call(torch.linalg.eigvals), (torch.tensor([[[-2.5]], [[0.0]]]),))
+    assert_exports_and_matches(Call(torch.linalg.eigvals), (torch.zeros(0, 3, 3, dtype=torch.float64),))
+
+
+def assert_eig_matches(program: fx2onnx.ONNXProgram, a: torch.Tensor) -> None:
+    """Eigenvalues as eager's; each eigenvector as eager's up to its sign (eager's normalization, unit norm and
+    largest component real, leaves it), and an eigenvector of its eigenvalue."""
+    values, vectors = program(a)
+    expected_values, expected_vectors = torch.linalg.eig(a)
+    tolerance = 1e-4 if a.dtype == torch.float32 else 1e-10
+    torch.testing.assert_close(values, expected_values, rtol=tolerance, atol=tolerance * float(a.abs().max()))
+    alignment = (expected_vectors.conj() * vectors).sum(dim=-2, keepdim=True).real
+    signed = vectors * torch.where(alignment < 0, -1.0, 1.0).to(vectors.dtype)
+    torch.testing.assert_close(signed, expected_vectors, rtol=tolerance * 10, atol=tolerance * 10)
+    residual = a.to(vectors.dtype) @ vectors - vectors * values.unsqueeze(-2)
+    assert float(residual.abs().max()) <= tolerance * 10 * float(a.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_eig_values_and_vectors(dtype: torch.dtype) -> None:
+    a = nonsymmetric(4, 5, 5, dtype=dtype, seed=1)
+    program = fx2onnx.export(Call(torch.linalg.eig), (a,))
+    for seed in range(3):
+        assert_eig_matches(program, nonsymmetric(4, 5, 5, dtype=dtype, seed=seed + 1))
+    assert_eig_matches(
+        program, nonsymmetric(4, 5, 5, dtype=dtype, seed=7) * (1e30 if dtype == torch.float32 else 1e200)
+    )
+
+
+def test_eig_with_repeated_eigenvalues() -> None:
+    """The defective block and the identity (the repeated complex pair's eigenspace has no unique basis)."""
+    a = repeated_eigenvalues()[[0, 2]]
+    assert_eig_matches(fx2onnx.export(Call(torch.linalg.eig), (a,)), a)
+
+
+def test_eig_refuses_a_symbolic_matrix_size() -> None:
+    class Eigvals(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.eigvals(x)
+
+    a = randn(2, 4, 4, dtype=torch.float64)
+    size = torch.export.Dim("size")
+    with pytest.raises(fx2onnx.errors.ExportError, match=r"(?s)linalg.eigvals.*static matrix size"):
+        fx2onnx.export(Eigvals(), (a,), dynamic_shapes=({1: size, 2: size},))
+
+
 # --- ops without a lowering yet: errors that name the op, why, and how to register one -----------------------------
-def test_eig_error_says_why_and_how_to_register() -> None:
-    with pytest.raises(UnsupportedOperatorError, match=r"(?s)aten::linalg_eig.*geev.*fx2onnx.register"):
-        fx2onnx.export(Call(torch.linalg.eigvals), (randn(3, 3),))
 
 
 def test_an_op_decomposed_into_an_effect_token_is_named_in_the_error() -> None:

@@ -72,10 +72,7 @@ class DispatchOutcome(Protocol):
 
 
 # Ops fx2onnx knows it cannot lower yet, and why (an export error says so).
-_NOT_LOWERED_YET: dict[str, str] = {
-    "linalg_eig": "no nonsymmetric eigensolver yet: eager's eigenvalue order and eigenvector normalization are "
-    "those of LAPACK's geev (Hessenberg QR iterations with its shifts and deflation), which one must reproduce",
-}
+_NOT_LOWERED_YET: dict[str, str] = {}
 
 
 class UnsupportedOperatorError(ExportError):
