@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.errors import CaptureError, LoweringError, UnsupportedOperatorError
+from fx2onnx.errors import CaptureError, LoweringError
 
 from conftest import Call, assert_exports_and_matches
 
