@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 import onnxscript.optimizer
+import onnxscript.rewriter
 import pytest
 import torch
 
@@ -26,6 +27,14 @@ class _TwoSlices(torch.nn.Module):
         return y[..., :3] * 2 + y[..., 3:6] * 3  # the halves, as the rule requires
 
 
+class _ReshapeTwice(torch.nn.Module):
+    """Two reshapes back to the input's shape: the rewrite merges them into one Reshape, which only the second
+    round of constant folding turns into nothing (a Reshape to the input's own shape)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x).reshape(3, 4).reshape(2, 6) * 2
+
+
 def _unoptimized(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> ir.Model:
     # target="onnx": the unoptimized graph has ops (sequences) ONNX Runtime CPU legalization refuses.
     return fx2onnx.export(model.eval(), args, optimize=False, target="onnx").model
@@ -33,8 +42,12 @@ def _unoptimized(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> ir.M
 
 @pytest.mark.parametrize(
     "model, args",
-    [(examples.TinyGPT(layers=1), (torch.randint(0, 512, (2, 8)),)), (_TwoSlices(), (torch.randn(2, 6),))],
-    ids=["tiny_gpt", "two_slices"],
+    [
+        (examples.TinyGPT(layers=1), (torch.randint(0, 512, (2, 8)),)),
+        (_TwoSlices(), (torch.randn(2, 6),)),
+        (_ReshapeTwice(), (torch.randn(2, 6),)),
+    ],
+    ids=["tiny_gpt", "two_slices", "reshape_twice"],
 )
 def test_same_model_as_onnxscript_optimize_ir(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
     torch.manual_seed(0)
@@ -47,3 +60,23 @@ def test_same_model_as_onnxscript_optimize_ir(model: torch.nn.Module, args: tupl
         del graph.value_info[:]
     assert len(ours_proto.graph.node) > 0
     assert ours_proto.SerializeToString(deterministic=True) == theirs_proto.SerializeToString(deterministic=True)
+
+
+class _CountingFold(optimizer._FoldConstants):
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs = 0
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.runs += 1
+        return super().call(model)
+
+
+@pytest.mark.parametrize("model, folds", [(_ReshapeTwice(), 2), (torch.nn.Sequential(torch.nn.ReLU()), 1)])
+def test_folds_again_only_after_a_rewrite(model: torch.nn.Module, folds: int) -> None:
+    """Folding reaches its fixed point in one pass: a second one runs only when the rewrite changed the graph."""
+    unoptimized = _unoptimized(model, (torch.randn(2, 6),))
+    rules = optimizer._with_exact_no_ops(onnxscript.rewriter._DEFAULT_REWRITE_RULES)
+    fold = _CountingFold()
+    optimizer._FoldAndRewrite(fold, optimizer._Rewrite(rules), iterations=2)(unoptimized)
+    assert fold.runs == folds

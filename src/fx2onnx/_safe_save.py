@@ -348,7 +348,9 @@ def save_atomically(
         flush_file(staged_model)
         if data_name is not None and not os.path.exists(os.path.join(staging, data_name)):
             data_name = None  # save(weights="reference") referenced every weight in the checkpoint: no copies
-        kept = referenced_files(staged_model)  # the new model's own files, and checkpoint files it references
+        # The new model's own files, and checkpoint files it references: only read when there is an old model whose
+        # files might go (scanning the new file costs ~0.1 s of CPU per 1000 nodes).
+        kept = referenced_files(staged_model) if old_references else set()
         moved_data: str | None = None
         try:
             if data_name is not None:

@@ -12,7 +12,9 @@ The rewrite pass tries every rule on every node; most rules' patterns are rooted
 type, in their order, before onnxscript's matcher, which costs ~40 us a try (three quarters of the
 optimizer's time on GPT-2 went to failed tries). Constant folding uses the types and shapes fx2onnx recorded while
 emitting instead of running ONNX shape inference again on every node. The inliner, which walks the whole graph,
-runs only when the model still has a function to inline.
+runs only when the model still has a function to inline. optimize_ir's fold/rewrite loop runs each pass again only
+when it may still change something, and removes unused nodes only where the rewrite pass has not just done it
+(``_FoldAndRewrite``).
 """
 
 from __future__ import annotations
@@ -78,20 +80,11 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
     if not rules or slice_split_rule not in rules:  # another onnxscript: use its optimizer as it is
         onnxscript.optimizer.optimize_ir(model)
         return
+    rewrite = _Rewrite(_with_exact_no_ops(rules))
     passes = ir.passes.Sequential(
         _InlineIfAnyFunction(),
-        ir.passes.PassManager(
-            [
-                _FoldConstants(),
-                _Rewrite(_with_exact_no_ops(rules)),
-                common_passes.RemoveUnusedNodesPass(),
-                common_passes.RemoveUnusedFunctionsPass(),
-                common_passes.RemoveUnusedOpsetsPass(),
-            ],
-            steps=num_iterations,
-            early_stop=True,
-        ),
-        common_passes.RemoveUnusedNodesPass(),
+        _FoldAndRewrite(_FoldConstants(), rewrite, num_iterations),
+        *(() if rewrite.removes_unused_nodes else (common_passes.RemoveUnusedNodesPass(),)),
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         common_passes.LiftSubgraphInitializersToMainGraphPass(),
         common_passes.DeduplicateInitializersPass(),
@@ -100,6 +93,39 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
         common_passes.NameFixPass(),
     )
     passes(model)
+
+
+class _FoldAndRewrite(ir.passes.InPlacePass):
+    """optimize_ir's loop (fold constants, rewrite, remove what is unused; at most `iterations` times), with each
+    pass run only when it may still change something.
+
+    Folding is a single pass in topological order, so it is at its fixed point once it has run: it is run again
+    only after a rewrite changed the graph. A rewrite is run again only after it changed the graph itself (it
+    sweeps the nodes once, so nodes it created were not tried as roots) or after a fold did. optimize_ir's loop
+    also removes unused nodes after each rewrite, which the rewrite pass has just done when its rules ask for
+    it; unused functions and opsets are removed once, at the end.
+    """
+
+    def __init__(self, fold: ir.passes.PassBase, rewrite: _Rewrite, iterations: int) -> None:
+        super().__init__()
+        self.fold, self.rewrite, self.iterations = fold, rewrite, iterations
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        fold_pending = rewrite_pending = True
+        for _ in range(self.iterations):
+            if not (fold_pending or rewrite_pending):
+                break
+            folded = fold_pending and self.fold(model).modified
+            rewritten = (rewrite_pending or folded) and self.rewrite(model).modified
+            if not self.rewrite.removes_unused_nodes:
+                common_passes.RemoveUnusedNodesPass()(model)
+            modified = modified or folded or rewritten
+            fold_pending = rewrite_pending = rewritten
+        if model.functions:
+            modified = common_passes.RemoveUnusedFunctionsPass()(model).modified or modified
+        modified = common_passes.RemoveUnusedOpsetsPass()(model).modified or modified
+        return ir.passes.PassResult(model, modified)
 
 
 class _InlineIfAnyFunction(ir.passes.InPlacePass):
@@ -173,6 +199,14 @@ class _Rewrite(ir.passes.InPlacePass):
         self.all_rules = onnxscript.rewriter.RewritePass([_RulesByRoot(rules)])  # type: ignore[list-item]
         self.without_slice_split = onnxscript.rewriter.RewritePass(
             [_RulesByRoot([r for r in rules if r is not slice_split_rule])]  # type: ignore[list-item]
+        )
+
+    @property
+    def removes_unused_nodes(self) -> bool:
+        """Whether the rewrite pass removes unused nodes when it ends (onnxscript's does when any rule keeps the
+        nodes it replaces)."""
+        return bool(getattr(self.all_rules.rules, "remove_unused_nodes", False)) and bool(
+            getattr(self.without_slice_split.rules, "remove_unused_nodes", False)
         )
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
