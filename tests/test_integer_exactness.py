@@ -160,6 +160,33 @@ def test_divisions_of_a_static_non_empty_tensor_add_no_guard(dtype: torch.dtype)
     assert not [node for node in program.model.graph if node.op_type == "Where"]
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64], ids=str)
+def test_floor_division_and_remainder_of_the_minimum_by_minus_one_follow_eager(dtype: torch.dtype) -> None:
+    """INT_MIN // -1 is INT_MIN in eager (wrapping) and INT_MIN % -1 is 0; ONNX Runtime's int32/int64 Div traps
+    there (SIGFPE: the process died). By a tensor, a number, and a constant tensor holding -1."""
+    info = torch.iinfo(dtype)
+    a = torch.tensor([info.min, info.min, info.max, -7, 7, info.min, 0], dtype=dtype)
+    b = torch.tensor([-1, -1, -1, -1, -1, 3, -1], dtype=dtype)
+    constant = torch.tensor([-1, 2, -1, -3, -1, 1, -1], dtype=dtype)
+
+    def floor_divisions(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.floor_divide(a, b),
+            torch.div(a, b, rounding_mode="floor"),
+            a % b,
+            torch.fmod(a, b),
+            a // -1,
+            torch.div(a, -1, rounding_mode="floor"),
+            a // constant,
+            a % -1,
+            torch.fmod(a, -1),
+        )
+
+    assert_exact(floor_divisions, (a, b))
+    length = torch.export.Dim("n")
+    assert_exact(floor_divisions, (a, b), dynamic_shapes={"args": ({0: length}, {0: length})})
+
+
 # --- powers ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", INTEGERS, ids=str)
 def test_integer_powers_wrap_around_as_in_eager(dtype: torch.dtype) -> None:

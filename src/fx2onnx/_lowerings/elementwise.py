@@ -717,7 +717,8 @@ def _is_signed(dtype: ir.DataType) -> bool:
 # (eager: an empty tensor; a non-empty dividend by zero raises in eager, so only an empty one needs the guard): fuzz
 # seed 36028, `topk(x, 0).values % y`. A constant divisor's zeros are made ones in legalize (fusion_guards), and a
 # dividend of static non-empty shape needs nothing, so the guard costs something only where the dividend's shape is
-# dynamic or empty and the divisor is computed.
+# dynamic or empty and the divisor is computed. An int32/int64 Div of INT_MIN by -1 traps in ONNX Runtime (SIGFPE,
+# the process dies) where eager's floor division gives INT_MIN (wrapping); eager's remainder/fmod give 0, as Mod does.
 def _constant_values(value: ir.Value | int | float | bool) -> np.ndarray | None:
     """The values of a Python number or of a value the graph fixes (initializer, Constant), else None."""
     if not isinstance(value, ir.Value):
@@ -745,9 +746,24 @@ def _divisor(dividend: TInt, divisor: TInt | int) -> TInt:
     return op.Where(op.Equal(divisor, zero), one, divisor)
 
 
+def _truncating_div(self: TInt, other: TInt) -> TInt:
+    """ONNX's integer Div (rounds toward zero), with INT_MIN / -1 wrapping to INT_MIN as eager's floor division does
+    (a division by 1 times -1) for int32/int64, whose Div traps there; int8/int16 divide in a wider C++ int."""
+    if _BITS[self.dtype] < 32 or not _is_signed(self.dtype):
+        return op.Div(self, other)
+    constant = _constant_values(other)
+    if constant is not None and not (constant == -1).any():
+        return op.Div(self, other)
+    if constant is not None and constant.size == 1:
+        return op.Neg(self)  # x // -1 (Neg wraps INT_MIN to itself)
+    one, minus_one = _int_const(1, self.dtype), _int_const(-1, self.dtype)
+    sign = op.Where(op.Equal(other, minus_one), minus_one, one)
+    return op.Mul(op.Div(self, op.Mul(other, sign)), sign)
+
+
 def _floor_divided(self: TInt, other: TInt) -> TInt:
     """Truncating Div, minus one where the remainder is non-zero and the operands' signs differ (eager's rule)."""
-    quotient = op.Div(self, other)
+    quotient = _truncating_div(self, other)
     if not _is_signed(self.dtype):
         return quotient
     zero = _int_const(0, self.dtype)
@@ -762,7 +778,7 @@ def div_mode_integer(self: TInt, other: TInt, rounding_mode: str | None = None) 
     (promotion has made the operands float then, and this rule is not reached)."""
     other = _divisor(self, other)
     if rounding_mode == "trunc":
-        return op.Div(self, other)
+        return op.Div(self, other)  # int32/int64 INT_MIN / -1 traps in eager too
     if rounding_mode == "floor":
         return _floor_divided(self, other)
     raise NotImplementedError(f"integer div with rounding_mode={rounding_mode!r}: eager divides in float")
