@@ -24,8 +24,9 @@ NIGHTLY_JOBS = int(os.environ.get("FX2ONNX_FUZZ_JOBS", "1"))
 # programs failed to export before: squeeze(dim) of a dim of size > 1 (30, 53, 54, 106, 118), topk of a 0-d
 # tensor (55, 116), amin/max.dim skipping NaN (17, 417: amin; see test_float_edges for max.dim); and one whose
 # model ONNX Runtime refused: a float64 matmul divided by zero, fused into an infinite alpha (24189); float16 prod
-# whose partial product overflows, inf in eager (32527).
-REGULAR_SEEDS = [*range(40), 53, 54, 55, 106, 116, 118, 24189, 32527]
+# whose partial product overflows, inf in eager (32527); and one whose run ONNX Runtime stopped: an int8 empty
+# tensor % a tensor holding a zero (eager: an empty tensor), "Integer modulo by zero" (36028; 43668: int64 fmod).
+REGULAR_SEEDS = [*range(40), 53, 54, 55, 106, 116, 118, 24189, 32527, 36028, 43668]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)

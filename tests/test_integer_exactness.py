@@ -126,6 +126,67 @@ def test_integer_remainder_of_a_float_number_matches_eager(dtype: torch.dtype) -
     assert_exact(lambda a: (a % 0.001, a % 7.5, a % -0.25), (torch.tensor(extremes(dtype), dtype=dtype),))
 
 
+def divisions_of_the_empty(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The divisions by a tensor, and by a number (a constant divisor: nothing to guard)."""
+    return (*divisions(a, b), a % b[..., :1].sum(), torch.fmod(a, 5))
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+@pytest.mark.parametrize("divisor_shape", [(4,), (1, 4), (3, 1, 4)], ids=str)
+def test_empty_tensor_divided_by_a_tensor_holding_zero_is_empty_as_in_eager(
+    dtype: torch.dtype, divisor_shape: tuple[int, ...]
+) -> None:
+    """An empty dividend by a divisor holding a zero: eager gives an empty tensor, ONNX Runtime's Div/Mod stopped the
+    run ("Integer modulo by zero"; fuzz seed 36028, `topk(x, 0).values % y`). The dividend's first dim is dynamic
+    (empty at run time, not at export), and statically empty; a non-empty dividend divides by non-zero divisors
+    (eager raises ZeroDivisionError at a zero) exactly, the dtype's extremes included."""
+    info = torch.iinfo(dtype)
+    divisor = torch.tensor([0, info.min if info.min else 3, info.max, 1], dtype=dtype).expand(divisor_shape)
+    nonzero = torch.tensor([info.max, 7, -2 if info.min else 3, 1], dtype=dtype).expand(divisor_shape)
+    divisor, nonzero = divisor.contiguous(), nonzero.contiguous()
+    empty, dividend = torch.empty(0, 4, dtype=dtype), torch.tensor((extremes(dtype) * 2)[:12], dtype=dtype).view(3, 4)
+    dynamic = {"args": ({0: torch.export.Dim("rows", min=0)}, None)}
+    runs = [((empty, divisor), {}), ((dividend, nonzero), {})]
+    assert_exact(divisions_of_the_empty, (dividend, nonzero), dynamic_shapes=dynamic, run_with=runs)
+    assert_exact(divisions_of_the_empty, (empty, divisor))
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+def test_divisions_of_a_static_non_empty_tensor_add_no_guard(dtype: torch.dtype) -> None:
+    """A dividend of static non-empty shape by a zero raises in eager: its Div/Mod gets the divisor as it is (the
+    zero guard, Equal + Where on the divisor, is emitted only where the dividend may be empty)."""
+    a, b = all_pairs(dtype, divisors=True)
+    program = assert_exact(lambda a, b: (a % b, torch.fmod(a, b)), (a, b))
+    assert not [node for node in program.model.graph if node.op_type == "Where"]
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64], ids=str)
+def test_floor_division_and_remainder_of_the_minimum_by_minus_one_follow_eager(dtype: torch.dtype) -> None:
+    """INT_MIN // -1 is INT_MIN in eager (wrapping) and INT_MIN % -1 is 0; ONNX Runtime's int32/int64 Div traps
+    there (SIGFPE: the process died). By a tensor, a number, and a constant tensor holding -1."""
+    info = torch.iinfo(dtype)
+    a = torch.tensor([info.min, info.min, info.max, -7, 7, info.min, 0], dtype=dtype)
+    b = torch.tensor([-1, -1, -1, -1, -1, 3, -1], dtype=dtype)
+    constant = torch.tensor([-1, 2, -1, -3, -1, 1, -1], dtype=dtype)
+
+    def floor_divisions(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.floor_divide(a, b),
+            torch.div(a, b, rounding_mode="floor"),
+            a % b,
+            torch.fmod(a, b),
+            a // -1,
+            torch.div(a, -1, rounding_mode="floor"),
+            a // constant,
+            a % -1,
+            torch.fmod(a, -1),
+        )
+
+    assert_exact(floor_divisions, (a, b))
+    length = torch.export.Dim("n")
+    assert_exact(floor_divisions, (a, b), dynamic_shapes={"args": ({0: length}, {0: length})})
+
+
 # --- powers ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", INTEGERS, ids=str)
 def test_integer_powers_wrap_around_as_in_eager(dtype: torch.dtype) -> None:
