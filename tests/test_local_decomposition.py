@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 from onnxscript import FLOAT
-from onnxscript import opset18 as op
+from onnxscript import opset18 as onnx_op
 
 from fx2onnx import Registry
 from fx2onnx._capture import CapturedGraph, LazyDecompositionTable, TorchExportExtractor
@@ -316,7 +316,7 @@ def _random_steps(seed: int, x: torch.Tensor) -> list[Step]:
                 continue
             if result is not None:
                 aliases.append(result)
-        steps.append((kind, index, op))
+        steps.append((kind, index, step_op))
     return steps
 
 
@@ -570,7 +570,7 @@ def _(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
 
 def weighted_twice_requiring_weight(x: FLOAT, weight: FLOAT) -> FLOAT:
     """An implementation that takes `weight` only (as torchlib's nll_loss_forward did)."""
-    return op.Mul(op.Add(x, x), weight)
+    return onnx_op.Mul(onnx_op.Add(x, x), weight)
 
 
 class WeightedTwiceWithAndWithoutWeight(torch.nn.Module):
