@@ -413,7 +413,10 @@ def _trace_key(function: Any, arguments: Mapping[str, Any]) -> tuple[tuple[Any, 
             const = item.const_value
             data = None
             if const is not None:
-                data = (const.dtype, tuple(const.shape), const.tobytes() if const.size <= 64 else None)
+                try:
+                    data = (const.dtype, tuple(const.shape), const.tobytes() if const.size <= 64 else None)
+                except Exception:  # a weight on the meta device or a fake tensor (export(weights=...)): no bytes to key
+                    raise _NotKeyable from None
             return (item.dtype, dims, data)
         if item is None or kind in (bool, int, float, str):
             return (kind, repr(item))
