@@ -239,30 +239,3 @@ def test_rotary_left_unfused_when_not_provably_equal() -> None:
     for function in cases:
         program = assert_exports_and_matches(Call(function), args, opset_version=23)
         assert op_counts(program)["RotaryEmbedding"] == 0, function.__name__
-
-
-class CausalAttention(torch.nn.Module):
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(query, key, value, is_causal=True)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
-@pytest.mark.parametrize("dynamic", [False, True])
-def test_causal_mask_below_opset_23_is_an_additive_bias(dtype: torch.dtype, dynamic: bool) -> None:
-    """Below opset 23, is_causal adds a 0/-inf bias to the scores (as eager's math path), not a Where over them:
-    ONNX Runtime's Add is about twice as fast (GPT-2). With dynamic lengths the bias is built at run time by a
-    Where of the lengths' size only. A large score checks that masked ones stay out of the softmax."""
-    query = randn(2, 3, 5, 8, dtype=dtype)
-    query[0, 0, 4] = 30.0
-    args = (query, randn(2, 3, 7, 8, dtype=dtype), randn(2, 3, 7, 8, dtype=dtype))
-    options: dict[str, Any] = {}
-    if dynamic:
-        queries, keys = torch.export.Dim("queries", min=2), torch.export.Dim("keys", min=2)
-        options["dynamic_shapes"] = ({2: queries}, {2: keys}, {2: keys})
-        options["run_with"] = [((randn(2, 3, 6, 8, dtype=dtype), *(randn(2, 3, 4, 8, dtype=dtype),) * 2), {})]
-    program = assert_exports_and_matches(CausalAttention(), args, opset_version=18, **options)
-    counts = op_counts(program)
-    assert (counts["Attention"], counts["Add"]) == (0, 1)
-    # No Where over the scores: none without dynamic lengths, one of rank 2 (queries x keys) with them.
-    where_ranks = [len(node.outputs[0].shape or ()) for node in program.model.graph if node.op_type == "Where"]
-    assert where_ranks == ([2] if dynamic else [])
