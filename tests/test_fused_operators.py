@@ -239,3 +239,27 @@ def test_rotary_left_unfused_when_not_provably_equal() -> None:
     for function in cases:
         program = assert_exports_and_matches(Call(function), args, opset_version=23)
         assert op_counts(program)["RotaryEmbedding"] == 0, function.__name__
+
+
+@pytest.mark.parametrize(
+    "opset",
+    [
+        18,
+        pytest.param(
+            23,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="ONNX Runtime's Attention (is_causal) adds its mask to the scores: inf + -inf is NaN",
+            ),
+        ),
+    ],
+)
+def test_causal_mask_hides_an_infinite_score_it_masks(opset: int) -> None:
+    """A masked score of +inf (q . k overflowing float32) is hidden, as eager's kernel does, not added to -inf
+    (inf + -inf is NaN: a whole row of NaNs where eager attends to the unmasked keys)."""
+    query, key = torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4)
+    query[..., 0, 0], key[..., 1, 0], key[..., 0, 0] = 3e38, 3e38, 1.0
+    value = torch.arange(12.0).reshape(1, 1, 3, 4)
+    model = Call(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert torch.isfinite(model(query, key, value)).all()
+    assert_exports_and_matches(model, (query, key, value), opset_version=opset)
