@@ -54,6 +54,7 @@ from torch.overrides import TorchFunctionMode
 __all__ = [
     "Assumption",
     "StrategyAttempt",
+    "deferred_assertion_lines",
     "example_section_counts",
     "first_that_captures",
     "is_data_dependent",
@@ -70,9 +71,13 @@ class Assumption:
     expression: str
     decided: str
     source_line: str  # the user's (or library's) line that asked
+    # how the ONNX model treats an input for which the decision is wrong: it fails at run time naming the check, or
+    # it computes the branch taken (the general branch of a size-oblivious decision, right for 0 and 1 too in ops
+    # that take empty tensors, as torch's own size-oblivious code assumes)
+    at_run_time: str = "checked at run time by the ONNX model"
 
     def __str__(self) -> str:
-        return f"{self.expression} taken as {self.decided} at {self.source_line}"
+        return f"{self.expression} taken as {self.decided} at {self.source_line} ({self.at_run_time})"
 
 
 @dataclasses.dataclass
@@ -103,6 +108,23 @@ def _asking_line() -> str:
             continue
         return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
     return "<unknown>"
+
+
+@contextlib.contextmanager
+def deferred_assertion_lines(lines: dict[str, str]) -> Iterator[None]:
+    """While active, each guard deferred to a runtime assertion records the line that asked (its expression -> the
+    model's line): the ONNX model checks the assertion (``aten._assert_scalar``) in a node named for both."""
+    original: Callable[..., Any] = ShapeEnv.guard_or_defer_runtime_assert
+
+    def record(self: ShapeEnv, orig_expr: Any, msg: str, fx_node: Any = None) -> Any:
+        lines.setdefault(str(orig_expr), _asking_line())
+        return original(self, orig_expr, msg, fx_node)
+
+    ShapeEnv.guard_or_defer_runtime_assert = record  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ShapeEnv.guard_or_defer_runtime_assert = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -143,7 +165,7 @@ def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
                     return result
                 assumptions.append(Assumption(str(orig_expr), f"{result} (for the smallest sizes)", _asking_line()))
                 return result
-            assumptions.append(Assumption(str(orig_expr), str(result), _asking_line()))
+            assumptions.append(Assumption(str(orig_expr), str(result), _asking_line(), _GENERAL_BRANCH))
             return result
 
     ShapeEnv._evaluate_expr = evaluate  # type: ignore[method-assign]
@@ -151,6 +173,15 @@ def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
         yield
     finally:
         ShapeEnv._evaluate_expr = original  # type: ignore[method-assign]
+
+
+# A size-oblivious decision (``numel() == 0`` taken as False) is not asserted: the model's general branch is the one
+# that an empty or one-row input also computes right (the detection models' batched NMS on no boxes), and asserting
+# it would refuse those inputs.
+_GENERAL_BRANCH = (
+    "not checked at run time: the general branch, which is eager's result for 0 and 1 too when the model's special "
+    "branch only saves work"
+)
 
 
 def _largest_value(shape_env: ShapeEnv, expression: Any) -> Any:
