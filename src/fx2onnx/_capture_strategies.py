@@ -41,6 +41,7 @@ import inspect
 import sys
 import textwrap
 import traceback
+import typing
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -100,14 +101,26 @@ def is_data_dependent(error: BaseException) -> bool:
     return False
 
 
-def _asking_line() -> str:
-    """The innermost frame outside torch: the model's (or its library's) line whose guard is decided."""
-    for frame in reversed(traceback.extract_stack()):
+@typing.overload
+def _asking_line() -> str: ...
+@typing.overload
+def _asking_line(*, traced_only: bool) -> str | None: ...
+def _asking_line(*, traced_only: bool = False) -> str | None:
+    """The innermost frame outside torch: the model's (or its library's) line whose guard is decided.
+
+    `traced_only`: None when that frame is the one that called fx2onnx's export (a guard torch.export adds after
+    tracing, which no line of the model asked)."""
+    stack = traceback.extract_stack()
+    for position in range(len(stack) - 1, -1, -1):
+        frame = stack[position]
         filename = frame.filename.replace("\\", "/")
         if "/torch/" in filename or "/fx2onnx/" in filename or filename.endswith("contextlib.py"):
             continue
+        inner = stack[position + 1].filename.replace("\\", "/") if position + 1 < len(stack) else ""
+        if traced_only and inner.endswith(("/fx2onnx/_export.py", "/fx2onnx/__init__.py")):
+            return None
         return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
-    return "<unknown>"
+    return None if traced_only else "<unknown>"
 
 
 @contextlib.contextmanager
@@ -117,7 +130,9 @@ def deferred_assertion_lines(lines: dict[str, str]) -> Iterator[None]:
     original: Callable[..., Any] = ShapeEnv.guard_or_defer_runtime_assert
 
     def record(self: ShapeEnv, orig_expr: Any, msg: str, fx_node: Any = None) -> Any:
-        lines.setdefault(str(orig_expr), _asking_line())
+        line = _asking_line(traced_only=True)
+        if line is not None:
+            lines.setdefault(str(orig_expr), line)
         return original(self, orig_expr, msg, fx_node)
 
     ShapeEnv.guard_or_defer_runtime_assert = record  # type: ignore[method-assign]

@@ -245,10 +245,11 @@ def _export(
     model_ir = result.model
     # what the graph was captured under (torch.export's assertions, the input dims' ranges and relations) is checked
     # at run time: an input breaking it fails in ONNX Runtime naming the assumption
-    checks = runtime_checks.add_runtime_checks(model_ir, captured, emitter.symbol_names)
-    _warn_about_dynamic_dims(
-        captured, capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes), flat_inputs, export_report, checks
+    requested = capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes)
+    checks = runtime_checks.add_runtime_checks(
+        model_ir, captured, emitter.symbol_names, runtime_checks.asked_minimums(captured, requested, flat_inputs)
     )
+    _warn_about_dynamic_dims(captured, requested, flat_inputs, export_report, checks)
     if bound is not None:
         checkpoint_weights.attach(model_ir, bound)
 

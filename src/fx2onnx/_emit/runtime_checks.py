@@ -124,6 +124,21 @@ def _named(expression: Any, symbol_names: Mapping[sympy.Symbol, str]) -> str:
     return text
 
 
+def asked_minimums(
+    captured: CapturedGraph, requested: Mapping[tuple[int, int], Any], flat_inputs: Sequence[Any]
+) -> dict[tuple[str, int], int]:
+    """(placeholder name, dim) -> the minimum `dynamic_shapes` gave that dim (a ``Dim``'s ``min``), keyed as
+    `requested` is (:func:`fx2onnx._capture.dynamic_dims`) by the example tensor's id."""
+    tensors = [x for x in flat_inputs if isinstance(x, torch.Tensor)]
+    minimums = {}
+    for node, example in zip(captured.user_inputs, tensors):
+        for (tensor_id, dim), spec in requested.items():
+            minimum = getattr(spec, "min", None)
+            if tensor_id == id(example) and isinstance(minimum, int):
+                minimums[(node.name, dim)] = minimum
+    return minimums
+
+
 def _short_line(line: str) -> str:
     """``/path/to/model.py:12 in forward: code`` -> ``model.py:12 in forward: code``."""
     path, _, rest = line.partition(":")
@@ -139,8 +154,9 @@ def _line_of_trace(trace: str) -> str:
     return f"{os.path.basename(path)}:{line} in {function}: {code.strip()}"
 
 
-def _input_dims(captured: CapturedGraph, graph: ir.Graph) -> list[tuple[ir.Value, int | None, Any]]:
-    """(graph input, dim or None for a symbolic int input, sympy expression) for each symbolic size of an input."""
+def _input_dims(captured: CapturedGraph, graph: ir.Graph) -> list[tuple[ir.Value, int | None, Any, str]]:
+    """(graph input, dim or None for a symbolic int input, sympy expression, placeholder name) for each symbolic size
+    of an input."""
     placeholders = [
         node
         for node in captured.graph.nodes
@@ -154,16 +170,24 @@ def _input_dims(captured: CapturedGraph, graph: ir.Graph) -> list[tuple[ir.Value
         if isinstance(val, torch.Tensor):
             for index, size in enumerate(val.shape):
                 if isinstance(size, torch.SymInt) and not isinstance(size.node.expr, sympy.Integer):
-                    found.append((value, index, size.node.expr))
+                    found.append((value, index, size.node.expr, node.name))
         elif isinstance(val, torch.SymInt) and not isinstance(val.node.expr, sympy.Integer):
-            found.append((value, None, val.node.expr))
+            found.append((value, None, val.node.expr, node.name))
     return found
 
 
 def _input_checks(
-    captured: CapturedGraph, graph: ir.Graph, symbol_names: Mapping[sympy.Symbol, str], found: RuntimeChecks
+    captured: CapturedGraph,
+    graph: ir.Graph,
+    symbol_names: Mapping[sympy.Symbol, str],
+    asked_minimums: Mapping[tuple[str, int], int],
+    found: RuntimeChecks,
 ) -> tuple[list[ir.Node], list[ir.Value]]:
-    """Checks of each input dim's range and of the relations between input dims, as exported."""
+    """Checks of each input dim's range and of the relations between input dims, as exported.
+
+    A lower bound of 2 is checked only where `dynamic_shapes` asked for it (``Dim("n", min=2)``, keyed by the
+    placeholder's name and dim): size-oblivious tracing gives it to dims whose graph computes sizes 0 and 1 right
+    too (GPT-2's sequence of one token matches eager), so it is no assumption of the model's."""
     program = captured.exported_program
     ranges: Mapping[Any, Any] = program.range_constraints if program is not None else {}
     build = _Builder()
@@ -185,7 +209,7 @@ def _input_checks(
 
     dims = _input_dims(captured, graph)
     defined_at: dict[sympy.Symbol, tuple[ir.Value, int | None]] = {}
-    for value, dim, expression in dims:
+    for value, dim, expression, placeholder in dims:
         if isinstance(expression, sympy.Symbol) and expression not in definitions:
             defined_at[expression] = (value, dim)
             size = definitions[expression] = size_of(value, dim)
@@ -193,6 +217,8 @@ def _input_checks(
             bounds = ranges.get(expression)
             lower, upper = getattr(bounds, "lower", None), getattr(bounds, "upper", None)
             floor = 0 if dim is not None else None  # a size is never negative: nothing to check at 0
+            if isinstance(lower, (int, sympy.Integer)) and int(lower) == 2 and dim is not None:
+                lower = min(2, asked_minimums.get((placeholder, dim), 0)) or None
             if isinstance(lower, (int, sympy.Integer)) and (floor is None or int(lower) > floor):
                 add_check(
                     build.add("GreaterOrEqual", [size, build.constant(int(lower))]),
@@ -203,7 +229,7 @@ def _input_checks(
                     build.add("LessOrEqual", [size, build.constant(int(upper))]),
                     f"{name} <= {int(upper)} ({where(value, dim)}, the range it was exported for)",
                 )
-    for value, dim, expression in dims:
+    for value, dim, expression, _ in dims:
         if defined_at.get(expression) == (value, dim):
             continue  # the dim that defines its symbol
         assumption = f"{where(value, dim)} == {_named(expression, symbol_names)} (as exported)"
@@ -279,7 +305,10 @@ def _feed_an_output(graph: ir.Graph, zeros: Sequence[ir.Value]) -> None:
 
 
 def add_runtime_checks(
-    model: ir.Model, captured: CapturedGraph, symbol_names: Mapping[sympy.Symbol, str]
+    model: ir.Model,
+    captured: CapturedGraph,
+    symbol_names: Mapping[sympy.Symbol, str],
+    asked_minimums: Mapping[tuple[str, int], int] | None = None,
 ) -> RuntimeChecks:
     """Check at run time the input dims' ranges and relations and torch.export's assertions (module docstring).
 
@@ -288,7 +317,7 @@ def add_runtime_checks(
     """
     graph = model.graph
     found = RuntimeChecks()
-    input_nodes, input_zeros = _input_checks(captured, graph, symbol_names, found)
+    input_nodes, input_zeros = _input_checks(captured, graph, symbol_names, asked_minimums or {}, found)
     zeros = _assertion_checks(graph, captured, symbol_names, found)
     if input_nodes:
         if len(graph):
@@ -328,4 +357,4 @@ def feed_an_output(model: ir.Model, checks: RuntimeChecks) -> None:
     _feed_an_output(graph, zeros)
 
 
-__all__ = ["RuntimeChecks", "add_runtime_checks", "feed_an_output"]
+__all__ = ["RuntimeChecks", "add_runtime_checks", "asked_minimums", "feed_an_output"]
