@@ -38,6 +38,7 @@ import contextlib
 import copy
 import dataclasses
 import inspect
+import re
 import sys
 import textwrap
 import traceback
@@ -55,6 +56,7 @@ from torch.overrides import TorchFunctionMode
 __all__ = [
     "Assumption",
     "StrategyAttempt",
+    "assertion_key",
     "deferred_assertion_lines",
     "example_section_counts",
     "first_that_captures",
@@ -123,6 +125,20 @@ def _asking_line(*, traced_only: bool = False) -> str | None:
     return None if traced_only else "<unknown>"
 
 
+# The line recorded for a guard that an op's fake kernel deferred while tracing an op fx2onnx lowers whole, sizes
+# computed at run time (tensor_split at the example's count: ``1 < Mod(s0, 3)`` from its section sizes): no
+# assumption of the exported graph, which the ONNX model does not check.
+LOWERED_WHOLE = "<an op's fake kernel; fx2onnx's lowering computes its sizes at run time>"
+_guards_of_ops_lowered_whole: list[bool] = []
+
+
+def assertion_key(expression: str) -> str:
+    """An assertion's expression without spaces, parentheses and symbol numbers: the graph's ``_assert_scalar``
+    message prints it with other parentheses than sympy's ``str`` (``1 < (Mod(s0, 3))``), and a retrace (the
+    decomposition) numbers the symbols afresh."""
+    return re.sub(r"[\s()]", "", re.sub(r"\b([su])\d+\b", r"\1", expression))
+
+
 @contextlib.contextmanager
 def deferred_assertion_lines(lines: dict[str, str]) -> Iterator[None]:
     """While active, each guard deferred to a runtime assertion records the line that asked (its expression -> the
@@ -130,9 +146,9 @@ def deferred_assertion_lines(lines: dict[str, str]) -> Iterator[None]:
     original: Callable[..., Any] = ShapeEnv.guard_or_defer_runtime_assert
 
     def record(self: ShapeEnv, orig_expr: Any, msg: str, fx_node: Any = None) -> Any:
-        line = _asking_line(traced_only=True)
+        line = LOWERED_WHOLE if _guards_of_ops_lowered_whole else _asking_line(traced_only=True)
         if line is not None:
-            lines.setdefault(str(orig_expr), line)
+            lines.setdefault(assertion_key(str(orig_expr)), line)
         return original(self, orig_expr, msg, fx_node)
 
     ShapeEnv.guard_or_defer_runtime_assert = record  # type: ignore[method-assign]
@@ -362,7 +378,11 @@ def sections_from_example(counts: Sequence[tuple[int, str]], assumptions: list[A
         )
         if assumption not in assumptions:
             assumptions.append(assumption)
-        return torch.ops.aten.tensor_split.sections(self, count, dim)
+        _guards_of_ops_lowered_whole.append(True)
+        try:
+            return torch.ops.aten.tensor_split.sections(self, count, dim)
+        finally:
+            _guards_of_ops_lowered_whole.pop()
 
     _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd] = tensor_split_at_example_count
     _TENSOR_SPLIT._dispatch_cache.clear()

@@ -335,8 +335,10 @@ def _warn_about_dynamic_dims(
     ]
     notes += static
     # torch.export's deferred guards on the sizes (the model's code assumes them) and what cannot be checked
-    notes += [note for note in checks.checked if "assumed by the model's code" in note] + checks.unchecked
+    notes += [note for note in checks.checked if "assumed by the model's code" in note]
+    notes += [note for note in checks.unchecked if runtime_checks.LOWERED_WHOLE not in note]
     reported = notes + [note for note in checks.checked if "assumed by the model's code" not in note]
+    reported += [note for note in checks.unchecked if runtime_checks.LOWERED_WHOLE in note]
     if reported:
         export_report.dynamic_dims = reported
     if notes and (requested or checks.unchecked or static or captured.shape_fixes):

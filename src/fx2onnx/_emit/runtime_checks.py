@@ -34,6 +34,7 @@ import torch
 from torch.utils._sympy import functions as sympy_functions
 
 from fx2onnx._capture import CapturedGraph
+from fx2onnx._capture_strategies import LOWERED_WHOLE, assertion_key
 from fx2onnx._lowerings.symbolic import CHECK_PREFIX, RUNTIME_CHECK
 from fx2onnx._records import STACK_TRACE
 
@@ -137,6 +138,45 @@ def asked_minimums(
             if tensor_id == id(example) and isinstance(minimum, int):
                 minimums[(node.name, dim)] = minimum
     return minimums
+
+
+# A dynamic dim traced size-obliviously: ``size == 1`` (or ``== 0``) is decided False, the general branch, and
+# torch.export asserts ``Ne(s, 1)``. Not checked: the general branch is eager's result on 0 and 1 too where the
+# special branch only saves work or picks an equivalent kernel (Hugging Face's sdpa_attention on a one-token query,
+# a decoding step), and checking it would refuse those sizes, which the exported model is meant to take.
+_GENERAL_BRANCH = (
+    "the general branch of a size-oblivious decision, eager's result for this size too where the model's special "
+    "branch only saves work"
+)
+
+
+def _general_branch(expression: str) -> bool:
+    try:
+        parsed = sympy.sympify(expression)
+    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+        return False
+    return (
+        isinstance(parsed, sympy.Ne)
+        and any(isinstance(side, sympy.Symbol) for side in parsed.args)
+        and any(side in (sympy.Integer(0), sympy.Integer(1)) for side in parsed.args)
+    )
+
+
+def _recorded_line(captured: CapturedGraph, expression: str) -> str | None:
+    """The line the capture recorded for an assertion; the graph prints its expression otherwise than sympy does
+    (``1 < (Mod(s0, 3))`` for ``Mod(s0, 3) > 1``): read back by sympy when the text alone does not match."""
+    line = captured.assertion_lines.get(assertion_key(expression))
+    if line is None:
+        try:
+            parsed = sympy.sympify(expression)
+        except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+            return None
+        forms = [parsed] + ([parsed.reversed] if isinstance(parsed, sympy.core.relational.Relational) else [])
+        line = next(
+            (captured.assertion_lines[k] for k in map(assertion_key, map(str, forms)) if k in captured.assertion_lines),
+            None,
+        )
+    return line
 
 
 def _short_line(line: str) -> str:
@@ -252,10 +292,16 @@ def _assertion_checks(
         expression = node.metadata_props.get(RUNTIME_CHECK)
         if expression is None:
             continue
-        line = captured.assertion_lines.get(expression) or _line_of_trace(node.metadata_props.get(STACK_TRACE, ""))
+        line = _recorded_line(captured, expression) or _line_of_trace(node.metadata_props.get(STACK_TRACE, ""))
+        if line == LOWERED_WHOLE:  # a guard of an op's fake kernel, not of the graph: the lowering is right anyway
+            found.unchecked.append(f"not checked at run time (not assumed by the ONNX graph: {line}): {expression}")
+            continue
         assumption = _named(expression, symbol_names) + (
             f", assumed by the model's code at {_short_line(line)}" if line else ", assumed by the model's code"
         )
+        if _general_branch(expression):
+            found.unchecked.append(f"not checked at run time ({_GENERAL_BRANCH}): {assumption}")
+            continue
         if node.graph is not graph:  # inside a control-flow body: no output of the main graph can read it
             found.unchecked.append(f"not checked at run time (inside a control-flow body): {assumption}")
             continue
