@@ -155,10 +155,15 @@ def _general_branch(expression: str) -> bool:
         parsed = sympy.sympify(expression)
     except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
         return False
-    return (
-        isinstance(parsed, sympy.Ne)
-        and any(isinstance(side, sympy.Symbol) for side in parsed.args)
-        and any(side in (sympy.Integer(0), sympy.Integer(1)) for side in parsed.args)
+    if isinstance(parsed, sympy.Ne):  # size != 0, size != 1
+        return any(isinstance(side, sympy.Symbol) for side in parsed.args) and any(
+            side in (sympy.Integer(0), sympy.Integer(1)) for side in parsed.args
+        )
+    if isinstance(parsed, (sympy.LessThan, sympy.StrictLessThan)):
+        parsed = parsed.reversed
+    # size >= 2, size > 1 (an unbacked count decided size-obliviously: SSD's boxes after NMS, 0 or 1 on a gray image)
+    return isinstance(parsed, (sympy.GreaterThan, sympy.StrictGreaterThan)) and (
+        isinstance(parsed.lhs, sympy.Symbol) and parsed.rhs == (2 if isinstance(parsed, sympy.GreaterThan) else 1)
     )
 
 
