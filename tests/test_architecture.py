@@ -49,7 +49,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fx2onnx._lowerings",),
     ("fx2onnx._registry",),
     ("fx2onnx._dispatch",),
-    ("fx2onnx._emit.graph_builder", "fx2onnx._emit.control_flow"),
+    ("fx2onnx._emit.graph_builder", "fx2onnx._emit.control_flow", "fx2onnx._emit.runtime_checks"),
     ("fx2onnx._finalize",),
     ("fx2onnx.legalize",),
     ("fx2onnx._intermediates", "fx2onnx.report"),

@@ -236,9 +236,13 @@ def test_custom_translation_table_takes_a_list_chosen_by_dtype() -> None:
         assert all(r.passed for r in program.verify(x, n))
 
 
-def test_assumptions_on_dynamic_dims_the_onnx_model_does_not_check_are_reported() -> None:
-    """Dim.AUTO lets torch.export defer its guards to runtime assertions, which ONNX drops: the warning says so."""
-    with pytest.warns(UserWarning, match=r"not checked by the ONNX model: .*Mod\(s\d+, 2\)"):
+def test_assumptions_on_dynamic_dims_the_model_makes_are_checked_at_run_time() -> None:
+    """Dim.AUTO lets torch.export defer its guards to runtime assertions: the ONNX model checks them, and the warning
+    and the report say so (an odd size fails in ONNX Runtime naming the check, not in its Reshape)."""
+    with pytest.warns(UserWarning, match=r"checked at run time \(ONNX node 'fx2onnx_check: .*Mod\(s\d+, 2\)"):
         program = fx2onnx.export(SplitsInTwo(), (torch.randn(6, 3),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
     assert any("Mod(" in note for note in program.report.dynamic_dims)
     assert all(r.passed for r in program.verify(torch.randn(10, 3)))
+    assert all(r.passed for r in program.verify(torch.randn(0, 3)))
+    with pytest.raises(Exception, match=r"fx2onnx_check: .*s\d+//2"):
+        program(torch.randn(5, 3))

@@ -73,6 +73,9 @@ class CapturedGraph:
     decomposition: DecompositionRecord = dataclasses.field(default_factory=DecompositionRecord)
     # what the capture strategies assumed (capture_strategies.Assumption, as text), also said in a warning
     assumptions: list[str] = dataclasses.field(default_factory=list)
+    # torch.export's deferred runtime assertion (its expression, as the graph's _assert_scalar names it) -> the
+    # user's line whose guard deferred it: the ONNX model's check of it names that line
+    assertion_lines: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -450,6 +453,7 @@ class TorchExportExtractor:
         attempts: list[capture_strategies.StrategyAttempt] = []
         assumptions: list[capture_strategies.Assumption] = []
         stand_ins_used: list[str] = []
+        assertion_lines: dict[str, str] = {}
         if isinstance(model, ExportedProgram):
             program = model
         else:
@@ -461,6 +465,7 @@ class TorchExportExtractor:
                     static_fake_kernels(),
                     onnx_export_flag(),
                     library_stand_ins(stand_ins_used),
+                    capture_strategies.deferred_assertion_lines(assertion_lines),
                 ):  # static: composite ops whose fake run is data-dependent
                     traced_at = time.perf_counter()
                     program, shape_fixes = capture_strategies.first_that_captures(
@@ -495,6 +500,7 @@ class TorchExportExtractor:
             captured.trace_seconds = trace_seconds
             captured.shape_fixes = shape_fixes
             captured.assumptions = [str(assumption) for assumption in assumptions]
+            captured.assertion_lines = assertion_lines
             captured.decomposition = DecompositionRecord("none", "the registry lowers every captured op")
             return captured
         decomposed_at = time.perf_counter()
@@ -516,6 +522,7 @@ class TorchExportExtractor:
                 captured.decomposed = sorted({target for _, target in record.nodes})
                 captured.shape_fixes = shape_fixes
                 captured.assumptions = [str(assumption) for assumption in assumptions]
+                captured.assertion_lines = assertion_lines
                 captured.decomposition = record
                 return captured
         with static_fake_kernels():
@@ -534,6 +541,7 @@ class TorchExportExtractor:
         captured.decomposed = sorted(before - after)
         captured.shape_fixes = shape_fixes
         captured.assumptions = [str(assumption) for assumption in assumptions]
+        captured.assertion_lines = assertion_lines
         captured.decomposition = DecompositionRecord("full", reason)
         return captured
 

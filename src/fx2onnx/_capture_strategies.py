@@ -38,9 +38,11 @@ import contextlib
 import copy
 import dataclasses
 import inspect
+import re
 import sys
 import textwrap
 import traceback
+import typing
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -54,6 +56,8 @@ from torch.overrides import TorchFunctionMode
 __all__ = [
     "Assumption",
     "StrategyAttempt",
+    "assertion_key",
+    "deferred_assertion_lines",
     "example_section_counts",
     "first_that_captures",
     "is_data_dependent",
@@ -70,9 +74,13 @@ class Assumption:
     expression: str
     decided: str
     source_line: str  # the user's (or library's) line that asked
+    # how the ONNX model treats an input for which the decision is wrong: it fails at run time naming the check, or
+    # it computes the branch taken (the general branch of a size-oblivious decision, right for 0 and 1 too in ops
+    # that take empty tensors, as torch's own size-oblivious code assumes)
+    at_run_time: str = "checked at run time by the ONNX model"
 
     def __str__(self) -> str:
-        return f"{self.expression} taken as {self.decided} at {self.source_line}"
+        return f"{self.expression} taken as {self.decided} at {self.source_line} ({self.at_run_time})"
 
 
 @dataclasses.dataclass
@@ -95,14 +103,59 @@ def is_data_dependent(error: BaseException) -> bool:
     return False
 
 
-def _asking_line() -> str:
-    """The innermost frame outside torch: the model's (or its library's) line whose guard is decided."""
-    for frame in reversed(traceback.extract_stack()):
+@typing.overload
+def _asking_line() -> str: ...
+@typing.overload
+def _asking_line(*, traced_only: bool) -> str | None: ...
+def _asking_line(*, traced_only: bool = False) -> str | None:
+    """The innermost frame outside torch: the model's (or its library's) line whose guard is decided.
+
+    `traced_only`: None when that frame is the one that called fx2onnx's export (a guard torch.export adds after
+    tracing, which no line of the model asked)."""
+    stack = traceback.extract_stack()
+    for position in range(len(stack) - 1, -1, -1):
+        frame = stack[position]
         filename = frame.filename.replace("\\", "/")
         if "/torch/" in filename or "/fx2onnx/" in filename or filename.endswith("contextlib.py"):
             continue
+        inner = stack[position + 1].filename.replace("\\", "/") if position + 1 < len(stack) else ""
+        if traced_only and inner.endswith(("/fx2onnx/_export.py", "/fx2onnx/__init__.py")):
+            return None
         return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
-    return "<unknown>"
+    return None if traced_only else "<unknown>"
+
+
+# The line recorded for a guard that an op's fake kernel deferred while tracing an op fx2onnx lowers whole, sizes
+# computed at run time (tensor_split at the example's count: ``1 < Mod(s0, 3)`` from its section sizes): no
+# assumption of the exported graph, which the ONNX model does not check.
+LOWERED_WHOLE = "<an op's fake kernel; fx2onnx's lowering computes its sizes at run time>"
+_guards_of_ops_lowered_whole: list[bool] = []
+
+
+def assertion_key(expression: str) -> str:
+    """An assertion's expression without spaces, parentheses and symbol numbers: the graph's ``_assert_scalar``
+    message prints it with other parentheses than sympy's ``str`` (``1 < (Mod(s0, 3))``), and a retrace (the
+    decomposition) numbers the symbols afresh."""
+    return re.sub(r"[\s()]", "", re.sub(r"\b([su])\d+\b", r"\1", expression))
+
+
+@contextlib.contextmanager
+def deferred_assertion_lines(lines: dict[str, str]) -> Iterator[None]:
+    """While active, each guard deferred to a runtime assertion records the line that asked (its expression -> the
+    model's line): the ONNX model checks the assertion (``aten._assert_scalar``) in a node named for both."""
+    original: Callable[..., Any] = ShapeEnv.guard_or_defer_runtime_assert
+
+    def record(self: ShapeEnv, orig_expr: Any, msg: str, fx_node: Any = None) -> Any:
+        line = LOWERED_WHOLE if _guards_of_ops_lowered_whole else _asking_line(traced_only=True)
+        if line is not None:
+            lines.setdefault(assertion_key(str(orig_expr)), line)
+        return original(self, orig_expr, msg, fx_node)
+
+    ShapeEnv.guard_or_defer_runtime_assert = record  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ShapeEnv.guard_or_defer_runtime_assert = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -143,7 +196,7 @@ def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
                     return result
                 assumptions.append(Assumption(str(orig_expr), f"{result} (for the smallest sizes)", _asking_line()))
                 return result
-            assumptions.append(Assumption(str(orig_expr), str(result), _asking_line()))
+            assumptions.append(Assumption(str(orig_expr), str(result), _asking_line(), _GENERAL_BRANCH))
             return result
 
     ShapeEnv._evaluate_expr = evaluate  # type: ignore[method-assign]
@@ -151,6 +204,15 @@ def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
         yield
     finally:
         ShapeEnv._evaluate_expr = original  # type: ignore[method-assign]
+
+
+# A size-oblivious decision (``numel() == 0`` taken as False) is not asserted: the model's general branch is the one
+# that an empty or one-row input also computes right (the detection models' batched NMS on no boxes), and asserting
+# it would refuse those inputs.
+_GENERAL_BRANCH = (
+    "not checked at run time: the general branch, which is eager's result for 0 and 1 too when the model's special "
+    "branch only saves work"
+)
 
 
 def _largest_value(shape_env: ShapeEnv, expression: Any) -> Any:
@@ -316,7 +378,11 @@ def sections_from_example(counts: Sequence[tuple[int, str]], assumptions: list[A
         )
         if assumption not in assumptions:
             assumptions.append(assumption)
-        return torch.ops.aten.tensor_split.sections(self, count, dim)
+        _guards_of_ops_lowered_whole.append(True)
+        try:
+            return torch.ops.aten.tensor_split.sections(self, count, dim)
+        finally:
+            _guards_of_ops_lowered_whole.pop()
 
     _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd] = tensor_split_at_example_count
     _TENSOR_SPLIT._dispatch_cache.clear()

@@ -23,7 +23,7 @@ from fx2onnx import _torch_compat as torch_compat
 from fx2onnx import _weights as checkpoint_weights
 from fx2onnx import legalize
 from fx2onnx._dispatch import ArgumentBinding, Dispatcher
-from fx2onnx._emit import control_flow
+from fx2onnx._emit import control_flow, runtime_checks
 from fx2onnx._emit.graph_builder import GraphEmitter, symbol_names_for
 from fx2onnx._progress import ExportProgress, StageClock
 from fx2onnx._progress import wanted as progress_wanted
@@ -217,9 +217,6 @@ def _export(
     export_report.opset = opset_version
     flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
     bound = _bind_weights(captured, model, weights)  # before the work of emission: a bad checkpoint fails fast
-    _warn_about_dynamic_dims(
-        captured, capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes), flat_inputs, export_report
-    )
 
     with timer("fx passes"):
         nodes_before = passes.all_nodes(captured.graph_module)  # and those of control-flow bodies
@@ -246,11 +243,19 @@ def _export(
     export_report.decisions = result.decisions
     export_report.casts = result.casts
     model_ir = result.model
+    # what the graph was captured under (torch.export's assertions, the input dims' ranges and relations) is checked
+    # at run time: an input breaking it fails in ONNX Runtime naming the assumption
+    requested = capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes)
+    checks = runtime_checks.add_runtime_checks(
+        model_ir, captured, emitter.symbol_names, runtime_checks.asked_minimums(captured, requested, flat_inputs)
+    )
+    _warn_about_dynamic_dims(captured, requested, flat_inputs, export_report, checks)
     if bound is not None:
         checkpoint_weights.attach(model_ir, bound)
 
     with timer("finalize"):
         finalize_stage.finalize(model_ir, opset_version, optimize=optimize)
+        runtime_checks.feed_an_output(model_ir, checks)
 
     with timer("legalize"):
         export_report.casts.extend(legalize.legalize_model(model_ir, target, fast_math=fast_math))
@@ -319,21 +324,24 @@ def _warn_about_dynamic_dims(
     requested: Mapping[tuple[int, int], Any],
     flat_inputs: list[Any],
     export_report: ExportReport,
+    checks: runtime_checks.RuntimeChecks,
 ) -> None:
-    """Say which dims asked to be dynamic the model's code made static or constrained (never silently)."""
+    """Say which dims asked to be dynamic the model's code made static or constrained (never silently), and what the
+    ONNX model checks at run time of what the graph assumes (in the report; in the warning too when it is the
+    model's code, not `dynamic_shapes`, that assumes it)."""
     static = capture_stage.static_dynamic_dims(captured, requested, flat_inputs)
     notes = [
         f"constrained by the model's code (torch.export's suggested fix applied): {fix}" for fix in captured.shape_fixes
     ]
     notes += static
-    if requested:  # torch.export's deferred guards: assumptions on the sizes that the ONNX model does not check
-        for module in captured.graph_module.modules():
-            for node in module.graph.nodes if isinstance(module, torch.fx.GraphModule) else []:
-                if node.target is torch.ops.aten._assert_scalar.default and len(node.args) > 1:
-                    expression = str(node.args[1]).removeprefix("Runtime assertion failed for expression ")
-                    notes.append(f"assumed by the model's code, not checked by the ONNX model: {expression}")
-    if notes:
-        export_report.dynamic_dims = notes
+    # torch.export's deferred guards on the sizes (the model's code assumes them) and what cannot be checked
+    notes += [note for note in checks.checked if "assumed by the model's code" in note]
+    notes += [note for note in checks.unchecked if runtime_checks.LOWERED_WHOLE not in note]
+    reported = notes + [note for note in checks.checked if "assumed by the model's code" not in note]
+    reported += [note for note in checks.unchecked if runtime_checks.LOWERED_WHOLE in note]
+    if reported:
+        export_report.dynamic_dims = reported
+    if notes and (requested or checks.unchecked or static or captured.shape_fixes):
         warnings.warn("dynamic_shapes asked for more than the model allows:\n  " + "\n  ".join(notes), stacklevel=3)
 
 

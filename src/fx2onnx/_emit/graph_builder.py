@@ -146,7 +146,7 @@ class GraphEmitter:
             self.env[node] = self.env[node.args[0]][node.args[1]]
             self._finish(node, self.env[node], reason_node=node)
             return
-        if _is_runtime_check(node):
+        if _is_runtime_check(node) and not _checked_at_run_time(node, self.dispatcher.registry):
             # Assertions torch.export leaves (shape/dtype/value checks) compute nothing an ONNX graph needs.
             self.env[node] = None
             self.skipped.append(node.name)
@@ -312,6 +312,13 @@ def is_runtime_check(node: torch.fx.Node) -> bool:
 
 
 _is_runtime_check = is_runtime_check  # the former private name
+
+
+def _checked_at_run_time(node: torch.fx.Node, registry: Any) -> bool:
+    """torch.export's deferred assertions on sizes (``aten._assert_scalar``) are what the graph was captured under:
+    their lowering checks them at run time (``_lowerings/symbolic.py``), so an input breaking one fails in ONNX
+    Runtime instead of computing something else than eager."""
+    return node.target is torch.ops.aten._assert_scalar.default and registry.is_registered(node.target)
 
 
 def _call(function: Any, kwargs: dict[str, Any], context: LoweringContext | None) -> Any:

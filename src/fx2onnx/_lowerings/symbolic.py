@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+import onnx_ir as ir
 from onnxscript import BOOL, FLOAT, INT64
 from onnxscript import opset18 as op
 
+from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.rules import lowering
 
 TScalar = TypeVar("TScalar", BOOL, FLOAT, INT64)
@@ -65,3 +67,35 @@ def floordiv(a: TNumber, b: TNumber) -> TNumber:
     inexact = op.Not(op.Equal(op.Mul(quotient, b), a))
     signs_differ = op.Xor(op.Less(a, zero), op.Less(b, zero))
     return op.Sub(quotient, op.Cast(op.And(inexact, signs_differ), to=INT64.dtype))
+
+
+# --- run-time checks of what the capture assumed -----------------------------------------------------------------
+# The node metadata key naming the assumption a check node verifies (its expression, as torch.export wrote it): the
+# export (``_emit/runtime_checks.py``) renames the check after the user's dims and line and makes it feed an output.
+RUNTIME_CHECK = "pkg.fx2onnx.runtime_check"
+CHECK_PREFIX = "fx2onnx_check"
+
+
+def check_node(ok: BOOL, name: str) -> INT64:
+    """A scalar int64 0 that only exists when `ok` holds: a Gather from a one-element tensor at index ``not ok``,
+    which ONNX Runtime refuses (index 1 out of range), naming the node, when the condition is false."""
+    index = op.Cast(op.Not(ok), to=INT64.dtype)
+    zero = op.Gather(op.Constant(value_ints=[0]), index, axis=0)
+    zero.producer().name = name
+    return zero
+
+
+@lowering("aten::_assert_scalar", context=True)
+def assert_scalar(ctx: LoweringContext, self: BOOL, assert_msg: str = "") -> INT64 | None:
+    """torch.export's deferred runtime assertion (a guard on dynamic or data-dependent sizes that the graph was
+    captured under: ``Ne(s0, 1)``, ``Eq(u0, 3)``): checked at run time, so that an input breaking it fails in ONNX
+    Runtime, naming the assumption, rather than computing something else than eager. The check's result must feed
+    an output (ONNX Runtime drops what none reads): the export adds them to one (``_emit/runtime_checks.py``)."""
+    if isinstance(self, bool):  # decided at export: true holds for every input
+        if self:
+            return None
+        self = op.Constant(value=ir.tensor(False))
+    expression = assert_msg.removeprefix("Runtime assertion failed for expression ").split(" on node ")[0]
+    zero = check_node(op.Cast(self, to=BOOL.dtype), ctx.fresh_name(f"{CHECK_PREFIX}_{expression or ctx.node.name}"))
+    zero.producer().metadata_props[RUNTIME_CHECK] = expression or str(ctx.node.name)
+    return zero

@@ -1,0 +1,411 @@
+"""Run-time checks of what the capture assumed, so that an input breaking an assumption fails in ONNX Runtime
+with a node named for it, never computing silently something else than eager.
+
+What a captured graph is valid for, beyond the static dims ONNX Runtime checks itself:
+
+- torch.export's deferred runtime assertions (``aten._assert_scalar``: guards the model's code put on dynamic or
+  data-dependent sizes, ``Ne(s0, 1)``, ``Eq(Mod(s0, 2), 0)``, and the size-oblivious strategy's choices,
+  ``Eq(u0, 3)``): lowered to check nodes by ``_lowerings/symbolic.py``; here renamed after the user's dims and
+  source line;
+- each dynamic input dim's range (``range_constraints``: ``Dim("n", min=2)``, a range the model's code implied,
+  ``n >= 5``) and the relations between input dims (one ``Dim`` on two inputs, a derived ``2 * d``), which a
+  symbolic ONNX dim does not check: checked here, at the start of the graph.
+
+A check node is a ``Gather`` from a one-element tensor at index ``not condition``: a scalar 0 when the condition
+holds, ONNX Runtime's "indices element out of data bounds" error naming the node when it does not. ONNX Runtime
+drops nodes that no output reads, so the checks' sum is added to the shape a ``Reshape`` of the first output takes
+(a Reshape copies nothing, and the output keeps its shape): a Constant, one Add per check and one Reshape per model.
+They run first (ONNX Runtime orders the nodes by a walk up from the last one: see ``_feed_an_output``), before a
+node that would fail on the same input with an error that explains nothing (a Reshape of an odd size, a broadcast).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import sympy
+import torch
+from torch.utils._sympy import functions as sympy_functions
+
+from fx2onnx._capture import CapturedGraph
+from fx2onnx._capture_strategies import LOWERED_WHOLE, assertion_key
+from fx2onnx._lowerings.symbolic import CHECK_PREFIX, RUNTIME_CHECK
+from fx2onnx._records import STACK_TRACE
+
+
+@dataclasses.dataclass
+class RuntimeChecks:
+    """What the exported model checks at run time, and what it cannot (for the report and the warning)."""
+
+    checked: list[str] = dataclasses.field(default_factory=list)
+    unchecked: list[str] = dataclasses.field(default_factory=list)
+    pending: int = 0  # the last outputs of the graph are the checks, until feed_an_output
+
+
+class _Builder:
+    """Nodes appended to a list (inserted into the graph by the caller), int64 [1] values."""
+
+    def __init__(self) -> None:
+        self.nodes: list[ir.Node] = []
+        self._constants: dict[int, ir.Value] = {}
+
+    def add(self, op_type: str, inputs: Sequence[ir.Value], name: str | None = None, **attributes: Any) -> ir.Value:
+        node = ir.node(op_type, list(inputs), attributes or None, name=name)
+        self.nodes.append(node)
+        return node.outputs[0]
+
+    def constant(self, value: int) -> ir.Value:
+        if value not in self._constants:
+            output = self.add("Constant", [], value=ir.tensor(np.array([value], dtype=np.int64)))
+            output.dtype, output.shape = ir.DataType.INT64, ir.Shape([1])
+            self._constants[value] = output
+        return self._constants[value]
+
+    def check(self, ok: ir.Value, name: str, assumption: str) -> ir.Value:
+        index = self.add("Cast", [self.add("Not", [ok])], to=ir.DataType.INT64)
+        index = self.add("Reshape", [index, self.add("Constant", [], value=ir.tensor(np.array([], dtype=np.int64)))])
+        zero = self.add("Gather", [self.constant(0), index], name=name, axis=0)
+        zero.producer().metadata_props[RUNTIME_CHECK] = assumption  # type: ignore[union-attr]
+        zero.dtype, zero.shape = ir.DataType.INT64, ir.Shape([])
+        return zero
+
+
+class _Unexpressible(Exception):
+    pass
+
+
+def _to_onnx(expression: Any, symbols: Mapping[sympy.Symbol, ir.Value], build: _Builder) -> ir.Value:
+    """An integer sympy expression of the input dims as an int64 [1] value (Python's floor division and modulo)."""
+
+    def walk(expr: Any) -> ir.Value:
+        if isinstance(expr, sympy.Integer):
+            return build.constant(int(expr))
+        if isinstance(expr, sympy.Symbol):
+            if expr not in symbols:
+                raise _Unexpressible(f"{expr} is no input's dim")
+            return symbols[expr]
+        arguments = [walk(argument) for argument in expr.args]
+        if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Min, sympy.Max)):
+            op_type = {sympy.Add: "Add", sympy.Mul: "Mul", sympy.Min: "Min", sympy.Max: "Max"}[type(expr)]
+            result = arguments[0]
+            for argument in arguments[1:]:
+                result = build.add(op_type, [result, argument])
+            return result
+        if isinstance(expr, sympy_functions.FloorDiv):
+            return floor_divide(*arguments)
+        if isinstance(expr, (sympy_functions.PythonMod, sympy_functions.Mod)):
+            return build.add("Sub", [arguments[0], build.add("Mul", [arguments[1], floor_divide(*arguments)])])
+        if isinstance(expr, sympy.Pow) and isinstance(expr.exp, sympy.Integer) and int(expr.exp) >= 1:
+            result = arguments[0]
+            for _ in range(int(expr.exp) - 1):
+                result = build.add("Mul", [result, arguments[0]])
+            return result
+        raise _Unexpressible(f"{type(expr).__name__} has no ONNX translation here")
+
+    def floor_divide(a: ir.Value, b: ir.Value) -> ir.Value:
+        quotient = build.add("Div", [a, b])  # truncates toward zero
+        zero = build.constant(0)
+        inexact = build.add("Not", [build.add("Equal", [build.add("Mul", [quotient, b]), a])])
+        signs_differ = build.add("Xor", [build.add("Less", [a, zero]), build.add("Less", [b, zero])])
+        return build.add("Sub", [quotient, build.add("Cast", [build.add("And", [inexact, signs_differ])], to=7)])
+
+    return walk(expression)
+
+
+def _named(expression: Any, symbol_names: Mapping[sympy.Symbol, str]) -> str:
+    text = str(expression)
+    for symbol, name in symbol_names.items():
+        text = re.sub(rf"\b{re.escape(str(symbol))}\b", name, text)
+    return text
+
+
+def asked_minimums(
+    captured: CapturedGraph, requested: Mapping[tuple[int, int], Any], flat_inputs: Sequence[Any]
+) -> dict[tuple[str, int], int]:
+    """(placeholder name, dim) -> the minimum `dynamic_shapes` gave that dim (a ``Dim``'s ``min``), keyed as
+    `requested` is (:func:`fx2onnx._capture.dynamic_dims`) by the example tensor's id."""
+    tensors = [x for x in flat_inputs if isinstance(x, torch.Tensor)]
+    minimums = {}
+    for node, example in zip(captured.user_inputs, tensors):
+        for (tensor_id, dim), spec in requested.items():
+            minimum = getattr(spec, "min", None)
+            if tensor_id == id(example) and isinstance(minimum, int):
+                minimums[(node.name, dim)] = minimum
+    return minimums
+
+
+# A dynamic dim traced size-obliviously: ``size == 1`` (or ``== 0``) is decided False, the general branch, and
+# torch.export asserts ``Ne(s, 1)``. Not checked: the general branch is eager's result on 0 and 1 too where the
+# special branch only saves work or picks an equivalent kernel (Hugging Face's sdpa_attention on a one-token query,
+# a decoding step), and checking it would refuse those sizes, which the exported model is meant to take.
+_GENERAL_BRANCH = (
+    "the general branch of a size-oblivious decision, eager's result for this size too where the model's special "
+    "branch only saves work"
+)
+
+
+def _general_branch(expression: str) -> bool:
+    try:
+        parsed = sympy.sympify(expression)
+    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+        return False
+    if isinstance(parsed, sympy.Ne):  # size != 0, size != 1
+        return any(isinstance(side, sympy.Symbol) for side in parsed.args) and any(
+            side in (sympy.Integer(0), sympy.Integer(1)) for side in parsed.args
+        )
+    if isinstance(parsed, (sympy.LessThan, sympy.StrictLessThan)):
+        parsed = parsed.reversed
+    # size >= 2, size > 1 (an unbacked count decided size-obliviously: SSD's boxes after NMS, 0 or 1 on a gray image)
+    return isinstance(parsed, (sympy.GreaterThan, sympy.StrictGreaterThan)) and (
+        isinstance(parsed.lhs, sympy.Symbol) and parsed.rhs == (2 if isinstance(parsed, sympy.GreaterThan) else 1)
+    )
+
+
+def _recorded_line(captured: CapturedGraph, expression: str) -> str | None:
+    """The line the capture recorded for an assertion; the graph prints its expression otherwise than sympy does
+    (``1 < (Mod(s0, 3))`` for ``Mod(s0, 3) > 1``): read back by sympy when the text alone does not match."""
+    line = captured.assertion_lines.get(assertion_key(expression))
+    if line is None:
+        try:
+            parsed = sympy.sympify(expression)
+        except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+            return None
+        forms = [parsed] + ([parsed.reversed] if isinstance(parsed, sympy.core.relational.Relational) else [])
+        line = next(
+            (captured.assertion_lines[k] for k in map(assertion_key, map(str, forms)) if k in captured.assertion_lines),
+            None,
+        )
+    return line
+
+
+def _short_line(line: str) -> str:
+    """``/path/to/model.py:12 in forward: code`` -> ``model.py:12 in forward: code``."""
+    path, _, rest = line.partition(":")
+    return f"{os.path.basename(path)}:{rest}" if rest else line
+
+
+def _line_of_trace(trace: str) -> str:
+    """The last frame of a stack trace as ``file.py:line in function: code``."""
+    found = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
+    if not found:
+        return ""
+    path, line, function, code = found[-1]
+    return f"{os.path.basename(path)}:{line} in {function}: {code.strip()}"
+
+
+def _input_dims(captured: CapturedGraph, graph: ir.Graph) -> list[tuple[ir.Value, int | None, Any, str]]:
+    """(graph input, dim or None for a symbolic int input, sympy expression, placeholder name) for each symbolic size
+    of an input."""
+    placeholders = [
+        node
+        for node in captured.graph.nodes
+        if node.op == "placeholder" and node not in captured.weights and node not in captured.constant_inputs
+    ]
+    if len(placeholders) != len(graph.inputs):
+        return []
+    found = []
+    for node, value in zip(placeholders, graph.inputs):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            for index, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt) and not isinstance(size.node.expr, sympy.Integer):
+                    found.append((value, index, size.node.expr, node.name))
+        elif isinstance(val, torch.SymInt) and not isinstance(val.node.expr, sympy.Integer):
+            found.append((value, None, val.node.expr, node.name))
+    return found
+
+
+def _input_checks(
+    captured: CapturedGraph,
+    graph: ir.Graph,
+    symbol_names: Mapping[sympy.Symbol, str],
+    asked_minimums: Mapping[tuple[str, int], int],
+    found: RuntimeChecks,
+) -> tuple[list[ir.Node], list[ir.Value]]:
+    """Checks of each input dim's range and of the relations between input dims, as exported.
+
+    A lower bound of 2 is checked only where `dynamic_shapes` asked for it (``Dim("n", min=2)``, keyed by the
+    placeholder's name and dim): size-oblivious tracing gives it to dims whose graph computes sizes 0 and 1 right
+    too (GPT-2's sequence of one token matches eager), so it is no assumption of the model's."""
+    program = captured.exported_program
+    ranges: Mapping[Any, Any] = program.range_constraints if program is not None else {}
+    build = _Builder()
+    definitions: dict[sympy.Symbol, ir.Value] = {}
+    zeros: list[ir.Value] = []
+
+    def size_of(value: ir.Value, dim: int | None) -> ir.Value:
+        if dim is None:
+            return build.add("Reshape", [build.add("Cast", [value], to=ir.DataType.INT64), build.constant(1)])
+        return build.add("Shape", [value], start=dim, end=dim + 1)
+
+    def where(value: ir.Value, dim: int | None) -> str:
+        return f"input '{value.name}'" + (f" dim {dim}" if dim is not None else "")
+
+    def add_check(ok: ir.Value, assumption: str) -> None:
+        name = f"{CHECK_PREFIX}: {assumption}"
+        zeros.append(build.check(ok, name, assumption))
+        found.checked.append(f"checked at run time (ONNX node '{name}'): {assumption}")
+
+    dims = _input_dims(captured, graph)
+    defined_at: dict[sympy.Symbol, tuple[ir.Value, int | None]] = {}
+    for value, dim, expression, placeholder in dims:
+        if isinstance(expression, sympy.Symbol) and expression not in definitions:
+            defined_at[expression] = (value, dim)
+            size = definitions[expression] = size_of(value, dim)
+            name = symbol_names.get(expression, str(expression))
+            bounds = ranges.get(expression)
+            lower, upper = getattr(bounds, "lower", None), getattr(bounds, "upper", None)
+            floor = 0 if dim is not None else None  # a size is never negative: nothing to check at 0
+            if isinstance(lower, (int, sympy.Integer)) and int(lower) == 2 and dim is not None:
+                lower = min(2, asked_minimums.get((placeholder, dim), 0)) or None
+            if isinstance(lower, (int, sympy.Integer)) and (floor is None or int(lower) > floor):
+                add_check(
+                    build.add("GreaterOrEqual", [size, build.constant(int(lower))]),
+                    f"{name} >= {int(lower)} ({where(value, dim)}, the range it was exported for)",
+                )
+            if isinstance(upper, (int, sympy.Integer)):
+                add_check(
+                    build.add("LessOrEqual", [size, build.constant(int(upper))]),
+                    f"{name} <= {int(upper)} ({where(value, dim)}, the range it was exported for)",
+                )
+    for value, dim, expression, _ in dims:
+        if defined_at.get(expression) == (value, dim):
+            continue  # the dim that defines its symbol
+        assumption = f"{where(value, dim)} == {_named(expression, symbol_names)} (as exported)"
+        try:
+            expected = _to_onnx(expression, definitions, build)
+        except _Unexpressible as error:
+            found.unchecked.append(f"not checked at run time (cannot be expressed in ONNX: {error}): {assumption}")
+            continue
+        add_check(build.add("Equal", [size_of(value, dim), expected]), assumption)
+    return build.nodes, zeros
+
+
+def _assertion_checks(
+    graph: ir.Graph, captured: CapturedGraph, symbol_names: Mapping[sympy.Symbol, str], found: RuntimeChecks
+) -> list[ir.Value]:
+    """The check nodes the lowering of ``aten._assert_scalar`` made, renamed after the user's dims and line."""
+    zeros = []
+    used = {node.name for node in graph}
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        expression = node.metadata_props.get(RUNTIME_CHECK)
+        if expression is None:
+            continue
+        line = _recorded_line(captured, expression) or _line_of_trace(node.metadata_props.get(STACK_TRACE, ""))
+        if line == LOWERED_WHOLE:  # a guard of an op's fake kernel, not of the graph: the lowering is right anyway
+            found.unchecked.append(f"not checked at run time (not assumed by the ONNX graph: {line}): {expression}")
+            continue
+        assumption = _named(expression, symbol_names) + (
+            f", assumed by the model's code at {_short_line(line)}" if line else ", assumed by the model's code"
+        )
+        if _general_branch(expression):
+            found.unchecked.append(f"not checked at run time ({_GENERAL_BRANCH}): {assumption}")
+            continue
+        if node.graph is not graph:  # inside a control-flow body: no output of the main graph can read it
+            found.unchecked.append(f"not checked at run time (inside a control-flow body): {assumption}")
+            continue
+        name = f"{CHECK_PREFIX}: {assumption}"
+        unique, count = name, 1
+        while unique in used:
+            count += 1
+            unique = f"{name} ({count})"
+        used.add(unique)
+        node.name = unique
+        node.metadata_props[RUNTIME_CHECK] = assumption
+        zeros.append(node.outputs[0])
+        found.checked.append(f"checked at run time (ONNX node '{unique}'): {assumption}")
+    return zeros
+
+
+def _feed_an_output(graph: ir.Graph, zeros: Sequence[ir.Value]) -> None:
+    """Add the checks' zeros to the shape a Reshape of the first computed output takes: ONNX Runtime cannot drop
+    them, and the output's data is not copied. The shape is zeros (Reshape's "this dim as the input's"), so that it
+    reads nothing of the output. ONNX Runtime orders the nodes by a depth-first walk up from the nodes nothing reads,
+    the last in the graph first, and at each node its inputs' producers the last in the graph first: the Reshape
+    and its shape, appended last, make the checks (and only what they read) run before the rest of the model."""
+    position = next(i for i, value in enumerate(graph.outputs) if value.producer() is not None)
+    build = _Builder()
+    total = zeros[0]
+    for zero in zeros[1:]:
+        total = build.add("Add", [total, zero])
+    output = graph.outputs[position]
+    if output.shape is not None:
+        same = build.add("Constant", [], value=ir.tensor(np.zeros(len(output.shape), dtype=np.int64)))
+    else:  # an unknown rank: the output's own shape (read after the output: the checks may then run later)
+        same = build.add("Shape", [output])
+    shape = build.add("Add", [same, total], name=f"{CHECK_PREFIX}s_as_a_shape")
+    gated = build.add("Reshape", [output, shape], name=f"{CHECK_PREFIX}s_feed_{output.name}")
+    gated.dtype = output.dtype
+    gated.shape = ir.Shape(output.shape) if output.shape is not None else None
+    for node in build.nodes:  # typed: legalization, after this, reads every node's types
+        for value in node.outputs:
+            value.dtype = value.dtype or ir.DataType.INT64
+    total.shape = ir.Shape([])
+    same.shape = shape.shape = ir.Shape([len(output.shape) if output.shape is not None else None])
+    name = output.name
+    output.name = f"{name}_before_checks"
+    gated.name = name
+    graph.extend(build.nodes)
+    graph.outputs[position] = gated
+
+
+def add_runtime_checks(
+    model: ir.Model,
+    captured: CapturedGraph,
+    symbol_names: Mapping[sympy.Symbol, str],
+    asked_minimums: Mapping[tuple[str, int], int] | None = None,
+) -> RuntimeChecks:
+    """Check at run time the input dims' ranges and relations and torch.export's assertions (module docstring).
+
+    Before the optimizer runs, the checks are extra graph outputs (so that nothing removes them, nor sees through
+    them); :func:`feed_an_output` replaces those by the Reshape of a real output once the graph is optimized.
+    """
+    graph = model.graph
+    found = RuntimeChecks()
+    input_nodes, input_zeros = _input_checks(captured, graph, symbol_names, asked_minimums or {}, found)
+    zeros = _assertion_checks(graph, captured, symbol_names, found)
+    if input_nodes:
+        if len(graph):
+            graph.insert_before(graph.node(0), input_nodes)
+        else:
+            graph.extend(input_nodes)
+    zeros = input_zeros + zeros
+    if not any(value.producer() is not None for value in graph.outputs):
+        found.unchecked += [
+            note.replace("checked at run time", "not checked at run time (the model computes no output)")
+            for note in found.checked
+        ]
+        found.checked = []
+        return found
+    for index, zero in enumerate(zeros):
+        if zero.name is None or not zero.name.startswith(_PENDING):
+            zero.name = f"{_PENDING}{index}"
+        graph.outputs.append(zero)
+    found.pending = len(zeros)
+    return found
+
+
+_PENDING = "fx2onnx_pending_check_"
+
+
+def feed_an_output(model: ir.Model, checks: RuntimeChecks) -> None:
+    """The checks, extra outputs of the graph until now, go into the shape a Reshape of its first computed output
+    takes, appended last (so that ONNX Runtime runs them first)."""
+    if not checks.pending:
+        return
+    graph = model.graph
+    zeros = list(graph.outputs[-checks.pending :])
+    del graph.outputs[-checks.pending :]
+    checks.pending = 0
+    for index, zero in enumerate(zeros):
+        zero.name = f"{CHECK_PREFIX}_{index}"
+    _feed_an_output(graph, zeros)
+
+
+__all__ = ["RuntimeChecks", "add_runtime_checks", "asked_minimums", "feed_an_output"]

@@ -1,0 +1,234 @@
+"""What the capture assumed is checked at run time: an input breaking an assumption fails in ONNX Runtime with a
+node named for it, never a silent wrong result (fx2onnx._emit.runtime_checks, the lowering of aten._assert_scalar).
+
+Each model here computed something else than eager (or failed on an unrelated node) in ONNX Runtime on the
+violating input before the checks: a branch on ``size == 1``, a dim's range, a relation between dims, a
+size-oblivious threshold on a data-dependent count.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+from torch.export import Dim
+
+import fx2onnx
+
+
+def _export(model: torch.nn.Module, args: tuple[Any, ...], **options: Any) -> fx2onnx.ONNXProgram:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fx2onnx.export(model.eval(), args, **options)
+
+
+def _session(program: fx2onnx.ONNXProgram, tmp_path: Path) -> onnxruntime.InferenceSession:
+    """The session a user makes: default options, every graph optimization on."""
+    path = tmp_path / "model.onnx"
+    program.save(path)
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _run(session: onnxruntime.InferenceSession, *inputs: torch.Tensor) -> list[np.ndarray]:
+    names = [i.name for i in session.get_inputs()]
+    return session.run(None, {name: x.numpy() for name, x in zip(names, inputs)})
+
+
+def _matches_eager(session: onnxruntime.InferenceSession, model: torch.nn.Module, *inputs: torch.Tensor) -> None:
+    with torch.no_grad():
+        expected = model(*inputs)
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    actual = _run(session, *inputs)
+    assert len(actual) == len(expected)
+    for got, want in zip(actual, expected):
+        assert got.dtype == want.numpy().dtype and got.shape == tuple(want.shape), (got, want)
+        np.testing.assert_array_equal(got, want.numpy())
+
+
+def _fails_naming(session: onnxruntime.InferenceSession, check: str, *inputs: torch.Tensor) -> str:
+    with pytest.raises(Exception, match=r"fx2onnx_check: ") as raised:
+        _run(session, *inputs)
+    message = str(raised.value)
+    assert re.search(check, message), message
+    return message
+
+
+class BranchesOnOne(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 1:  # traced size-obliviously: not 1
+            return x * 2
+        return x * 3
+
+
+def test_a_branch_on_a_dynamic_size_of_one_is_reported_as_not_checked(tmp_path: Path) -> None:
+    """A dim traced size-obliviously takes the general branch of ``size == 1``: not checked (a decoding step's
+    one-token query needs it: Hugging Face's sdpa_attention), said in the warning and the report."""
+    model = BranchesOnOne()
+    with pytest.warns(UserWarning, match=r"not checked at run time \(the general branch.*Ne\(n, 1\)"):
+        program = fx2onnx.export(model, (torch.ones(3),), dynamic_shapes=({0: Dim("n")},))
+    note = next(note for note in program.report.dynamic_dims if "Ne(n, 1)" in note)
+    assert note.startswith("not checked at run time") and "if x.shape[0] == 1" in note
+    session = _session(program, tmp_path)
+    for size in (0, 2, 5):
+        _matches_eager(session, model, torch.arange(size, dtype=torch.float32))
+
+
+class EvenLength(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._check(x.shape[0] % 2 == 0)
+        return x.reshape(2, -1).sum(0)
+
+
+def test_torch_check_on_a_dynamic_size_is_checked_before_the_reshape_that_needs_it(tmp_path: Path) -> None:
+    model = EvenLength()
+    program = _export(model, (torch.ones(4),), dynamic_shapes=({0: Dim("n")},))
+    session = _session(program, tmp_path)
+    for size in (0, 2, 6):
+        _matches_eager(session, model, torch.arange(float(size)))
+    _fails_naming(session, r"Mod\(n, 2\)|2\*\(\(n//2\)\)", torch.ones(3))  # was: Reshape's own error
+
+
+class AddsHalf(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x[: x.shape[0] // 2] + y
+
+
+def test_a_relation_between_dims_the_model_assumes_is_checked(tmp_path: Path) -> None:
+    model = AddsHalf()
+    program = _export(model, (torch.arange(8.0), torch.ones(4)), dynamic_shapes=({0: Dim("n")}, {0: Dim("m")}))
+    session = _session(program, tmp_path)
+    for n in (0, 1, 2, 9):
+        _matches_eager(session, model, torch.arange(float(n)), torch.full((n // 2,), 0.5))
+    _fails_naming(session, r"n//2", torch.arange(8.0), torch.ones(1))  # was: a silent broadcast
+    _fails_naming(session, r"n//2", torch.arange(8.0), torch.ones(3))  # was: Add's broadcast error
+
+
+class Adds(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y
+
+
+def test_one_dim_on_two_inputs_is_checked(tmp_path: Path) -> None:
+    batch = Dim("batch")
+    program = _export(Adds(), (torch.ones(4), torch.ones(4)), dynamic_shapes=({0: batch}, {0: batch}))
+    session = _session(program, tmp_path)
+    for size in (0, 1, 7):
+        _matches_eager(session, Adds(), torch.arange(float(size)), torch.full((size,), -1.5))
+    _fails_naming(session, r"batch", torch.arange(4.0), torch.ones(1))  # was: broadcast, 4 results
+
+
+def test_a_derived_dim_is_checked(tmp_path: Path) -> None:
+    class Halves(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x, x]) + y
+
+    d = Dim("d")
+    program = _export(Halves(), (torch.ones(2), torch.ones(4)), dynamic_shapes=({0: d}, {0: 2 * d}))
+    session = _session(program, tmp_path)
+    for size in (0, 1, 3):
+        _matches_eager(session, Halves(), torch.arange(float(size)), torch.arange(float(2 * size)))
+    _fails_naming(session, r"2\*d", torch.ones(1), torch.ones(1))  # was: broadcast, 2 results
+
+
+@pytest.mark.parametrize(
+    ("dim", "valid", "invalid", "check"),
+    [
+        (Dim("n", min=2), (2, 3, 9), 1, r"n >= 2"),
+        (Dim("n", max=8), (0, 2, 8), 9, r"n <= 8"),
+        (Dim("n", min=2, max=3), (2, 3), 0, r"n >= 2"),
+    ],
+)
+def test_a_dims_range_is_checked(tmp_path: Path, dim: Any, valid: tuple[int, ...], invalid: int, check: str) -> None:
+    model = BranchesOnOne()
+    program = _export(model, (torch.ones(3),), dynamic_shapes=({0: dim},))
+    session = _session(program, tmp_path)
+    for size in valid:
+        _matches_eager(session, model, torch.arange(float(size)))
+    _fails_naming(session, check, torch.ones(invalid))
+    assert any(check.replace("\\", "") in note for note in program.report.dynamic_dims)
+
+
+class Above(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > 4:
+            return x * 2
+        return x * 3
+
+
+def test_a_range_the_models_code_implies_is_checked(tmp_path: Path) -> None:
+    model = Above()
+    with pytest.warns(UserWarning, match=r"min=5"):
+        program = fx2onnx.export(model, (torch.ones(6),), dynamic_shapes=({0: Dim("n")},))
+    session = _session(program, tmp_path)
+    for size in (5, 11):
+        _matches_eager(session, model, torch.arange(float(size)))
+    _fails_naming(session, r"n >= 5", torch.ones(3))  # was: 2 * x where eager gives 3 * x
+
+
+class CountThreshold(torch.nn.Module):
+    """A threshold on a data-dependent count (torchvision's batched NMS): the small counts' branch is taken."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = torch.nonzero(x > 0.5).flatten()
+        if kept.numel() > 3:
+            return kept * 2
+        return kept
+
+
+class AtMostThree(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x > 0.1][:3]
+        return torch.zeros(len(kept), 2) + kept.unsqueeze(1)
+
+
+def test_size_oblivious_choices_are_checked(tmp_path: Path) -> None:
+    x = torch.tensor([0.9, 0.1, 0.7, 0.0, 0.2])
+    model = CountThreshold()
+    program = _export(model, (x,))
+    assert any("checked at run time by the ONNX model" in a for a in program.report.capture_assumptions)
+    session = _session(program, tmp_path)
+    for example in (x, torch.zeros(5), torch.tensor([0.6, 0.0, 0.0, 0.0, 0.0]), torch.tensor([1.0, 1, 1, 0, 0])):
+        _matches_eager(session, model, example)
+    _fails_naming(session, r"u\d+ > 3|u\d+ <= 3", torch.ones(5))  # was: the small counts' result, not doubled
+
+    model = AtMostThree()
+    program = _export(model, (torch.tensor([0.5, 0.2, 0.9, 0.7, 0.05]),))
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.tensor([0.0, 0.3, 0.4, 0.8, 0.9]))
+    _fails_naming(session, r"Eq\(", torch.tensor([0.0, 0.3, 0.0, 0.0, 0.0]))  # one row kept: was broadcast to 3
+
+
+class EmptyEarlyReturn(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x > 0]
+        if kept.numel() == 0:
+            return kept
+        return kept.cumsum(0)
+
+
+def test_the_general_branch_of_a_size_oblivious_decision_is_reported_as_not_checked(tmp_path: Path) -> None:
+    """``numel() == 0`` taken as False: the general branch, right on an empty input here as in torchvision's NMS, is
+    not asserted (it would refuse those inputs): the report says so."""
+    model = EmptyEarlyReturn()
+    program = _export(model, (torch.tensor([1.0, -2.0, 3.0]),), dynamic_shapes=({0: Dim("n")},))
+    (assumption,) = program.report.capture_assumptions
+    assert "not checked at run time: the general branch" in assumption
+    session = _session(program, tmp_path)
+    for example in (torch.tensor([-1.0, -2.0]), torch.tensor([]), torch.tensor([4.0, -1.0, 2.0])):
+        _matches_eager(session, model, example)
+
+
+def test_the_checks_cost_one_reshape_and_leave_unchecked_models_alone(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    program = _export(model, (torch.randn(2, 4),), dynamic_shapes=({0: Dim("batch")},))
+    assert not [node for node in program.model.graph if "fx2onnx_check" in (node.name or "")]
+    program = _export(EvenLength(), (torch.ones(4),), dynamic_shapes=({0: Dim("n")},))
+    gates = [node for node in program.model.graph if node.name.startswith("fx2onnx_checks_feed")]
+    assert [node.op_type for node in gates] == ["Reshape"] and gates[0] is program.model.graph.outputs[0].producer()
+    assert [value.name for value in program.model.graph.outputs] == ["output"]
