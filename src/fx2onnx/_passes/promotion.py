@@ -21,6 +21,7 @@ result keeps their dtype: that upcast is an implementation detail of eager kerne
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +33,7 @@ from torch._prims_common import elementwise_dtypes, get_computation_dtype
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from fx2onnx._passes.base import PassResult
-from fx2onnx._passes.node_builder import fake_mode_of
+from fx2onnx._passes.node_builder import fake_mode_of, first_fake_mode
 from fx2onnx._passes.promotion_rules import (
     CAST,
     CONVERSIONS,
@@ -41,6 +42,7 @@ from fx2onnx._passes.promotion_rules import (
     elementwise_rule,
     traced_conversions,
 )
+from fx2onnx._records import schema_arguments
 
 aten = torch.ops.aten
 SCALAR_TO_TENSOR = aten.scalar_tensor.default
@@ -196,9 +198,11 @@ def _promote_numbers(
     adds 253). `wanted` holds the promoting arguments of an elementwise op; for other ops (None), only when their
     tensor arguments and result share one dtype, and then only Tensor arguments and ints are touched.
     """
-    arguments = node.target._schema.arguments
-    if not any(_slot_kind(argument.type) == "tensor" for argument in arguments):
+    kinds = _slot_kinds(node.target)
+    if "tensor" not in kinds:
         return False  # factories (arange, full): eager computes their numbers in their own types, then converts
+    if not _has_number_in_slots(node, kinds):
+        return False  # no number where the schema takes a tensor or a scalar: nothing to give a dtype
     outputs = output_dtypes(node)
     common = _common_dtype(node, leaves)
     if common is None and not any(isinstance(leaf, torch.fx.Node) for leaf in leaves):
@@ -209,7 +213,7 @@ def _promote_numbers(
     if slots is None:
         slots = _schema_slots(node, spec, len(leaves))
     for position, indices in slots.items():
-        slot = _slot_kind(arguments[position].type)
+        slot = kinds[position]
         for index in indices:
             number = leaves[index]
             if slot is None or type(number) not in (bool, int, float):
@@ -223,6 +227,27 @@ def _promote_numbers(
                 leaves[index] = _as_python(number, dtype)
             changed = changed or leaves[index] is not number
     return changed
+
+
+def _has_number_in_slots(node: torch.fx.Node, kinds: tuple[str | None, ...]) -> bool:
+    """Whether a Python number is given to an argument of a Tensor or Scalar slot (such an argument is one leaf)."""
+    arguments = schema_arguments(node.target) or ()
+    for position, ((name, kwarg_only, _, _), kind) in enumerate(zip(arguments, kinds)):
+        if kind is None:
+            continue
+        if position < len(node.args) and not kwarg_only:
+            value = node.args[position]
+        else:
+            value = node.kwargs.get(name)
+        if type(value) in (bool, int, float):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _slot_kinds(op: torch._ops.OpOverload) -> tuple[str | None, ...]:
+    """:func:`_slot_kind` of each argument of `op`'s schema (kept per op: the schema's bindings are slow to read)."""
+    return tuple(_slot_kind(argument.type) for argument in op._schema.arguments)
 
 
 def _slot_kind(argument_type: torch._C.JitType) -> str | None:
@@ -277,11 +302,11 @@ def _schema_slots(node: torch.fx.Node, spec: pytree.TreeSpec, count: int) -> dic
     """Schema position -> the flat argument indices inside that argument (several for Tensor[])."""
     indexed_args, indexed_kwargs = pytree.tree_unflatten(list(range(count)), spec)
     slots = {}
-    for position, argument in enumerate(node.target._schema.arguments):
-        if position < len(indexed_args) and not argument.kwarg_only:
+    for position, (name, kwarg_only, _, _) in enumerate(schema_arguments(node.target) or ()):
+        if position < len(indexed_args) and not kwarg_only:
             slots[position] = pytree.tree_leaves(indexed_args[position])
-        elif argument.name in indexed_kwargs:
-            slots[position] = pytree.tree_leaves(indexed_kwargs[argument.name])
+        elif name in indexed_kwargs:
+            slots[position] = pytree.tree_leaves(indexed_kwargs[name])
     return slots
 
 
@@ -371,8 +396,7 @@ class _CastInserter:
         self.graph = graph
         self.constants = constants
         self.cache: dict[tuple[Any, ...], torch.fx.Node] = {}
-        vals = [n.meta.get("val") for n in graph.nodes if n.op == "placeholder"]
-        self.fake_mode = torch._guards.detect_fake_mode(vals)
+        self.fake_mode = first_fake_mode(n.meta.get("val") for n in graph.nodes if n.op == "placeholder")
         self.constants_made = 0
 
     def cast(self, source: torch.fx.Node, dtype: torch.dtype, *, consumer: torch.fx.Node) -> torch.fx.Node:
