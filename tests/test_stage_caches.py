@@ -382,3 +382,41 @@ def test_kept_promotion_slots_are_each_ops_own() -> None:
     for _ in range(2):
         for op_overload, kinds in expected.items():
             assert promotion._slot_kinds(op_overload) == kinds
+
+
+def _shaping_nodes() -> list[ir.Node]:
+    """Constant, Transpose and Unsqueeze nodes whose types the recorder infers itself, without ONNX."""
+    x = _input("x", ir.DataType.FLOAT, [2, "n", None, 5])
+    h = _input("h", ir.DataType.BFLOAT16, [3])
+    nodes = [
+        ir.Node("", "Constant", [], [ir.AttrTensor("value", ir.Tensor(np.zeros((2, 3), dtype=np.float16)))]),
+        ir.Node("", "Constant", [], [ir.AttrTensor("value", ir.Tensor(np.array(7, dtype=np.int32)))]),
+        ir.Node("", "Constant", [], [ir.AttrInt64("value_int", 3)]),
+        ir.Node("", "Constant", [], [ir.AttrFloat32("value_float", -0.0)]),
+        ir.Node("", "Constant", [], [ir.AttrInt64s("value_ints", [1, 2, 3])]),
+        ir.Node("", "Constant", [], [ir.AttrFloat32s("value_floats", [])]),
+        ir.Node("", "Transpose", [x]),
+        ir.Node("", "Transpose", [x], [ir.AttrInt64s("perm", [0, 2, 3, 1])]),
+        ir.Node("", "Transpose", [h], [ir.AttrInt64s("perm", [0])]),
+    ]
+    for axes in ([0], [-1], [1, -1], [4, 0], [2, 3]):
+        nodes.append(ir.Node("", "Unsqueeze", [x, _constant(f"axes{len(nodes)}", np.array(axes, dtype=np.int64))]))
+    nodes.append(ir.Node("", "Unsqueeze", [h, _constant("axis_scalar", np.array(-2, dtype=np.int64))]))
+    for index, node in enumerate(nodes):
+        node.outputs[0].name = f"output_{index}"
+    return nodes
+
+
+def test_types_inferred_without_onnx_are_onnxs() -> None:
+    from fx2onnx._emit import recorder
+
+    for node in _shaping_nodes():
+        assert recorder._infer_simply(node), node
+        ours = [(v.type, v.shape) for v in node.outputs]
+        protos = recorder._infer_with_onnx(node, "", 18, {"": 18})
+        assert protos is not None, node
+        onnxs = []
+        for proto in protos:
+            inferred = recorder._InferredType.of(proto)
+            onnxs.append((inferred.fresh_type(), inferred.fresh_shape()))
+        assert ours == onnxs, node
