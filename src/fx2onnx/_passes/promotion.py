@@ -83,8 +83,10 @@ def _promote_types(graph_module: torch.fx.GraphModule, constants: Mapping[torch.
             continue
         if node.target in CONVERSIONS:
             continue
-        leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         rule = elementwise_rule(node.target)
+        if rule is None and not _may_convert_inputs(node) and not _has_numbers_to_promote(node):
+            continue  # what _traced_input_dtypes and _promote_numbers would find: nothing (told before flattening)
+        leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         slots = None  # schema position -> flat indices, computed once for both uses below
         if rule is not None:
             slots = _schema_slots(node, spec, len(leaves))
@@ -326,6 +328,22 @@ def _promotion_value(leaf: Any) -> Any:
 
 
 # --- other ops: run torch's decomposition on meta tensors and record its conversions -------------------------------
+def _may_convert_inputs(node: torch.fx.Node) -> bool:
+    """False where :func:`_traced_input_dtypes` returns nothing: no decomposition, or one dtype throughout."""
+    if decomposition(node.target) is None:
+        return False
+    outputs = output_dtypes(node)
+    inputs = {node_dtype(argument) for argument in node.all_input_nodes} - {None}
+    return bool(outputs) and len(inputs | outputs) > 1
+
+
+def _has_numbers_to_promote(node: torch.fx.Node) -> bool:
+    """False where :func:`_promote_numbers` changes nothing: no Python number where the schema takes a tensor or a
+    scalar, or a factory's numbers."""
+    kinds = _slot_kinds(node.target)
+    return "tensor" in kinds and _has_number_in_slots(node, kinds)
+
+
 def _traced_input_dtypes(node: torch.fx.Node, leaves: list[Any], spec: pytree.TreeSpec) -> dict[int, torch.dtype]:
     if decomposition(node.target) is None:
         return {}
