@@ -7,6 +7,8 @@ answer must be the one computed afresh.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import onnx_ir as ir
 import pytest
@@ -15,8 +17,10 @@ from onnxscript import FLOAT, INT64
 from onnxscript import opset18 as op
 
 from fx2onnx import Registry
-from fx2onnx._dispatch import Dispatcher
+from fx2onnx._dispatch import Dispatcher, node_arguments
 from fx2onnx._emit.recorder import GraphRecorder, infer_node_types
+from fx2onnx._passes.node_builder import fake_mode_of, first_fake_mode
+from fx2onnx._records import qualified_name, schema_arguments, schema_facts
 
 
 class Alike(torch.nn.Module):
@@ -285,3 +289,134 @@ def test_a_users_function_runs_for_each_node() -> None:
         ThreeRelus(), (torch.randn(2, 3),), custom_translation_table={torch.ops.aten.relu.default: counted_relu}
     )
     assert calls == ["relu"] * 3
+
+
+# --- what is kept per op target: schema facts and registry keys ---------------------------------------------------
+def _schema_targets() -> list[object]:
+    """Targets whose schemas differ in each kept fact: arguments, defaults, keyword-only ones, results, mutation."""
+    aten = torch.ops.aten
+    return [
+        aten.add.Tensor,
+        aten.add.Scalar,
+        aten.add_.Tensor,  # mutable
+        aten.sum.dim_IntList,  # a default list, a keyword-only dtype
+        aten.native_batch_norm.default,  # three results, `training`
+        aten._assert_scalar.default,  # no result
+        aten.var.correction,
+        operator.getitem,  # no schema
+        "aten::relu.default",
+    ]
+
+
+def _fresh_facts(target: object) -> object:
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return None
+    arguments = tuple(
+        (a.name, a.kwarg_only, a.has_default_value(), a.default_value if a.has_default_value() else None)
+        for a in schema.arguments
+    )
+    return (arguments, len(schema.returns), schema.is_mutable)
+
+
+def test_kept_schema_facts_are_each_targets_own() -> None:
+    """Asked in turn (the cache filled by the first ones), each target gets the facts its schema gives afresh."""
+    for _ in range(2):
+        for target in _schema_targets():
+            facts = schema_facts(target)
+            assert (None if facts is None else tuple(facts)) == _fresh_facts(target), target
+            assert schema_arguments(target) == (None if facts is None else facts.arguments)
+
+
+def test_kept_registry_keys_are_each_targets_own() -> None:
+    expected = {
+        torch.ops.aten.add.Tensor: "aten::add.Tensor",
+        torch.ops.aten.add.Scalar: "aten::add.Scalar",
+        torch.ops.aten.add_.Tensor: "aten::add_.Tensor",
+        operator.getitem: "_operator::getitem",
+        "aten::relu.default": "aten::relu",
+        torch.ops.higher_order.cond: "higher_order::cond",
+    }
+    for _ in range(2):
+        for target, key in expected.items():
+            assert qualified_name(target) == key
+    with pytest.raises(TypeError, match="overload packet"):
+        qualified_name(torch.ops.aten.add)
+    with pytest.raises(TypeError, match="registry target"):
+        qualified_name(3)
+    with pytest.raises(TypeError, match="registry target"):
+        qualified_name([1])  # unhashable: the same error
+
+
+def test_a_default_list_argument_is_the_nodes_own() -> None:
+    """A schema default that is a list is given to each node as a list of its own (a lowering may append to it)."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    first = graph.call_function(torch.ops.aten.amax.default, (x,))
+    second = graph.call_function(torch.ops.aten.amax.default, (x,))
+    named_first = dict(node_arguments(first)[0])
+    named_first["dim"].append(5)
+    assert dict(node_arguments(second)[0])["dim"] == []
+
+
+def test_the_fake_mode_found_is_the_one_torch_detects() -> None:
+    program = torch.export.export(Alike(), (torch.randn(3, 4), torch.arange(12).reshape(3, 4), torch.randn(3, 4)))
+    graph = program.graph
+    expected = torch._guards.detect_fake_mode([node.meta.get("val") for node in graph.nodes])
+    assert expected is not None
+    assert fake_mode_of(graph) is expected
+    assert first_fake_mode([None, 3, *(node.meta.get("val") for node in graph.nodes)]) is expected
+    assert first_fake_mode([None, 3, torch.zeros(2)]) is None
+
+
+def test_kept_promotion_slots_are_each_ops_own() -> None:
+    """Type promotion's kinds of argument slots (tensor, scalar, other), kept per op, are each op's own."""
+    from fx2onnx._passes import promotion
+
+    expected = {
+        torch.ops.aten.add.Tensor: ("tensor", "tensor", "scalar"),
+        torch.ops.aten.add.Scalar: ("tensor", "scalar", "scalar"),
+        torch.ops.aten.sum.dim_IntList: ("tensor", None, None, None),
+        torch.ops.aten.where.ScalarOther: ("tensor", "tensor", "scalar"),
+    }
+    for _ in range(2):
+        for op_overload, kinds in expected.items():
+            assert promotion._slot_kinds(op_overload) == kinds
+
+
+def _shaping_nodes() -> list[ir.Node]:
+    """Constant, Transpose and Unsqueeze nodes whose types the recorder infers itself, without ONNX."""
+    x = _input("x", ir.DataType.FLOAT, [2, "n", None, 5])
+    h = _input("h", ir.DataType.BFLOAT16, [3])
+    nodes = [
+        ir.Node("", "Constant", [], [ir.AttrTensor("value", ir.Tensor(np.zeros((2, 3), dtype=np.float16)))]),
+        ir.Node("", "Constant", [], [ir.AttrTensor("value", ir.Tensor(np.array(7, dtype=np.int32)))]),
+        ir.Node("", "Constant", [], [ir.AttrInt64("value_int", 3)]),
+        ir.Node("", "Constant", [], [ir.AttrFloat32("value_float", -0.0)]),
+        ir.Node("", "Constant", [], [ir.AttrInt64s("value_ints", [1, 2, 3])]),
+        ir.Node("", "Constant", [], [ir.AttrFloat32s("value_floats", [])]),
+        ir.Node("", "Transpose", [x]),
+        ir.Node("", "Transpose", [x], [ir.AttrInt64s("perm", [0, 2, 3, 1])]),
+        ir.Node("", "Transpose", [h], [ir.AttrInt64s("perm", [0])]),
+    ]
+    for axes in ([0], [-1], [1, -1], [4, 0], [2, 3]):
+        nodes.append(ir.Node("", "Unsqueeze", [x, _constant(f"axes{len(nodes)}", np.array(axes, dtype=np.int64))]))
+    nodes.append(ir.Node("", "Unsqueeze", [h, _constant("axis_scalar", np.array(-2, dtype=np.int64))]))
+    for index, node in enumerate(nodes):
+        node.outputs[0].name = f"output_{index}"
+    return nodes
+
+
+def test_types_inferred_without_onnx_are_onnxs() -> None:
+    from fx2onnx._emit import recorder
+
+    for node in _shaping_nodes():
+        assert recorder._infer_simply(node), node
+        ours = [(v.type, v.shape) for v in node.outputs]
+        protos = recorder._infer_with_onnx(node, "", 18, {"": 18})
+        assert protos is not None, node
+        onnxs = []
+        for proto in protos:
+            inferred = recorder._InferredType.of(proto)
+            onnxs.append((inferred.fresh_type(), inferred.fresh_shape()))
+        assert ours == onnxs, node

@@ -37,7 +37,7 @@ from fx2onnx import _torch_compat as torch_compat
 from fx2onnx._capture_functionalize import PROVENANCE_META, NeedsFullDecomposition, functionalize_locally
 from fx2onnx._fake_kernels import static_fake_kernels
 from fx2onnx._library_stand_ins import library_stand_ins
-from fx2onnx._records import DecompositionRecord, qualified_name, target_name
+from fx2onnx._records import DecompositionRecord, qualified_name, schema_arguments, schema_facts, target_name
 from fx2onnx.errors import CaptureError, source_line, user_frame
 
 # torch.export is not thread-safe: its tracing modes (the proxy and fake modes, the module hierarchy it records) are
@@ -150,8 +150,8 @@ def _lowers(registry: Registry, node: torch.fx.Node) -> bool:
 def _updates_statistics(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
     """Batch norm in training mode updates its running statistics though its schema marks no mutation;
     decomposition functionalizes that, so such a graph must be decomposed."""
-    for position, argument in enumerate(target._schema.arguments):
-        if argument.name == "training":
+    for position, (name, *_) in enumerate(schema_arguments(target) or ()):
+        if name == "training":
             value = node.kwargs.get("training", node.args[position] if position < len(node.args) else False)
             return bool(value)
     return False
@@ -230,9 +230,11 @@ def _lowerable_graph(graph_module: torch.fx.GraphModule, registry: Registry) -> 
                 return False
             continue
         if isinstance(target, torch._ops.OpOverload):
-            if target._schema.is_mutable or _updates_statistics(node, target):
+            facts = schema_facts(target)
+            assert facts is not None
+            if facts.is_mutable or _updates_statistics(node, target):
                 return False
-            if not target._schema.returns:
+            if not facts.returns:
                 continue
         try:
             if not _lowers(registry, node):

@@ -10,6 +10,7 @@ perfect match wins. Otherwise the candidate reachable with the cheapest Casts wi
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
@@ -22,7 +23,7 @@ from onnx_ir import schemas
 
 from fx2onnx import _complex_layout as complex_layout
 from fx2onnx import _dtypes as dtypes
-from fx2onnx._records import qualified_name
+from fx2onnx._records import qualified_name, schema_arguments
 from fx2onnx._registry import Implementation, Registry
 from fx2onnx.errors import UnsupportedOperatorError, source_line
 
@@ -113,22 +114,23 @@ def node_arguments(node: torch.fx.Node) -> tuple[list[tuple[str, Any]], set[str]
     An argument given with its schema default counts as not given.
     """
     target = node.target
-    schema = getattr(target, "_schema", None)
-    if schema is None:
+    arguments = schema_arguments(target)
+    if arguments is None:
         named = [(f"arg{i}", a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
         return named, {name for name, value in named if value is not None}
     named = []
     given = set()
-    for i, arg in enumerate(schema.arguments):
-        if i < len(node.args) and not arg.kwarg_only:
-            value, explicit = node.args[i], True
-        elif arg.name in node.kwargs:
-            value, explicit = node.kwargs[arg.name], True
+    args, kwargs = node.args, node.kwargs
+    for i, (name, kwarg_only, has_default, default) in enumerate(arguments):
+        if i < len(args) and not kwarg_only:
+            value, explicit = args[i], True
+        elif name in kwargs:
+            value, explicit = kwargs[name], True
         else:
-            value, explicit = (arg.default_value if arg.has_default_value() else None), False
-        named.append((arg.name, value))
-        if explicit and value is not None and not (arg.has_default_value() and _same(value, arg.default_value)):
-            given.add(arg.name)
+            value, explicit = (copy.copy(default) if type(default) is list else default), False
+        named.append((name, value))
+        if explicit and value is not None and not (has_default and _same(value, default)):
+            given.add(name)
     return named, given
 
 

@@ -7,8 +7,9 @@ A leaf: it imports no other fx2onnx module, so any stage (and the report) may im
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
-from typing import Any
+from typing import Any, NamedTuple
 
 # The opset fx2onnx emits in (torchlib's own); export converts upward from it, never downward.
 BASE_OPSET = 18
@@ -24,6 +25,15 @@ NAMESPACE = "namespace"  # the nn.Module path, as torch's exporter writes it
 
 def qualified_name(target: Any) -> str:
     """The registry key of an FX call target, e.g. ``aten::add.Tensor`` or ``aten::relu``."""
+    try:
+        return _cached_qualified_name(target)
+    except TypeError:
+        if getattr(type(target), "__hash__", None) is not None:
+            raise  # not a registry target: the reason is the one _qualified_name gave
+        return _qualified_name(target)  # an unhashable target (it raises, naming it)
+
+
+def _qualified_name(target: Any) -> str:
     import torch  # here: the CLI imports this module before it needs torch
 
     if isinstance(target, str):
@@ -44,6 +54,50 @@ def qualified_name(target: Any) -> str:
             module = "_operator"
         return f"{module}::{target.__name__}"
     raise TypeError(f"cannot use {target!r} as a registry target")
+
+
+# An export asks for the key of each node's target several times (capture, dispatch, emit's metadata), and the same
+# few dozen targets recur: kept per target (a key depends on the target alone).
+_cached_qualified_name = functools.lru_cache(maxsize=4096)(_qualified_name)
+
+
+class SchemaFacts(NamedTuple):
+    """What the stages read of an op's schema, kept per op (:func:`schema_facts`)."""
+
+    arguments: tuple[tuple[str, bool, bool, Any], ...]  # (name, keyword-only, has a default, the default or None)
+    returns: int  # how many results
+    is_mutable: bool
+
+
+def schema_facts(target: Any) -> SchemaFacts | None:
+    """The facts of `target`'s schema, None for a target without one. Kept per target: reading them through the
+    schema's bindings costs tens of microseconds a node, and an export reads the same few dozen schemas for every
+    node (capture, the FX passes, dispatch and emit each do)."""
+    try:
+        return _cached_schema_facts(target)
+    except TypeError:  # an unhashable target
+        return _read_schema_facts(target)
+
+
+def schema_arguments(target: Any) -> tuple[tuple[str, bool, bool, Any], ...] | None:
+    """(name, keyword-only, has a default, the default or None) for each argument of `target`'s schema; None for a
+    target without one (:func:`schema_facts`)."""
+    facts = schema_facts(target)
+    return None if facts is None else facts.arguments
+
+
+def _read_schema_facts(target: Any) -> SchemaFacts | None:
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return None
+    arguments = tuple(
+        (arg.name, arg.kwarg_only, arg.has_default_value(), arg.default_value if arg.has_default_value() else None)
+        for arg in schema.arguments
+    )
+    return SchemaFacts(arguments, len(schema.returns), bool(schema.is_mutable))
+
+
+_cached_schema_facts = functools.lru_cache(maxsize=4096)(_read_schema_facts)
 
 
 def target_name(target: Any) -> str:

@@ -29,7 +29,7 @@ from fx2onnx._dispatch import DispatchDecision, Dispatcher, value_dtype
 from fx2onnx._emit.context import LoweringContext, context_rule
 from fx2onnx._emit.recorder import GraphRecorder
 from fx2onnx._progress import ExportProgress
-from fx2onnx._records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, target_name
+from fx2onnx._records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, schema_facts, target_name
 from fx2onnx._version import __version__
 from fx2onnx.errors import LoweringError, describe_value, source_line
 
@@ -307,8 +307,8 @@ class GraphEmitter:
 
 def is_runtime_check(node: torch.fx.Node) -> bool:
     """An op that returns nothing and feeds nothing (a shape/dtype/value assertion): the emitter skips it."""
-    schema = getattr(node.target, "_schema", None)
-    return schema is not None and not schema.returns and not node.users
+    facts = schema_facts(node.target)
+    return facts is not None and not facts.returns and not node.users
 
 
 _is_runtime_check = is_runtime_check  # the former private name

@@ -735,6 +735,8 @@ def _infer_simply(node: ir.Node) -> bool:
     """Types of the commonest ops without ONNX's inference (which serializes the node): False when unsure."""
     if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
         return False
+    if node.op_type in _RESHAPING:
+        return _RESHAPING[node.op_type](node)
     inputs = node.inputs
     if not inputs or any(v is None or v.dtype is None or v.shape is None for v in inputs):
         return False
@@ -761,6 +763,87 @@ def _infer_simply(node: ir.Node) -> bool:
         return False
     output.dtype, output.shape = dtype, shape
     return True
+
+
+def _infer_constant(node: ir.Node) -> bool:
+    """A Constant's type is its attribute's: a tensor's dtype and shape, or a scalar or 1-D list of int64/float."""
+    if node.inputs or len(node.attributes) != 1:
+        return False
+    (attribute,) = node.attributes.values()
+    if attribute.is_ref():
+        return False
+    output = node.outputs[0]
+    if attribute.name == "value" and attribute.type == ir.AttributeType.TENSOR:
+        tensor = attribute.as_tensor()
+        output.dtype, output.shape = tensor.dtype, ir.Shape(tuple(tensor.shape))
+    elif attribute.name in _CONSTANT_SCALARS and attribute.type == _CONSTANT_SCALARS[attribute.name][1]:
+        output.dtype, output.shape = _CONSTANT_SCALARS[attribute.name][0], ir.Shape([])
+    elif attribute.name in _CONSTANT_LISTS and attribute.type == _CONSTANT_LISTS[attribute.name][1]:
+        output.dtype, output.shape = _CONSTANT_LISTS[attribute.name][0], ir.Shape([len(attribute.value)])
+    else:
+        return False
+    return True
+
+
+_CONSTANT_SCALARS = {
+    "value_int": (ir.DataType.INT64, ir.AttributeType.INT),
+    "value_float": (ir.DataType.FLOAT, ir.AttributeType.FLOAT),
+}
+_CONSTANT_LISTS = {
+    "value_ints": (ir.DataType.INT64, ir.AttributeType.INTS),
+    "value_floats": (ir.DataType.FLOAT, ir.AttributeType.FLOATS),
+}
+
+
+def _infer_transpose(node: ir.Node) -> bool:
+    """Transpose: its input's dtype, the dims permuted (reversed without `perm`)."""
+    (source,) = node.inputs if len(node.inputs) == 1 else (None,)
+    if source is None or source.dtype is None or source.shape is None or set(node.attributes) - {"perm"}:
+        return False
+    dims = list(source.shape)
+    perm_attribute = node.attributes.get("perm")
+    if perm_attribute is None:
+        perm = list(reversed(range(len(dims))))
+    elif perm_attribute.is_ref():
+        return False
+    else:
+        perm = list(perm_attribute.value)
+    if sorted(perm) != list(range(len(dims))):
+        return False  # ONNX's inference says what is wrong
+    output = node.outputs[0]
+    output.dtype, output.shape = source.dtype, ir.Shape([dims[axis] for axis in perm])
+    return True
+
+
+def _infer_unsqueeze(node: ir.Node) -> bool:
+    """Unsqueeze (opset 13's: axes as a constant input): its input's dtype, a 1 inserted at each axis."""
+    if len(node.inputs) != 2 or node.attributes or node.version not in (None, 13, 21, 23, 24, 25):
+        return False
+    source, axes_value = node.inputs
+    if source is None or axes_value is None or source.dtype is None or source.shape is None:
+        return False
+    const = axes_value.const_value
+    if const is None or const.dtype != ir.DataType.INT64 or len(const.shape) > 1:
+        return False
+    axes = [int(axis) for axis in np.atleast_1d(const.numpy())]
+    rank = len(source.shape) + len(axes)
+    normalized = sorted(axis + rank if axis < 0 else axis for axis in axes)
+    if len(set(normalized)) != len(normalized) or any(not 0 <= axis < rank for axis in normalized):
+        return False
+    dims = list(source.shape)
+    for axis in normalized:
+        dims.insert(axis, 1)
+    output = node.outputs[0]
+    output.dtype, output.shape = source.dtype, ir.Shape(dims)
+    return True
+
+
+# Ops whose types follow from their attributes or constant inputs (infer_node_types asks ONNX for the rest).
+_RESHAPING: dict[str, Callable[[ir.Node], bool]] = {
+    "Constant": _infer_constant,
+    "Transpose": _infer_transpose,
+    "Unsqueeze": _infer_unsqueeze,
+}
 
 
 def _broadcast_shape(shapes: Sequence[ir.Shape]) -> ir.Shape | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -15,7 +16,19 @@ _KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
 def fake_mode_of(graph: torch.fx.Graph) -> Any:
     """The fake mode of `graph`'s values (None if it has none), under which factories make fake tensors too."""
-    return torch._guards.detect_fake_mode([n.meta.get("val") for n in graph.nodes])
+    return first_fake_mode(n.meta.get("val") for n in graph.nodes)
+
+
+def first_fake_mode(values: Iterable[Any]) -> Any:
+    """``torch._guards.detect_fake_mode(values)``, asked of one value at a time until one answers: the mode of the
+    first value that has one (the values of one graph share theirs), without walking a graph's thousand values."""
+    for value in values:
+        if value is None:
+            continue
+        mode = torch._guards.detect_fake_mode([value])
+        if mode is not None:
+            return mode
+    return torch._guards.detect_fake_mode()  # none among the values: an active mode, if any
 
 
 class NodeBuilder:

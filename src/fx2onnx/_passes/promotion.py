@@ -21,6 +21,7 @@ result keeps their dtype: that upcast is an implementation detail of eager kerne
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +33,7 @@ from torch._prims_common import elementwise_dtypes, get_computation_dtype
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from fx2onnx._passes.base import PassResult
-from fx2onnx._passes.node_builder import fake_mode_of
+from fx2onnx._passes.node_builder import fake_mode_of, first_fake_mode
 from fx2onnx._passes.promotion_rules import (
     CAST,
     CONVERSIONS,
@@ -41,6 +42,7 @@ from fx2onnx._passes.promotion_rules import (
     elementwise_rule,
     traced_conversions,
 )
+from fx2onnx._records import schema_arguments
 
 aten = torch.ops.aten
 SCALAR_TO_TENSOR = aten.scalar_tensor.default
@@ -81,8 +83,10 @@ def _promote_types(graph_module: torch.fx.GraphModule, constants: Mapping[torch.
             continue
         if node.target in CONVERSIONS:
             continue
-        leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         rule = elementwise_rule(node.target)
+        if rule is None and not _may_convert_inputs(node) and not _has_numbers_to_promote(node):
+            continue  # what _traced_input_dtypes and _promote_numbers would find: nothing (told before flattening)
+        leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         slots = None  # schema position -> flat indices, computed once for both uses below
         if rule is not None:
             slots = _schema_slots(node, spec, len(leaves))
@@ -196,9 +200,11 @@ def _promote_numbers(
     adds 253). `wanted` holds the promoting arguments of an elementwise op; for other ops (None), only when their
     tensor arguments and result share one dtype, and then only Tensor arguments and ints are touched.
     """
-    arguments = node.target._schema.arguments
-    if not any(_slot_kind(argument.type) == "tensor" for argument in arguments):
+    kinds = _slot_kinds(node.target)
+    if "tensor" not in kinds:
         return False  # factories (arange, full): eager computes their numbers in their own types, then converts
+    if not _has_number_in_slots(node, kinds):
+        return False  # no number where the schema takes a tensor or a scalar: nothing to give a dtype
     outputs = output_dtypes(node)
     common = _common_dtype(node, leaves)
     if common is None and not any(isinstance(leaf, torch.fx.Node) for leaf in leaves):
@@ -209,7 +215,7 @@ def _promote_numbers(
     if slots is None:
         slots = _schema_slots(node, spec, len(leaves))
     for position, indices in slots.items():
-        slot = _slot_kind(arguments[position].type)
+        slot = kinds[position]
         for index in indices:
             number = leaves[index]
             if slot is None or type(number) not in (bool, int, float):
@@ -223,6 +229,27 @@ def _promote_numbers(
                 leaves[index] = _as_python(number, dtype)
             changed = changed or leaves[index] is not number
     return changed
+
+
+def _has_number_in_slots(node: torch.fx.Node, kinds: tuple[str | None, ...]) -> bool:
+    """Whether a Python number is given to an argument of a Tensor or Scalar slot (such an argument is one leaf)."""
+    arguments = schema_arguments(node.target) or ()
+    for position, ((name, kwarg_only, _, _), kind) in enumerate(zip(arguments, kinds)):
+        if kind is None:
+            continue
+        if position < len(node.args) and not kwarg_only:
+            value = node.args[position]
+        else:
+            value = node.kwargs.get(name)
+        if type(value) in (bool, int, float):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _slot_kinds(op: torch._ops.OpOverload) -> tuple[str | None, ...]:
+    """:func:`_slot_kind` of each argument of `op`'s schema (kept per op: the schema's bindings are slow to read)."""
+    return tuple(_slot_kind(argument.type) for argument in op._schema.arguments)
 
 
 def _slot_kind(argument_type: torch._C.JitType) -> str | None:
@@ -277,11 +304,11 @@ def _schema_slots(node: torch.fx.Node, spec: pytree.TreeSpec, count: int) -> dic
     """Schema position -> the flat argument indices inside that argument (several for Tensor[])."""
     indexed_args, indexed_kwargs = pytree.tree_unflatten(list(range(count)), spec)
     slots = {}
-    for position, argument in enumerate(node.target._schema.arguments):
-        if position < len(indexed_args) and not argument.kwarg_only:
+    for position, (name, kwarg_only, _, _) in enumerate(schema_arguments(node.target) or ()):
+        if position < len(indexed_args) and not kwarg_only:
             slots[position] = pytree.tree_leaves(indexed_args[position])
-        elif argument.name in indexed_kwargs:
-            slots[position] = pytree.tree_leaves(indexed_kwargs[argument.name])
+        elif name in indexed_kwargs:
+            slots[position] = pytree.tree_leaves(indexed_kwargs[name])
     return slots
 
 
@@ -301,6 +328,22 @@ def _promotion_value(leaf: Any) -> Any:
 
 
 # --- other ops: run torch's decomposition on meta tensors and record its conversions -------------------------------
+def _may_convert_inputs(node: torch.fx.Node) -> bool:
+    """False where :func:`_traced_input_dtypes` returns nothing: no decomposition, or one dtype throughout."""
+    if decomposition(node.target) is None:
+        return False
+    outputs = output_dtypes(node)
+    inputs = {node_dtype(argument) for argument in node.all_input_nodes} - {None}
+    return bool(outputs) and len(inputs | outputs) > 1
+
+
+def _has_numbers_to_promote(node: torch.fx.Node) -> bool:
+    """False where :func:`_promote_numbers` changes nothing: no Python number where the schema takes a tensor or a
+    scalar, or a factory's numbers."""
+    kinds = _slot_kinds(node.target)
+    return "tensor" in kinds and _has_number_in_slots(node, kinds)
+
+
 def _traced_input_dtypes(node: torch.fx.Node, leaves: list[Any], spec: pytree.TreeSpec) -> dict[int, torch.dtype]:
     if decomposition(node.target) is None:
         return {}
@@ -371,8 +414,7 @@ class _CastInserter:
         self.graph = graph
         self.constants = constants
         self.cache: dict[tuple[Any, ...], torch.fx.Node] = {}
-        vals = [n.meta.get("val") for n in graph.nodes if n.op == "placeholder"]
-        self.fake_mode = torch._guards.detect_fake_mode(vals)
+        self.fake_mode = first_fake_mode(n.meta.get("val") for n in graph.nodes if n.op == "placeholder")
         self.constants_made = 0
 
     def cast(self, source: torch.fx.Node, dtype: torch.dtype, *, consumer: torch.fx.Node) -> torch.fx.Node:
