@@ -242,6 +242,9 @@ def diagonal(self: TReal, offset: int = 0, dim1: int = 0, dim2: int = 1) -> TRea
         raise NotImplementedError("diagonal over dynamic dims has no lowering here")
     rest = [d for d in range(rank) if d not in (dim1, dim2)]
     moved = op.Transpose(self, perm=[*rest, dim1, dim2])
+    if rows * columns == 0:  # an empty diagonal: Reshape's 0 would copy a dim, so the zero is spelt allowzero
+        kept = op.Shape(moved, start=0, end=len(rest))
+        return op.Reshape(moved, op.Concat(kept, op.Constant(value_ints=[0]), axis=0), allowzero=1)
     flat = op.Reshape(moved, op.Constant(value_ints=[*([0] * len(rest)), rows * columns]))
     if offset >= 0:
         length = max(0, min(rows, columns - offset))
