@@ -161,6 +161,23 @@ def test_diagonal_of_a_slice_to_nothing() -> None:
     assert_exports_and_matches(Call(lambda x: x.unsqueeze(1)[:, -1:-1].diagonal(-1)), (values(3, 4),))
 
 
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8, torch.float32])
+def test_index_reduce_mean_of_empty_sources(dtype: torch.dtype, include_self: bool) -> None:
+    """Sources with a 0-size dim reduce nothing: self comes back. The index expanded to a [1, 0] source was removed
+    by ONNX Runtime's ExpandElimination ([1, 1] then met [1, 0]: ScatterElements refused the run); the integer
+    mean's floor division by the counts meets no zero (every count is at least 1)."""
+
+    def reduce(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            x.index_reduce(0, index, source, "mean", include_self=include_self),
+            y.index_reduce(0, index[:0], y[:0], "mean", include_self=include_self),
+        )
+
+    x, y = torch.full((3, 0), 5, dtype=dtype), torch.tensor([[7, -3], [-8, 1]], dtype=dtype)
+    assert_exports_and_matches(Call(reduce), (x, torch.tensor([0]), torch.ones(1, 0, dtype=dtype), y))
+
+
 def test_squeeze_several_dims() -> None:
     squeeze = Call(lambda x, y: (x.squeeze((1, 3)), y.squeeze((0, 1))))
     assert_exports_and_matches(squeeze, (values(5, 1, 5, 1, dtype=torch.int8), values(5, 2)))
