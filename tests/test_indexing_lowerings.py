@@ -165,7 +165,7 @@ def test_diagonal_of_a_slice_to_nothing() -> None:
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int8, torch.float32])
 def test_index_reduce_mean_of_empty_sources(dtype: torch.dtype, include_self: bool) -> None:
     """Sources with a 0-size dim reduce nothing: self comes back. The index expanded to a [1, 0] source was removed
-    by ONNX Runtime's ExpandElimination ([1, 1] then met [1, 0]: ScatterElements refused the run); the integer
+    by ONNX Runtime's basic graph optimizations ([1, 1] then met [1, 0]: ScatterElements refused the run); the integer
     mean's floor division by the counts meets no zero (every count is at least 1)."""
 
     def reduce(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -329,7 +329,7 @@ def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str
     scalar = len(self.shape) == 0
     if source.shape is not None and 0 in source.shape:
         # Nothing is reduced (no index, or self is empty too): self as it is. The Expand of the index to an empty
-        # source's shape below is removed by ONNX Runtime's ExpandElimination when the index's dims are 1 (its
+        # source's shape below is removed by ONNX Runtime's basic graph optimizations (index [k] reshaped to
         # [k, 1] then meets the [k, 0] values: ScatterElements refuses the run).
         return op.Identity(self)
     one = op.Constant(value_ints=[1])
