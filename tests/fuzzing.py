@@ -554,20 +554,62 @@ def _nudged(result: torch.Tensor, direction: float, ulps: int) -> torch.Tensor:
     return result
 
 
+# Sums (sum, mean, cumsum, matmul) are exact in no order: eager and ONNX Runtime add in different orders (eager's
+# vectorized pairwise sums, ONNX Runtime's blocks), and with operands of mixed magnitudes (+-FLT_MAX beside small
+# numbers, seed 44517: a mean of 0.15 in eager, 0 in ONNX Runtime, the exact one 0.0125) the two results are both
+# cancellation artefacts. Any order's float sum of m terms lies within m * eps * sum(|terms|) of the exact one
+# (Higham's bound, with eps of the result's dtype: a low-precision sum may also accumulate in its own dtype), plus
+# the result's own rounding: a summation step's result is moved to the exact sum (float64) plus or minus that bound,
+# and the move is propagated through the later steps as the ulps of the inexact ops are. A result beyond the float
+# range becomes an infinity there, as an order that overflows gives.
+SUMMATIONS = frozenset({"sum", "mean", "cumsum", "matmul"})
+
+
+def _terms(op: str, operands: Sequence[torch.Tensor], result: torch.Tensor) -> int:
+    """How many terms each element of a summation step's result adds (at most)."""
+    if op == "matmul":
+        return operands[0].shape[-1] if operands[0].dim() else 1
+    if op == "cumsum":
+        return max(operands[0].shape, default=1)
+    return max(1, operands[0].numel() // max(1, result.numel()))
+
+
+def summation_bounds(step: Step, operands: Sequence[torch.Tensor], result: torch.Tensor) -> torch.Tensor:
+    """Per element of a summation step's float result, the exact sum (in float64) and how far any order's float
+    sum may lie from it, stacked ([2, *shape]); non-finite where no bound holds (an operand inf or NaN)."""
+    wide = [t.double() if t.is_floating_point() else t for t in operands]
+    exact = _evaluate(step.expression, wide).double()
+    magnitude = _evaluate(step.expression, [t.abs() for t in wide]).double().abs()
+    eps = torch.finfo(result.dtype).eps
+    # A mean's magnitude is its sum's divided by m, as its bound is; 2 eps |exact|: the result's rounding.
+    bound = _terms(step.op, operands, result) * eps * magnitude + 2 * eps * exact.abs()
+    return torch.stack([exact, bound])
+
+
 def run_eager_nudged(program: Program, direction: float, ulps: int = ULP_ENVELOPE) -> list[torch.Tensor]:
-    """The program's outputs with every inexact step's float result moved `ulps` ulps towards `direction`."""
+    """The program's outputs with every inexact step's float result moved `ulps` ulps towards `direction`, and
+    every summation step's float result moved to the far end of its order's bound in that direction."""
     values = list(program.inputs)
     for step in program.steps:
-        result = _evaluate(step.expression, [values[i] for i in step.operands])
-        inexact = OPS_BY_NAME[step.op].inexact
-        if inexact and isinstance(result, torch.Tensor) and result.dtype.is_floating_point and result.numel():
+        operands = [values[i] for i in step.operands]
+        result = _evaluate(step.expression, operands)
+        floating = isinstance(result, torch.Tensor) and result.dtype.is_floating_point and result.numel()
+        if floating and step.op in SUMMATIONS:
+            try:
+                exact, bound = summation_bounds(step, operands, result)
+            except (RuntimeError, TypeError):  # not computable in float64 (no bound: eager's result kept)
+                exact = bound = torch.full_like(result, math.nan, dtype=torch.float64)
+            moved = (exact + math.copysign(1.0, direction) * bound).to(result.dtype)
+            result = torch.where(exact.isfinite() & bound.isfinite(), moved, result)
+        elif floating and OPS_BY_NAME[step.op].inexact:
             result = _nudged(result, direction, ulps)
         values.append(result)
     return [values[i] for i in program.outputs]
 
 
 def nudged_runs(program: Program) -> list[list[torch.Tensor]]:
-    """Eager's outputs with the inexact steps' results moved 1..ULP_ENVELOPE ulps, all up or all down."""
+    """Eager's outputs with the inexact steps' results moved 1..ULP_ENVELOPE ulps and the summation steps' to their
+    bounds, all up or all down."""
     return [
         _quietly(lambda d=d, n=n: run_eager_nudged(program, d, n))
         for n in range(1, ULP_ENVELOPE + 1)
@@ -582,8 +624,9 @@ def within_envelopes(
     runs: Sequence[Sequence[torch.Tensor]],
 ) -> tuple[bool, int]:
     """Whether every position passes by verify's criterion, or is left out, or is within the rounding of the inexact
-    ops: it passes for one of the nudged runs' values, or differs from eager by no more than the farthest finite
-    nudged value does. Also how many positions passed by that rounding only."""
+    ops and the order of the sums: it passes for one of the nudged runs' values, or differs from eager by no more
+    than the farthest finite nudged value does, or lies between the lowest and highest of eager's and the runs'
+    values. Also how many positions passed by that rounding only."""
     rounding = 0
     for n, (e, a, mask) in enumerate(zip(expected, actual, excluded)):
         if a.shape != e.shape or a.dtype != e.dtype:
@@ -592,6 +635,7 @@ def within_envelopes(
         if e.dtype.is_floating_point:
             reached = torch.zeros(e.shape, dtype=torch.bool)
             spread = torch.zeros(e.shape, dtype=torch.float64)
+            low, high = e.double().clone(), e.double().clone()  # the runs' hull, infinities included
             for run in runs:
                 other = run[n]
                 if other.shape != e.shape or other.dtype != e.dtype:
@@ -599,7 +643,9 @@ def within_envelopes(
                 reached |= agreeing(other, a)
                 moved = (other.double() - e.double()).abs()
                 spread = torch.maximum(spread, torch.where(moved.isfinite(), moved, 0.0))
+                low, high = torch.fmin(low, other.double()), torch.fmax(high, other.double())
             close = e.isfinite() & a.isfinite() & ((a.double() - e.double()).abs() <= spread)
+            close |= (low <= a.double()) & (a.double() <= high)
             rounded = (reached | close) & ~good
             rounding += int(rounded.sum())
             good = good | rounded
@@ -795,7 +841,10 @@ def _without_eager_disagreements(program: Program, onnx_program: Any, mismatch: 
         return Outcome(OK, f"{note}\n{detail}", count)
     enveloped, rounding = within_envelopes(expected, actual, excluded, nudged_runs(program))
     if enveloped:
-        rounded = f"{rounding} positions within the rounding of inexact ops (+-{ULP_ENVELOPE} ulps of a step's result)"
+        rounded = (
+            f"{rounding} positions within the rounding of inexact ops (+-{ULP_ENVELOPE} ulps of a step's result) "
+            "and the order of sums"
+        )
         return Outcome(OK, f"{rounded}; {note}\n{detail}", count, rounding)
     return Outcome(MISMATCH, f"{detail}\n({note})" if count else mismatch.detail, count)
 

@@ -359,3 +359,31 @@ def test_complex_linalg_matches_eager(case: str) -> None:
 @pytest.mark.parametrize("case", ["inv", "solve", "pinv", "svdvals"])
 def test_complex128_linalg_matches_eager(case: str) -> None:
     assert_exports_and_matches(Call(LINALG[case]), _matrices(torch.complex128))
+
+
+class ScalarWrites(torch.nn.Module):
+    """Writes of a number (complex, float, int) or a 0-d tensor into slices and a row of a complex tensor."""
+
+    def __init__(self, value: complex | float | None) -> None:
+        super().__init__()
+        self.value = value
+
+    def forward(self, x: torch.Tensor, scalar: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y[:, 1:3] = scalar if self.value is None else self.value
+        y[0].fill_(-0.5j)
+        y[-1, ::2] = float("inf")
+        return y
+
+
+@pytest.mark.parametrize("value", [1.5 - 2j, -0.0, 3, None], ids=["complex", "float", "int", "tensor"])
+def test_complex_writes_of_a_scalar_through_views_stay_local(value: complex | float | None) -> None:
+    """A fill of a complex view is filled part by part: capture functionalizes it locally, with no whole-program
+    decomposition (which exported an invalid model: a complex constant's Identity kept a rank-0 shape)."""
+    x = torch.tensor(
+        [[1 + 2j, -3j, 4.5, 0], [2, 1e30 - 1e-30j, -1, 1j], [0.5, 0.25j, -2 - 2j, 7]], dtype=torch.complex64
+    )
+    scalar = torch.tensor(2.0 - 1j, dtype=torch.complex64)
+    assert_exports_and_matches(ScalarWrites(value), (x, scalar))
+    program = fx2onnx.export(ScalarWrites(value), (x, scalar))
+    assert program.report.decomposition.strategy == "local"

@@ -25,8 +25,9 @@ NIGHTLY_JOBS = int(os.environ.get("FX2ONNX_FUZZ_JOBS", "1"))
 # tensor (55, 116), amin/max.dim skipping NaN (17, 417: amin; see test_float_edges for max.dim); and one whose
 # model ONNX Runtime refused: a float64 matmul divided by zero, fused into an infinite alpha (24189); float16 prod
 # whose partial product overflows, inf in eager (32527); and one whose run ONNX Runtime stopped: an int8 empty
-# tensor % a tensor holding a zero (eager: an empty tensor), "Integer modulo by zero" (36028; 43668: int64 fmod).
-REGULAR_SEEDS = [*range(40), 53, 54, 55, 106, 116, 118, 24189, 32527, 36028, 43668]
+# tensor % a tensor holding a zero (eager: an empty tensor), "Integer modulo by zero" (36028; 43668: int64 fmod); and
+# one judged a mismatch for the order of a sum: a float32 mean over +-FLT_MAX and small numbers (44517).
+REGULAR_SEEDS = [*range(40), 53, 54, 55, 106, 116, 118, 24189, 32527, 36028, 43668, 44517]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
@@ -363,3 +364,48 @@ def test_rounding_envelope_hides_no_larger_error(seed: int) -> None:
             wrong = [v.clone() for v in actual]
             wrong[n][index] = eager + 2 * reach + 1e-3 * max(1.0, abs(eager))
             assert not fuzzing.within_envelopes(expected, wrong, excluded, runs)[0], (n, index)
+
+
+def _summation_program(expression: str, x: torch.Tensor) -> Program:
+    return Program(0, [x], [Step(expression.split("(")[0].removeprefix("torch."), (0,), expression)])
+
+
+MIXED_MAGNITUDES = torch.tensor(
+    [[-1.75, -0.25, 3.4028234663852886e38, 2.5], [-1.0, 0.0, 3.5, -3.0], [-1.25, 0.5, -3.4028234663852886e38, -0.5]]
+)
+
+
+@pytest.mark.parametrize("expression", ["torch.sum({0})", "torch.mean({0}, dim=(1, 0))", "torch.cumsum({0}, 1)"])
+def test_sums_in_another_order_are_within_the_envelope(expression: str) -> None:
+    """Summed in float64 (as exactly as can be) or in reverse order, a sum over +-FLT_MAX and small numbers
+    differs from eager's, and is judged the order's rounding; a sum missing a term beyond the bound is not."""
+    program = _summation_program(expression, MIXED_MAGNITUDES)
+    (expected,) = fuzzing.run_eager(program)
+    runs = fuzzing.nudged_runs(program)
+    exact = [fuzzing._evaluate(expression, [MIXED_MAGNITUDES.double()]).float()]
+    reversed_order = [
+        fuzzing._evaluate(expression, [MIXED_MAGNITUDES.flip(1)]).flip(-1) if "cumsum" not in expression else expected
+    ]
+    no_mask = [torch.zeros(expected.shape, dtype=torch.bool)]
+    for actual in (exact, reversed_order):
+        assert fuzzing.within_envelopes([expected], actual, no_mask, runs)[0]
+    # Wrong: a term dropped (the bound, 12 * eps * 6.8e38 = 1e33, hides only terms smaller than it: not +FLT_MAX).
+    dropped = MIXED_MAGNITUDES.clone()
+    dropped[0, 2] = 0.0
+    wrong = fuzzing._evaluate(expression, [dropped.double()]).float()
+    assert not fuzzing.within_envelopes([expected], [wrong], no_mask, runs)[0]
+
+
+def test_envelope_of_a_sum_of_ordinary_numbers_is_tight() -> None:
+    """Over numbers of one magnitude the bound is a few ulps of the sum: an error of 1e-5 relative is caught."""
+    x = torch.linspace(-3, 7, 60).reshape(6, 10)
+    for expression in ("torch.sum({0}, dim=1)", "torch.mean({0})", "torch.matmul({0}, {0}.T)"):
+        program = _summation_program(expression, x)
+        if "matmul" in expression:
+            program = Program(0, [x], [Step("matmul", (0,), expression)])
+        (expected,) = fuzzing.run_eager(program)
+        runs = fuzzing.nudged_runs(program)
+        no_mask = [torch.zeros(expected.shape, dtype=torch.bool)]
+        assert fuzzing.within_envelopes([expected], [expected], no_mask, runs)[0]
+        off = expected + expected.abs().clamp(min=1) * 1e-3
+        assert not fuzzing.within_envelopes([expected], [off], no_mask, runs)[0], expression

@@ -9,6 +9,9 @@ negative indices, 0-d and empty tensors, narrow integers and float edge values.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import pytest
 import torch
 
@@ -137,6 +140,42 @@ def test_diagonal_scatter(
 ) -> None:
     scatter = Call(lambda x, src: torch.diagonal_scatter(x, src, offset, dim1, dim2))
     assert_exports_and_matches(scatter, (torch.zeros(shape, dtype=torch.bool), torch.ones(src_shape, dtype=torch.bool)))
+
+
+# Every 2-d and 3-d shape of sizes 0, 1 and 3: an empty diagonal's flattening spelt a 0 that Reshape copied as a
+# dim (`x.unsqueeze(1)[:, -1:-1].diagonal(-1)`: ONNX Runtime refused the Reshape).
+DIAGONAL_SHAPES = [*itertools.product((0, 1, 3), repeat=2), *itertools.product((0, 1, 3), repeat=3)]
+DIAGONALS = [(0, 0, 1), (-1, 0, 1), (2, 1, 0), (1, 0, -1), (-2, -1, 0)]  # (offset, dim1, dim2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_diagonal_of_empty_and_single_dims(dtype: torch.dtype) -> None:
+    def diagonals(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(t.diagonal(offset, dim1, dim2) for t in tensors for offset, dim1, dim2 in DIAGONALS)
+
+    inputs = tuple((torch.arange(math.prod(shape)).reshape(shape) % 3 == 1).to(dtype) for shape in DIAGONAL_SHAPES)
+    assert_exports_and_matches(Call(diagonals), inputs)
+
+
+def test_diagonal_of_a_slice_to_nothing() -> None:
+    assert_exports_and_matches(Call(lambda x: x.unsqueeze(1)[:, -1:-1].diagonal(-1)), (values(3, 4),))
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8, torch.float32])
+def test_index_reduce_mean_of_empty_sources(dtype: torch.dtype, include_self: bool) -> None:
+    """Sources with a 0-size dim reduce nothing: self comes back. The index expanded to a [1, 0] source was removed
+    by ONNX Runtime's basic graph optimizations ([1, 1] then met [1, 0]: ScatterElements refused the run); the integer
+    mean's floor division by the counts meets no zero (every count is at least 1)."""
+
+    def reduce(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            x.index_reduce(0, index, source, "mean", include_self=include_self),
+            y.index_reduce(0, index[:0], y[:0], "mean", include_self=include_self),
+        )
+
+    x, y = torch.full((3, 0), 5, dtype=dtype), torch.tensor([[7, -3], [-8, 1]], dtype=dtype)
+    assert_exports_and_matches(Call(reduce), (x, torch.tensor([0]), torch.ones(1, 0, dtype=dtype), y))
 
 
 def test_squeeze_several_dims() -> None:

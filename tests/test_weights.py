@@ -344,6 +344,41 @@ def test_model_built_with_fake_tensors() -> None:
     assert result.passed, result
 
 
+class IntegerTable(torch.nn.Module):
+    """Integer weights: rows of a table picked by the input, divided by a weight (the divisor's values are only
+    known from the checkpoint, so the zero guards of integer division must not read them at export)."""
+
+    def __init__(self, width: int, division: str) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(width)
+        self.register_buffer("table", torch.randint(-100, 100, (3, width), generator=generator))
+        signs = torch.arange(width) % 2 * 2 - 1  # no zero: eager raises at an integer division by zero
+        self.register_buffer("divisor", torch.randint(1, 9, (width,), generator=generator) * signs)
+        self.division = division
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.table[ids]
+        if self.division in ("floor", "trunc"):
+            return torch.div(rows, self.divisor, rounding_mode=self.division)
+        return {"floor_divide": torch.floor_divide, "remainder": torch.remainder, "fmod": torch.fmod}[self.division](
+            rows, self.divisor
+        )
+
+
+@pytest.mark.parametrize("division", ["floor", "trunc", "floor_divide", "remainder", "fmod"])
+@pytest.mark.parametrize("width", [4, 100])  # 4: small enough for emit's type inference to read its values
+def test_integer_division_by_a_meta_weight(division: str, width: int) -> None:
+    eager = IntegerTable(width, division)
+    with torch.device("meta"):
+        meta = IntegerTable(width, division)
+    ids = torch.tensor([2, 0, 1, 1])
+    program = fx2onnx.export(
+        meta, (ids,), weights=dict(eager.state_dict()), dynamic_shapes=({0: torch.export.Dim("n")},)
+    )
+    for picked in (ids, ids[:1], ids[:0]):  # an empty dividend too: the zero guard's case
+        assert torch.equal(program(picked)[0], eager(picked)), picked
+
+
 # --- save(weights="reference"): external data pointing at the checkpoint's own bytes -----------------------------
 def _external_locations(path: str) -> dict[str, tuple[str, int]]:
     """{initializer: (location, offset)} of a saved model's external data."""

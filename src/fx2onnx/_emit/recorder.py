@@ -960,7 +960,9 @@ def _infer_with_onnx(
         input_types[value.name] = ir.serde.serialize_value(value).type
         const = value.const_value
         if const is not None and const.size <= 64:
-            input_data[value.name] = ir.serde.serialize_tensor(const)
+            # A meta or fake weight (export(weights=...)) has no bytes: inferred from its type and shape only.
+            with contextlib.suppress(Exception):
+                input_data[value.name] = ir.serde.serialize_tensor(const)
     try:
         inferred = onnx.shape_inference.infer_node_outputs(
             schema,
@@ -1005,7 +1007,12 @@ def _inference_key(node: ir.Node, version: int, opset_imports: Mapping[str, int]
         if shape is not None and any(shape.get_denotation(axis) is not None for axis in range(len(shape))):
             return None
         const = value.const_value
-        data = (const.dtype, tuple(const.shape), const.tobytes()) if const is not None and const.size <= 64 else None
+        try:
+            data = (
+                (const.dtype, tuple(const.shape), const.tobytes()) if const is not None and const.size <= 64 else None
+            )
+        except Exception:  # a weight on the meta device or a fake tensor (export(weights=...)): no bytes to key
+            return None
         inputs.append((kind.dtype, None if shape is None else tuple(shape), data))
     return (
         node.domain,

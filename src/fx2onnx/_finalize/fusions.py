@@ -27,6 +27,8 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from fx2onnx._constant_arrays import constant_array
+
 ROTARY_OPSET = 23
 
 # Ops whose output's last-axis halves (or neighbours) are equal when those of their inputs are (elementwise ops and
@@ -92,16 +94,8 @@ def _last_dim(value: ir.Value) -> int | None:
 
 
 def _constant(value: ir.Value | None) -> np.ndarray | None:
-    """The value's array if it is a true constant (an initializer that is not also a graph input, or a Constant)."""
-    if value is None or value.is_graph_input():
-        return None
-    tensor = ir.convenience.get_const_tensor(value)
-    if tensor is None:
-        return None
-    try:
-        return tensor.numpy()
-    except Exception:  # external data that cannot be read is no proof
-        return None
+    """The value's array if it is a true constant (`constant_array`: readable, and not a graph input)."""
+    return constant_array(value)
 
 
 def _ints(value: ir.Value | None) -> list[int] | None:

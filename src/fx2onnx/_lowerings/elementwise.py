@@ -24,6 +24,7 @@ from onnxscript import (
 )
 from onnxscript import opset18 as op
 
+from fx2onnx._constant_arrays import constant_array
 from fx2onnx._lowerings.builders import (
     _BITS,
     _LOW_PRECISION,
@@ -720,16 +721,8 @@ def _is_signed(dtype: ir.DataType) -> bool:
 # dynamic or empty and the divisor is computed. An int32/int64 Div of INT_MIN by -1 traps in ONNX Runtime (SIGFPE,
 # the process dies) where eager's floor division gives INT_MIN (wrapping); eager's remainder/fmod give 0, as Mod does.
 def _constant_values(value: ir.Value | int | float | bool) -> np.ndarray | None:
-    """The values of a Python number or of a value the graph fixes (initializer, Constant), else None."""
-    if not isinstance(value, ir.Value):
-        return np.asarray(value)
-    if value.const_value is not None:
-        return value.const_value.numpy()
-    producer = value.producer()
-    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
-        attribute = producer.attributes.get("value")
-        return None if attribute is None else attribute.as_tensor().numpy()
-    return None
+    """The values of a Python number or of a value the graph fixes (`constant_array`: what legalize rewrites)."""
+    return constant_array(value) if isinstance(value, ir.Value) else np.asarray(value)
 
 
 def _may_be_empty(value: ir.Value) -> bool:

@@ -242,6 +242,9 @@ def diagonal(self: TReal, offset: int = 0, dim1: int = 0, dim2: int = 1) -> TRea
         raise NotImplementedError("diagonal over dynamic dims has no lowering here")
     rest = [d for d in range(rank) if d not in (dim1, dim2)]
     moved = op.Transpose(self, perm=[*rest, dim1, dim2])
+    if rows * columns == 0:  # an empty diagonal: Reshape's 0 would copy a dim, so the zero is spelt allowzero
+        kept = op.Shape(moved, start=0, end=len(rest))
+        return op.Reshape(moved, op.Concat(kept, op.Constant(value_ints=[0]), axis=0), allowzero=1)
     flat = op.Reshape(moved, op.Constant(value_ints=[*([0] * len(rest)), rows * columns]))
     if offset >= 0:
         length = max(0, min(rows, columns - offset))
@@ -296,7 +299,11 @@ def _compute_type(value: TReal) -> TReal:
 
 def floor_divide_by_positive(total: TReal, counts: TReal) -> TReal:
     """Integer floor division by positive counts, in integers (through float64, int64 sums above 2**53 rounded):
-    truncating Div, minus one where a negative total leaves a remainder."""
+    truncating Div, minus one where a negative total leaves a remainder.
+
+    No zero guard (elementwise's `_divisor`): every count is at least 1 by construction (a position starts at 1,
+    or at 0 where the index touches it and then gains 1 per touch), an empty total has empty counts, and a
+    constant count (a constant index) holds no zero for ONNX Runtime to refuse at session creation."""
     zero = op.CastLike(0, total)
     inexact_negative = op.And(op.Less(total, zero), op.Not(op.Equal(op.Mod(total, counts, fmod=1), zero)))
     return op.Sub(op.Div(total, counts), op.CastLike(inexact_negative, total))
@@ -320,6 +327,11 @@ def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str
     by the number of values reduced into each position (floor division for integers, as in eager).
     """
     scalar = len(self.shape) == 0
+    if source.shape is not None and 0 in source.shape:
+        # Nothing is reduced (no index, or self is empty too): self as it is. The Expand of the index to an empty
+        # source's shape below is removed by ONNX Runtime's basic graph optimizations (index [k] reshaped to
+        # [k, 1] then meets the [k, 0] values: ScatterElements refuses the run).
+        return op.Identity(self)
     one = op.Constant(value_ints=[1])
     base = _compute_type(op.Reshape(self, one) if scalar else self)
     values = _compute_type(op.Reshape(source, one) if scalar else source)

@@ -131,6 +131,9 @@ EXP = {aten.exp.default}
 LOG = {aten.log.default}
 # Where a complex value is non-zero: where either part is (logical_not: where neither is).
 NONZERO = {aten.nonzero.default, aten.nonzero_static.default, aten.argwhere.default, aten.logical_not.default}
+# A complex tensor filled with a number (real or complex) or a 0-d tensor: each part with that value's part (a write
+# through a view, `z[:, 1:3] = 1.5 - 2j`, is captured as a fill of the view scattered back).
+FILLS = {aten.fill.Scalar, aten.fill.Tensor}
 
 
 # Ops rewritten as other ops on complex values, which the next round of this pass takes on.
@@ -343,6 +346,7 @@ _WITH_COMPLEX_INPUTS = frozenset(
     | PER_PART_LISTS
     | PRODUCTS
     | NONZERO
+    | FILLS
     | EXP
     | LOG
     | COMPARISONS.keys()
@@ -564,6 +568,8 @@ def _rewrite_for(node: torch.fx.Node) -> Callable[[_Builder, torch.fx.Node], tor
     if (node.target in FACTORIES or node.target in NEW_FACTORIES) and node.meta["val"].is_complex():
         return _factory_per_part
     leaves = pytree.tree_leaves((node.args, node.kwargs))
+    if node.target in FILLS and _is_complex(node.args[0]) and node.meta["val"].is_complex() and not node.kwargs:
+        return _fill_per_part
     if node.target in COMPOSITES and any(_is_complex(a) for a in node.all_input_nodes):
         return COMPOSITES[node.target]
     if node.target in complex_functions.POWERS and node.meta["val"].is_complex():
@@ -617,6 +623,20 @@ def _per_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
         with build.fake_mode or contextlib.nullcontext():
             part.meta["val"] = node.meta["val"].real.clone()
         return part
+
+    return build.complex(on_part(0), on_part(1))
+
+
+def _fill_per_part(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
+    self, value = node.args[:2]
+
+    def on_part(which: int) -> torch.fx.Node:
+        part = build.part(self, which)
+        if _is_complex(value):
+            return build.call(aten.fill.Tensor, part, build.part(value, which))
+        if isinstance(value, torch.fx.Node):  # a real 0-d tensor: the imaginary part is 0
+            return build.call(aten.fill.Tensor, part, value) if which == 0 else build.call(aten.fill.Scalar, part, 0)
+        return build.call(aten.fill.Scalar, part, _part_of_number(value, which))
 
     return build.complex(on_part(0), on_part(1))
 

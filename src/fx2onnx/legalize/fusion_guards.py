@@ -33,6 +33,8 @@ import math
 import numpy as np
 import onnx_ir as ir
 
+from fx2onnx._constant_arrays import constant_array
+
 _STANDARD = ("", "ai.onnx")
 
 
@@ -72,7 +74,7 @@ def _zero_addition_kept(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
     if len(node.inputs) != 2:
         return 0
     for position in ((0, 1), (1, 0)) if node.op_type == "Add" else ((0, 1),):
-        x, constant = node.inputs[position[0]], _constant_of(node.inputs[position[1]])
+        x, constant = node.inputs[position[0]], constant_array(node.inputs[position[1]])
         if x is None or constant is None or constant.shape != () or constant.dtype.kind != "f":
             continue
         number = float(constant)
@@ -100,21 +102,10 @@ def _zero_addition_kept(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
     return 0
 
 
-def _constant_of(value: ir.Value | None) -> np.ndarray | None:
-    if value is None:
-        return None
-    if value.const_value is not None:
-        return value.const_value.numpy()
-    producer = value.producer()
-    if producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
-        return producer.attributes["value"].as_tensor().numpy()
-    return None
-
-
 def _without_zero_divisor(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
     """An integer Div/Mod by a constant holding a zero divides by a copy with ones there (ONNX Runtime refuses
     the zero at session creation)."""
-    divisor = _constant_of(node.inputs[1] if len(node.inputs) > 1 else None)
+    divisor = constant_array(node.inputs[1] if len(node.inputs) > 1 else None)
     if divisor is None or divisor.dtype.kind not in "iu" or not (divisor == 0).any():
         return 0
     name = f"{node.name or 'division'}_nonzero_divisor"
@@ -154,7 +145,7 @@ def _non_finite_scale_kept_apart(graph: ir.Graph | ir.Function, node: ir.Node) -
     if len(node.inputs) != 2:
         return 0
     for position in (0, 1) if node.op_type == "Mul" else (0,):
-        product, constant = node.inputs[position], _constant_of(node.inputs[1 - position])
+        product, constant = node.inputs[position], constant_array(node.inputs[1 - position])
         if product is None or constant is None or constant.size != 1 or constant.dtype.kind != "f":
             continue
         value = float(constant.reshape(()))
