@@ -148,7 +148,7 @@ class GraphRecorder(evaluator.Evaluator):
             arrays: list[np.ndarray | None] = []
             for value in inputs:
                 const = None if value is None else value.const_value
-                if value is not None and (const is None or value.is_graph_input()):
+                if value is not None and (const is None or value.is_graph_input() or value.is_initializer()):
                     return None
                 if const is not None and const.size > folding.INPUT_SIZE_LIMIT:
                     return None
