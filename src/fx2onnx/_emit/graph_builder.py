@@ -73,6 +73,7 @@ class GraphEmitter:
         self.graph = ir.Graph([], [], nodes=[], name="main_graph")
         self.opset_imports: dict[str, int] = {"": BASE_OPSET}
         self.recorder = GraphRecorder(self.graph, self.opset_imports)
+        self.recorder.fold_initializers = fold_weights
         self.env: dict[torch.fx.Node, Any] = {}
         self.casts: list[CastRecord] = []
         self._named: set[int] = set()  # ids of values named after an FX node

@@ -57,6 +57,9 @@ class GraphRecorder(evaluator.Evaluator):
         # Traces of implementations by what a trace reads (_trace_key); None: one that cannot be replayed.
         self._traces: dict[tuple[Any, ...], _Trace | None] | None = {}
         self._log: list[ir.Node] | None = None  # nodes added while a trace is recorded
+        # Whether nodes reading a weight may be folded at emit: not when a checkpoint replaces the weights after
+        # emission (export(weights=...)).
+        self.fold_initializers = True
 
     # --- context ------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -148,7 +151,9 @@ class GraphRecorder(evaluator.Evaluator):
             arrays: list[np.ndarray | None] = []
             for value in inputs:
                 const = None if value is None else value.const_value
-                if value is not None and (const is None or value.is_graph_input() or value.is_initializer()):
+                if value is not None and (const is None or value.is_graph_input()):
+                    return None
+                if value is not None and value.is_initializer() and not self.fold_initializers:
                     return None
                 if const is not None and const.size > folding.INPUT_SIZE_LIMIT:
                     return None
@@ -626,6 +631,7 @@ class _NestedRecorder(GraphRecorder):
         self.functions = parent.functions
         self._inferred = parent._inferred
         self._traces = None  # its names are its parent's: a trace's names would not be consecutive
+        self.fold_initializers = parent.fold_initializers
 
     def fresh_name(self, hint: str = "v") -> str:
         return self.parent.fresh_name(hint)
