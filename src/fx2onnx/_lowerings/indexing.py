@@ -998,8 +998,10 @@ def embedding_bag(
 def split(self: TTensor, split_size: int, dim: int = 0) -> Sequence[TTensor]:
     from onnxscript.function_libs.torch_lib.ops.core import aten_split
 
-    axis = dim % max(len(self.shape), 1)
-    length = self.shape[axis] if len(self.shape) else None
+    if self.shape is None or not len(self.shape):
+        return aten_split(self, split_size, dim)
+    axis = dim % len(self.shape)
+    length = self.shape[axis]
     if type(length) is not int or length <= 0 or split_size <= 0:
         return aten_split(self, split_size, dim)  # a symbolic or empty dim: a sequence, as torchlib makes it
     parts = math.ceil(length / split_size)
@@ -1015,7 +1017,7 @@ def split(self: TTensor, split_size: int, dim: int = 0) -> Sequence[TTensor]:
 def split_with_sizes(self: TTensor, split_sizes: Sequence[int], dim: int = 0) -> Sequence[TTensor]:
     from onnxscript.function_libs.torch_lib.ops.core import aten_split_with_sizes
 
-    if not len(self.shape) or not split_sizes:
+    if self.shape is None or not len(self.shape) or not split_sizes:
         return aten_split_with_sizes(self, split_sizes, dim)
     sizes = np.array(list(split_sizes), dtype=np.int64)  # a constant: the number of outputs is read from it
     outputs = op.Split(self, sizes, axis=dim % len(self.shape))
