@@ -169,7 +169,14 @@ class GraphRecorder(evaluator.Evaluator):
             for value in inputs:
                 if value is not None and value.const_value is not None and value.const_value.size > 64:
                     _note_watched(value, "const_value")
-        return self.constant(result)
+        # Shared by value, as Python constants are: the same constant folded in each layer is one value, so the
+        # nodes that read it stay alike for the optimizer's common subexpression elimination.
+        key = (ir.DataType.from_numpy(result.dtype), result.shape, result.tobytes())
+        shared = self._constants.get(key)
+        if shared is None:
+            shared = self._constants[key] = self.constant(result)
+            self._constant_keys[id(shared)] = key
+        return shared
 
     # --- building blocks ----------------------------------------------------------------------
     def add_node(
