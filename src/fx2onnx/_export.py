@@ -235,6 +235,7 @@ def _export(
             dim_names=symbol_names_for(captured, user_dims, flat_inputs),
             progress=progress,
             higher_order=control_flow.EMITTERS,
+            fold_weights=bound is None,  # a checkpoint's weights are attached after emission
         )
         # The report sees decisions and Casts as they happen, so a failed export still explains itself.
         export_report.decisions = dispatcher.decisions

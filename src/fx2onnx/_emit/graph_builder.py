@@ -58,7 +58,10 @@ class GraphEmitter:
         dim_names: Mapping[Any, str] | None = None,
         progress: ExportProgress | None = None,
         higher_order: Mapping[Any, HigherOrderEmitter] | None = None,
+        fold_weights: bool = True,
     ) -> None:
+        # Whether the weights' values are final: False when a checkpoint replaces them after emission (weights=).
+        self.fold_weights = fold_weights
         self.progress = progress
         # Higher-order operator -> what emits it with nested walks (emit/control_flow.py's EMITTERS).
         self.higher_order: Mapping[Any, HigherOrderEmitter] = higher_order or {}
@@ -70,6 +73,7 @@ class GraphEmitter:
         self.graph = ir.Graph([], [], nodes=[], name="main_graph")
         self.opset_imports: dict[str, int] = {"": BASE_OPSET}
         self.recorder = GraphRecorder(self.graph, self.opset_imports)
+        self.recorder.fold_initializers = fold_weights
         self.env: dict[torch.fx.Node, Any] = {}
         self.casts: list[CastRecord] = []
         self._named: set[int] = set()  # ids of values named after an FX node
@@ -86,6 +90,9 @@ class GraphEmitter:
             nodes = self.progress.items(nodes, unit="node")
         for node in nodes:
             getattr(self, node.op)(node)
+        if self.fold_weights:
+            _fold_weight_transposes(self.graph)
+        _remove_unused_constants(self.graph)
         model = ir.Model(
             self.graph,
             ir_version=8,
@@ -303,6 +310,57 @@ class GraphEmitter:
         if trace:
             metadata[STACK_TRACE] = trace
         return metadata
+
+
+def _fold_weight_transposes(graph: ir.Graph) -> None:
+    """A ``Transpose`` of a weight that nothing else reads (torchlib's ``linear`` transposes its weight) becomes the
+    weight's transposed view, as onnxscript's constant folding makes it (a strided numpy view: no copy; the save
+    writes it in C order). Weights without bytes (``export(weights=...)``: meta tensors) are left to finalize,
+    which transposes their checkpoint tensors unread (``_weights.fold_transposes``)."""
+    for node in list(graph):
+        if node.op_type != "Transpose" or node.domain or len(node.inputs) != 1:
+            continue
+        source, output = node.inputs[0], node.outputs[0]
+        tensor = None if source is None else source.const_value
+        if tensor is None or not source.is_initializer() or source.is_graph_output() or output.is_graph_output():
+            continue
+        if len(source.uses()) != 1 or not isinstance(tensor, (TorchTensor, ir.Tensor)):
+            continue
+        if isinstance(tensor, TorchTensor) and tensor.raw.device.type != "cpu":
+            continue  # a weight without bytes (the meta device, a fake tensor)
+        perm = node.attributes.get("perm")
+        permutation = tuple(perm.as_ints()) if perm is not None else tuple(reversed(range(len(tensor.shape))))
+        try:
+            array = tensor.numpy().view(tensor.dtype.numpy())
+        except Exception:
+            continue
+        transposed = ir.Tensor(array.transpose(permutation), dtype=tensor.dtype, name=output.name)
+        folded = ir.Value(
+            name=output.name,
+            type=ir.TensorType(tensor.dtype),
+            shape=ir.Shape(transposed.shape),
+            const_value=transposed,
+        )
+        output.replace_all_uses_with(folded)
+        graph.remove(node, safe=True)
+        graph.initializers.pop(source.name)
+        output.name = None
+        graph.register_initializer(folded)
+
+
+def _remove_unused_constants(graph: ir.Graph) -> None:
+    """Drop the graph's ``Constant`` nodes nothing reads: the inputs of nodes folded at emit (``_emit/folding.py``),
+    which the optimizer would otherwise visit before removing them."""
+    unused = [
+        node
+        for node in graph
+        if node.op_type == "Constant"
+        and not node.domain
+        and not node.outputs[0].uses()
+        and not node.outputs[0].is_graph_output()
+    ]
+    if unused:
+        graph.remove(unused, safe=True)
 
 
 def is_runtime_check(node: torch.fx.Node) -> bool:

@@ -26,6 +26,8 @@ from onnxscript import evaluator
 from onnxscript.values import OnnxFunction, TracedOnnxFunction
 
 from fx2onnx import _dtypes as dtypes
+from fx2onnx._emit import folding
+from fx2onnx._records import BASE_OPSET
 
 _PY_DEFAULT_DTYPES = {bool: ir.DataType.BOOL, int: ir.DataType.INT64, float: ir.DataType.FLOAT}
 # Cast/CastLike targets a Python number is converted to directly. Not float16, bfloat16, float8: eager converts a
@@ -55,6 +57,9 @@ class GraphRecorder(evaluator.Evaluator):
         # Traces of implementations by what a trace reads (_trace_key); None: one that cannot be replayed.
         self._traces: dict[tuple[Any, ...], _Trace | None] | None = {}
         self._log: list[ir.Node] | None = None  # nodes added while a trace is recorded
+        # Whether nodes reading a weight may be folded at emit: not when a checkpoint replaces the weights after
+        # emission (export(weights=...)).
+        self.fold_initializers = True
 
     # --- context ------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -98,8 +103,14 @@ class GraphRecorder(evaluator.Evaluator):
         inputs, attributes = self._bind(signature, args, kwargs)
         if num_outputs is None:
             num_outputs = _num_outputs(op.op_schema, signature, inputs, attributes)
+        if folding.may_fold(op.domain, op.name, num_outputs):
+            folded = self._folded(op.name, inputs, attributes)
+            if folded is not None:
+                return folded
         version = self.opset_imports.get(op.domain) if op.domain else None
         outputs = self.add_node(op.domain, op.name, inputs, attributes, num_outputs, version=version)
+        if op.name == "Constant" and not op.domain:
+            outputs[0].const_value = folding.constant_value(attributes)  # what nodes folded at emit read
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def eval_function(self, function: OnnxFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -122,6 +133,50 @@ class GraphRecorder(evaluator.Evaluator):
             if dtype is not None:
                 value.dtype = dtype
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _folded(
+        self, op_type: str, inputs: Sequence[ir.Value | None], attributes: Sequence[ir.Attr]
+    ) -> ir.Value | None:
+        """The constant a node of constants computes (``_emit/folding.py``), or None: then the node is recorded.
+
+        Read here, where a trace's watch trusts the reads: a trace key holds the bytes of constants of up to 64
+        elements, so a fold that read a larger one makes the trace being recorded one that is not replayed."""
+        if op_type == "CastLike" and len(inputs) == 2 and inputs[1] is not None and inputs[1].dtype is not None:
+            # Only the target's dtype is read (the optimizer makes it a Cast): the target may be anything.
+            op_type, inputs, attributes = "Cast", inputs[:1], [ir.AttrInt64("to", inputs[1].dtype)]
+        result = folding.static_shape(op_type, inputs[0] if inputs else None, attributes)
+        if result is None:
+            if op_type in ("Shape", "Size"):
+                return None
+            arrays: list[np.ndarray | None] = []
+            for value in inputs:
+                const = None if value is None else value.const_value
+                if value is not None and (const is None or value.is_graph_input()):
+                    return None
+                if value is not None and value.is_initializer() and not self.fold_initializers:
+                    return None
+                if const is not None and const.size > folding.INPUT_SIZE_LIMIT:
+                    return None
+                try:
+                    arrays.append(None if const is None else const.numpy().view(const.dtype.numpy()))
+                except Exception:  # a weight without bytes (on the meta device: export(weights=...))
+                    return None
+            version = self.opset_imports.get("", BASE_OPSET)
+            dtypes_of = [None if value is None else value.dtype for value in inputs]
+            result = folding.evaluate(op_type, version, arrays, dtypes_of, attributes)
+            if result is None:
+                return None
+            for value in inputs:
+                if value is not None and value.const_value is not None and value.const_value.size > 64:
+                    _note_watched(value, "const_value")
+        # Shared by value, as Python constants are: the same constant folded in each layer is one value, so the
+        # nodes that read it stay alike for the optimizer's common subexpression elimination.
+        key = (ir.DataType.from_numpy(result.dtype), result.shape, result.tobytes())
+        shared = self._constants.get(key)
+        if shared is None:
+            shared = self._constants[key] = self.constant(result)
+            self._constant_keys[id(shared)] = key
+        return shared
 
     # --- building blocks ----------------------------------------------------------------------
     def add_node(
@@ -215,7 +270,11 @@ class GraphRecorder(evaluator.Evaluator):
     def cast(self, value: ir.Value, dtype: ir.DataType) -> ir.Value:
         if value.dtype == dtype:
             return value
-        (output,) = self.add_node("", "Cast", [value], [ir.AttrInt64("to", dtype)])
+        attributes = [ir.AttrInt64("to", dtype)]
+        folded = self._folded("Cast", [value], attributes) if value.const_value is not None else None
+        if folded is not None:
+            return folded
+        (output,) = self.add_node("", "Cast", [value], attributes)
         return output
 
     # --- argument binding ---------------------------------------------------------------------
@@ -579,6 +638,7 @@ class _NestedRecorder(GraphRecorder):
         self.functions = parent.functions
         self._inferred = parent._inferred
         self._traces = None  # its names are its parent's: a trace's names would not be consecutive
+        self.fold_initializers = parent.fold_initializers
 
     def fresh_name(self, hint: str = "v") -> str:
         return self.parent.fresh_name(hint)

@@ -1001,3 +1001,36 @@ def embedding_bag(
         if mode == 1:
             max_indices = bag_size
     return _back(output, weight), offset2bag, bag_size, max_indices
+
+
+# --- split into a static number of parts ----------------------------------------------------------------------
+# torchlib splits into a sequence (SplitToSequence, then a SequenceAt per part), which onnxscript's optimizer turns
+# into a Split when the number of parts is static; here that Split is emitted directly, as the optimizer writes it.
+@lowering("aten::split.Tensor")
+def split(self: TTensor, split_size: int, dim: int = 0) -> Sequence[TTensor]:
+    from onnxscript.function_libs.torch_lib.ops.core import aten_split
+
+    if self.shape is None or not len(self.shape):
+        return aten_split(self, split_size, dim)
+    axis = dim % len(self.shape)
+    length = self.shape[axis]
+    if type(length) is not int or length <= 0 or split_size <= 0:
+        return aten_split(self, split_size, dim)  # a symbolic or empty dim: a sequence, as torchlib makes it
+    parts = math.ceil(length / split_size)
+    if length % split_size == 0:
+        outputs = op.Split(self, axis=axis, num_outputs=parts)
+    else:  # the last part is shorter: explicit sizes (num_outputs alone would split evenly)
+        sizes = np.array([split_size] * (parts - 1) + [length - (parts - 1) * split_size], dtype=np.int64)
+        outputs = op.Split(self, sizes, axis=axis)
+    return [outputs] if isinstance(outputs, ir.Value) else list(outputs)
+
+
+@lowering("aten::split_with_sizes")
+def split_with_sizes(self: TTensor, split_sizes: Sequence[int], dim: int = 0) -> Sequence[TTensor]:
+    from onnxscript.function_libs.torch_lib.ops.core import aten_split_with_sizes
+
+    if self.shape is None or not len(self.shape) or not split_sizes:
+        return aten_split_with_sizes(self, split_sizes, dim)
+    sizes = np.array(list(split_sizes), dtype=np.int64)  # a constant: the number of outputs is read from it
+    outputs = op.Split(self, sizes, axis=dim % len(self.shape))
+    return [outputs] if isinstance(outputs, ir.Value) else list(outputs)

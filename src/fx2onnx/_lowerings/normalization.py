@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 from onnxscript import DOUBLE, INT64, UINT8
 from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.tensor_typing import TTensor
 
 from fx2onnx._lowerings.builders import _LOW_PRECISION, TFloat, _back, _double
 from fx2onnx._lowerings.rules import lowering
@@ -319,3 +320,15 @@ def batch_norm_with_update_functional(
         _back(new_mean, like),
         _back(new_var, like),
     )
+
+
+# --- dropout --------------------------------------------------------------------------------------------------
+@lowering("aten::dropout")
+def dropout(input: TTensor, p: float, train: bool) -> TTensor:
+    """In eval (``train=False``) or with ``p=0``, dropout is its input: no node (torchlib's Dropout node, which
+    onnxscript's optimizer would remove). Training dropout is torchlib's."""
+    if not train or p == 0:
+        return input
+    from onnxscript.function_libs.torch_lib.ops.core import aten_dropout
+
+    return aten_dropout(input, p, train)
