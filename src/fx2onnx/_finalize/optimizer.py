@@ -25,6 +25,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
@@ -85,7 +86,7 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
         _InlineIfAnyFunction(),
         _FoldAndRewrite(_FoldConstants(), rewrite, num_iterations),
         *(() if rewrite.removes_unused_nodes else (common_passes.RemoveUnusedNodesPass(),)),
-        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        _lift_constants(),
         common_passes.LiftSubgraphInitializersToMainGraphPass(),
         common_passes.DeduplicateInitializersPass(),
         common_passes.CommonSubexpressionEliminationPass(),
@@ -93,6 +94,38 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
         common_passes.NameFixPass(),
     )
     passes(model)
+
+
+_NUMBER_ATTRIBUTES = {
+    "value_int": ir.DataType.INT64,
+    "value_ints": ir.DataType.INT64,
+    "value_float": ir.DataType.FLOAT,
+    "value_floats": ir.DataType.FLOAT,
+}
+
+
+class _LiftConstants(common_passes.LiftConstantsToInitializersPass):
+    """onnx_ir's pass lifting every Constant to an initializer, with the tensor of a number or list attribute
+    made as ``ir.tensor`` makes it (an int64 or float32 array) but without its checks of what the value is
+    (runtime protocol checks, ~0.3 ms a call on Python 3.11: most of the pass's time on GPT-2)."""
+
+    def _constant_node_attribute_to_tensor(
+        self, node: ir.Node, attr_name: str, attr_value: ir.Attr, initializer_name: str
+    ) -> ir.TensorProtocol | None:
+        dtype = _NUMBER_ATTRIBUTES.get(attr_name)
+        if dtype is None or not self.lift_all_constants:
+            return super()._constant_node_attribute_to_tensor(node, attr_name, attr_value, initializer_name)
+        array = np.array(attr_value.value, dtype=dtype.numpy())
+        tensor = ir.Tensor(array, dtype=dtype, shape=ir.Shape(array.shape), name=initializer_name)
+        return None if tensor.size < self.size_limit else tensor
+
+
+def _lift_constants() -> ir.passes.PassBase:
+    """optimize_ir's lifting of every Constant; onnx_ir's own pass where its internals differ."""
+    plain = common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)
+    if not callable(getattr(plain, "_constant_node_attribute_to_tensor", None)):
+        return plain
+    return _LiftConstants(lift_all_constants=True, size_limit=0)
 
 
 class _FoldAndRewrite(ir.passes.InPlacePass):
@@ -226,7 +259,9 @@ class _RulesByRoot:
 
     onnxscript's rule set tries each rule on each node, in order, and applies the first that matches;
     this does the same, in the same order, without calling the rules that cannot match (60 rules x
-    1000 nodes of GPT-2 were 57,000 calls). The attributes the rule set reads after a match (name,
+    1000 nodes of GPT-2 were 57,000 calls): those rooted at another op type, and those whose pattern needs an
+    input computed by an op type the node's input is not computed by (``ReshapeReshape`` at a Reshape of a
+    graph input). The attributes the rule set reads after a match (name,
     as_function, remove_nodes) are the matched rule's.
     """
 
@@ -237,6 +272,7 @@ class _RulesByRoot:
         self._by_root: dict[tuple[str, str], list[pattern.RewriteRule]] = {}
         for key in set().union(*(root for root in roots if root is not None)):
             self._by_root[key] = [rule for rule, root in zip(self.rules, roots) if root is None or key in root]
+        self._producers = {id(rule): _pattern_producers(rule) for rule in self.rules}
         # The rule set decides once whether to remove unused nodes afterwards: when any rule keeps them.
         self.remove_nodes = all(rule.remove_nodes for rule in self.rules)
         self.name: str | None = None
@@ -258,11 +294,51 @@ class _RulesByRoot:
     def try_rewrite(self, model: ir.Model, graph_or_function: Any, node: ir.Node, **options: Any) -> Any:
         domain = "" if node.domain == "ai.onnx" else node.domain
         for rule in self._by_root.get((domain, node.op_type), self._anywhere):
+            if not _producers_can_match(node, self._producers[id(rule)]):
+                continue
             delta = rule.try_rewrite(model, graph_or_function, node, **options)
             if delta is not None:
                 self.name, self.as_function, self.remove_nodes = rule.name, rule.as_function, rule.remove_nodes
                 return delta
         return None
+
+
+def _pattern_producers(rule: pattern.RewriteRule) -> tuple[tuple[int, str, str], ...]:
+    """(input position, domain, op type) of the root's inputs the pattern has computed by a given op.
+
+    onnxscript's matcher matches the root node's inputs by position, and an input pattern computed by a node
+    only a value computed by a node of that op type; patterns of several outputs (matched otherwise) give ().
+    """
+    from onnxscript.rewriter import _pattern_ir
+
+    required = []
+    try:
+        outputs = rule._target_pattern.outputs
+        if len(outputs) != 1 or outputs[0].producer() is None:
+            return ()
+        for position, input_pattern in enumerate(outputs[0].producer().inputs):
+            if not isinstance(input_pattern, _pattern_ir.NodeOutputPattern):
+                continue
+            identifier = input_pattern.producer().op_identifier()
+            if identifier is None or not isinstance(identifier[0], str) or not isinstance(identifier[1], str):
+                continue
+            domain = "" if identifier[0] == "ai.onnx" else identifier[0]
+            required.append((position, domain, identifier[1]))
+    except (AttributeError, TypeError, ImportError):  # another onnxscript's internals: no filter
+        return ()
+    return tuple(required)
+
+
+def _producers_can_match(node: ir.Node, required: tuple[tuple[int, str, str], ...]) -> bool:
+    inputs = node.inputs
+    for position, domain, op_type in required:
+        value = inputs[position] if position < len(inputs) else None
+        producer = value.producer() if value is not None else None
+        if producer is None or producer.op_type != op_type:
+            return False  # onnxscript's matcher fails there too
+        if ("" if producer.domain == "ai.onnx" else producer.domain) != domain:
+            return False
+    return True
 
 
 def _pattern_roots(rule: pattern.RewriteRule) -> set[tuple[str, str]] | None:
