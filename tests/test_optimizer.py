@@ -131,3 +131,25 @@ def test_rules_needing_a_producer_are_tried_only_where_the_input_has_it() -> Non
     assert optimizer._producers_can_match(second, required)
     assert not optimizer._producers_can_match(ir.node("Reshape", [cast.outputs[0], shape]), required)
     assert not optimizer._producers_can_match(ir.node("Reshape", []), required)
+
+
+def test_materialize_reshape_shape_is_not_tried_on_a_reshape_to_a_constant_shape() -> None:
+    """Its check fails at once on a constant shape; a computed shape is still offered to it (and materialized)."""
+    from onnxscript.rewriter.rules.common import materialize_reshape_shape_rule
+
+    fails = optimizer._known_failing_checks()[id(materialize_reshape_shape_rule)]
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 6]))
+    constant = ir.Value(name="c", const_value=ir.tensor(np.array([3, 4], np.int64), name="c"))
+    computed = ir.node("Shape", [x]).outputs[0]
+    assert fails(ir.node("Reshape", [x, constant]))
+    assert not fails(ir.node("Reshape", [x, computed]))
+
+    reshape = ir.node("Reshape", [x, computed])
+    reshape.outputs[0].name, reshape.outputs[0].type = "y", ir.TensorType(ir.DataType.FLOAT)
+    reshape.outputs[0].shape = ir.Shape([2, 6])
+    model = ir.Model(
+        ir.Graph([x], [reshape.outputs[0]], nodes=[computed.producer(), reshape], opset_imports={"": 18}), ir_version=8
+    )
+    rules = optimizer._RulesByRoot([materialize_reshape_shape_rule])
+    delta = rules.try_rewrite(model, model.graph, reshape)
+    assert delta is not None and rules.name == "MaterializeReshapeShape"

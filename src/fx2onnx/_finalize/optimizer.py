@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -273,6 +273,7 @@ class _RulesByRoot:
         for key in set().union(*(root for root in roots if root is not None)):
             self._by_root[key] = [rule for rule, root in zip(self.rules, roots) if root is None or key in root]
         self._producers = {id(rule): _pattern_producers(rule) for rule in self.rules}
+        self._checks_fail = _known_failing_checks()
         # The rule set decides once whether to remove unused nodes afterwards: when any rule keeps them.
         self.remove_nodes = all(rule.remove_nodes for rule in self.rules)
         self.name: str | None = None
@@ -295,6 +296,8 @@ class _RulesByRoot:
         domain = "" if node.domain == "ai.onnx" else node.domain
         for rule in self._by_root.get((domain, node.op_type), self._anywhere):
             if not _producers_can_match(node, self._producers[id(rule)]):
+                continue
+            if id(rule) in self._checks_fail and self._checks_fail[id(rule)](node):
                 continue
             delta = rule.try_rewrite(model, graph_or_function, node, **options)
             if delta is not None:
@@ -339,6 +342,23 @@ def _producers_can_match(node: ir.Node, required: tuple[tuple[int, str, str], ..
         if ("" if producer.domain == "ai.onnx" else producer.domain) != domain:
             return False
     return True
+
+
+def _known_failing_checks() -> dict[int, Callable[[ir.Node], bool]]:
+    """For the rules tried most often on transformers, what makes their check fail at once, read without the
+    matcher (id(rule) -> whether the rule's check fails at the node)."""
+    try:
+        from onnxscript.rewriter.rules.common._materialize_reshape_shape import materialize_reshape_shape_rule
+    except ImportError:  # another onnxscript
+        return {}
+
+    def reshape_to_a_constant_shape(node: ir.Node) -> bool:
+        # MaterializeReshapeShape gives a Reshape to a computed shape a constant one: its check fails first
+        # thing when the shape is a constant (an in-memory one, whose numpy() cannot fail).
+        shape = node.inputs[1] if len(node.inputs) == 2 else None
+        return shape is not None and isinstance(shape.const_value, ir.Tensor)
+
+    return {id(materialize_reshape_shape_rule): reshape_to_a_constant_shape}
 
 
 def _pattern_roots(rule: pattern.RewriteRule) -> set[tuple[str, str]] | None:
