@@ -10,11 +10,13 @@ fewer than two Slices leaves it out.
 The rewrite pass tries every rule on every node; most rules' patterns are rooted at one op type
 (``CastCast`` at a Cast), so here a node is only offered to the rules that can be rooted at its op
 type, in their order, before onnxscript's matcher, which costs ~40 us a try (three quarters of the
-optimizer's time on GPT-2 went to failed tries). Constant folding uses the types and shapes fx2onnx recorded while
+optimizer's time on GPT-2 went to failed tries), and not to a rule whose pattern needs an input the node's is not
+(``ReshapeReshape`` needs a Reshape's output) or whose check fails at once (``_known_failing_checks``). Constant
+folding uses the types and shapes fx2onnx recorded while
 emitting instead of running ONNX shape inference again on every node. The inliner, which walks the whole graph,
 runs only when the model still has a function to inline. optimize_ir's fold/rewrite loop runs each pass again only
 when it may still change something, and removes unused nodes only where the rewrite pass has not just done it
-(``_FoldAndRewrite``).
+(``_FoldAndRewrite``). Constants are lifted to initializers without ``ir.tensor``'s slow checks (``_LiftConstants``).
 """
 
 from __future__ import annotations
