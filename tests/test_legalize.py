@@ -472,3 +472,22 @@ def test_constants_converted_ahead_of_time_leave_no_unused_original() -> None:
     program = check(AddsBufferFunction().to(torch.bfloat16), (torch.randn(2, 8, dtype=torch.bfloat16),))
     unused = [v.name for v in program.model.graph.initializers.values() if not v.uses() and not v.is_graph_output()]
     assert unused == []
+
+
+def test_final_check_judges_again_a_legal_node_whose_types_changed() -> None:
+    """check() skips a node found legal only while its types are as judged: a float32 Cos made bfloat16 after
+    the pass (as a rewrite of its producer could) is refused, not taken for the node found legal."""
+    from fx2onnx.legalize import get_target
+    from fx2onnx.legalize.rewrite import Legalizer
+
+    f32 = ir.TensorType(ir.DataType.FLOAT)
+    x = ir.Value(name="x", type=f32, shape=ir.Shape([3]))
+    cos = ir.Node("", "Cos", [x], name="cos")
+    cos.outputs[0].name, cos.outputs[0].type, cos.outputs[0].shape = "y", f32, ir.Shape([3])
+    graph = ir.Graph([x], [cos.outputs[0]], nodes=[cos], opset_imports={"": 18}, name="main")
+    legalizer = Legalizer(ir.Model(graph, ir_version=8), get_target("onnxruntime-cpu"))
+    legalizer.run()
+    assert not legalizer.refusals and not list(legalizer.check())
+    bf16 = ir.TensorType(ir.DataType.BFLOAT16)
+    x.type = cos.outputs[0].type = bf16
+    assert [refusal.node.name for refusal in legalizer.check()] == ["cos"]

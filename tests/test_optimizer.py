@@ -8,6 +8,7 @@ inference), so ``value_info`` is left out of the comparison. The rules fx2onnx m
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 import onnxscript.optimizer
 import onnxscript.rewriter
@@ -80,3 +81,75 @@ def test_folds_again_only_after_a_rewrite(model: torch.nn.Module, folds: int) ->
     fold = _CountingFold()
     optimizer._FoldAndRewrite(fold, optimizer._Rewrite(rules), iterations=2)(unoptimized)
     assert fold.runs == folds
+
+
+def _gemm_whose_zero_bias_is_also_transposed() -> ir.Model:
+    """y = Gemm(x, w, zeros) + Transpose(zeros): the zero bias is large (128x128, above onnxscript's folding
+    limit), so the first fold leaves its Transpose (the bias has two users); the rewrite drops the bias from the
+    Gemm, and the second fold then folds the Transpose (a large input it alone uses), a node the rewrite did not
+    touch."""
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([128, 4]))
+    w = ir.Value(name="w", const_value=ir.tensor(np.ones((4, 128), np.float32), name="w"))
+    zeros = ir.Value(name="zeros", const_value=ir.tensor(np.zeros((128, 128), np.float32), name="zeros"))
+    for value in (w, zeros):
+        value.type, value.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(value.const_value.shape)
+    gemm = ir.node("Gemm", [x, w, zeros])
+    transpose = ir.node("Transpose", [zeros], attributes={"perm": [1, 0]})
+    add = ir.node("Add", [gemm.outputs[0], transpose.outputs[0]])
+    for node in (gemm, transpose, add):
+        node.outputs[0].type, node.outputs[0].shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([128, 128])
+    add.outputs[0].name = "y"
+    graph = ir.Graph(
+        [x], [add.outputs[0]], nodes=[gemm, transpose, add], initializers=[w, zeros], opset_imports={"": 18}
+    )
+    return ir.Model(graph, ir_version=8)
+
+
+def test_second_fold_folds_a_node_the_rewrite_did_not_touch() -> None:
+    """The rewrite dropping the zero bias leaves its Transpose the only user of that large constant: the second
+    fold folds it (a fold restricted to the nodes the rewrite touched would not)."""
+    model = _gemm_whose_zero_bias_is_also_transposed()
+    rules = optimizer._with_exact_no_ops(onnxscript.rewriter._DEFAULT_REWRITE_RULES)
+    optimizer._FoldAndRewrite(optimizer._FoldConstants(), optimizer._Rewrite(rules), iterations=2)(model)
+    assert [node.op_type for node in model.graph] == ["Gemm", "Add"]
+
+
+def test_rules_needing_a_producer_are_tried_only_where_the_input_has_it() -> None:
+    """ReshapeReshape needs its input computed by a Reshape: a Reshape of a graph input is not offered to it,
+    a Reshape of a Reshape is (and it fires, as in test_same_model_as_onnxscript_optimize_ir)."""
+    from onnxscript.rewriter.rules.common import _basic_rules
+
+    rule = _basic_rules.reshape_reshape_rule
+    required = optimizer._pattern_producers(rule)
+    assert required == ((0, "", "Reshape"),)
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 6]))
+    shape = ir.Value(name="shape", const_value=ir.tensor(np.array([3, 4], np.int64), name="shape"))
+    first = ir.node("Reshape", [x, shape])
+    second = ir.node("Reshape", [first.outputs[0], shape])
+    cast = ir.node("Cast", [first.outputs[0]], attributes={"to": 1})
+    assert not optimizer._producers_can_match(first, required)
+    assert optimizer._producers_can_match(second, required)
+    assert not optimizer._producers_can_match(ir.node("Reshape", [cast.outputs[0], shape]), required)
+    assert not optimizer._producers_can_match(ir.node("Reshape", []), required)
+
+
+def test_materialize_reshape_shape_is_not_tried_on_a_reshape_to_a_constant_shape() -> None:
+    """Its check fails at once on a constant shape; a computed shape is still offered to it (and materialized)."""
+    from onnxscript.rewriter.rules.common import materialize_reshape_shape_rule
+
+    fails = optimizer._known_failing_checks()[id(materialize_reshape_shape_rule)]
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 6]))
+    constant = ir.Value(name="c", const_value=ir.tensor(np.array([3, 4], np.int64), name="c"))
+    computed = ir.node("Shape", [x]).outputs[0]
+    assert fails(ir.node("Reshape", [x, constant]))
+    assert not fails(ir.node("Reshape", [x, computed]))
+
+    reshape = ir.node("Reshape", [x, computed])
+    reshape.outputs[0].name, reshape.outputs[0].type = "y", ir.TensorType(ir.DataType.FLOAT)
+    reshape.outputs[0].shape = ir.Shape([2, 6])
+    model = ir.Model(
+        ir.Graph([x], [reshape.outputs[0]], nodes=[computed.producer(), reshape], opset_imports={"": 18}), ir_version=8
+    )
+    rules = optimizer._RulesByRoot([materialize_reshape_shape_rule])
+    delta = rules.try_rewrite(model, model.graph, reshape)
+    assert delta is not None and rules.name == "MaterializeReshapeShape"

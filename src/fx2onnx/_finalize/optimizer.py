@@ -10,11 +10,13 @@ fewer than two Slices leaves it out.
 The rewrite pass tries every rule on every node; most rules' patterns are rooted at one op type
 (``CastCast`` at a Cast), so here a node is only offered to the rules that can be rooted at its op
 type, in their order, before onnxscript's matcher, which costs ~40 us a try (three quarters of the
-optimizer's time on GPT-2 went to failed tries). Constant folding uses the types and shapes fx2onnx recorded while
+optimizer's time on GPT-2 went to failed tries), and not to a rule whose pattern needs an input the node's is not
+(``ReshapeReshape`` needs a Reshape's output) or whose check fails at once (``_known_failing_checks``). Constant
+folding uses the types and shapes fx2onnx recorded while
 emitting instead of running ONNX shape inference again on every node. The inliner, which walks the whole graph,
 runs only when the model still has a function to inline. optimize_ir's fold/rewrite loop runs each pass again only
 when it may still change something, and removes unused nodes only where the rewrite pass has not just done it
-(``_FoldAndRewrite``).
+(``_FoldAndRewrite``). Constants are lifted to initializers without ``ir.tensor``'s slow checks (``_LiftConstants``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
@@ -85,7 +88,7 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
         _InlineIfAnyFunction(),
         _FoldAndRewrite(_FoldConstants(), rewrite, num_iterations),
         *(() if rewrite.removes_unused_nodes else (common_passes.RemoveUnusedNodesPass(),)),
-        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        _lift_constants(),
         common_passes.LiftSubgraphInitializersToMainGraphPass(),
         common_passes.DeduplicateInitializersPass(),
         common_passes.CommonSubexpressionEliminationPass(),
@@ -93,6 +96,38 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
         common_passes.NameFixPass(),
     )
     passes(model)
+
+
+_NUMBER_ATTRIBUTES = {
+    "value_int": ir.DataType.INT64,
+    "value_ints": ir.DataType.INT64,
+    "value_float": ir.DataType.FLOAT,
+    "value_floats": ir.DataType.FLOAT,
+}
+
+
+class _LiftConstants(common_passes.LiftConstantsToInitializersPass):
+    """onnx_ir's pass lifting every Constant to an initializer, with the tensor of a number or list attribute
+    made as ``ir.tensor`` makes it (an int64 or float32 array) but without its checks of what the value is
+    (runtime protocol checks, ~0.3 ms a call on Python 3.11: most of the pass's time on GPT-2)."""
+
+    def _constant_node_attribute_to_tensor(
+        self, node: ir.Node, attr_name: str, attr_value: ir.Attr, initializer_name: str
+    ) -> ir.TensorProtocol | None:
+        dtype = _NUMBER_ATTRIBUTES.get(attr_name)
+        if dtype is None or not self.lift_all_constants:
+            return super()._constant_node_attribute_to_tensor(node, attr_name, attr_value, initializer_name)
+        array = np.array(attr_value.value, dtype=dtype.numpy())
+        tensor = ir.Tensor(array, dtype=dtype, shape=ir.Shape(array.shape), name=initializer_name)
+        return None if tensor.size < self.size_limit else tensor
+
+
+def _lift_constants() -> ir.passes.PassBase:
+    """optimize_ir's lifting of every Constant; onnx_ir's own pass where its internals differ."""
+    plain = common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)
+    if not callable(getattr(plain, "_constant_node_attribute_to_tensor", None)):
+        return plain
+    return _LiftConstants(lift_all_constants=True, size_limit=0)
 
 
 class _FoldAndRewrite(ir.passes.InPlacePass):
@@ -226,7 +261,9 @@ class _RulesByRoot:
 
     onnxscript's rule set tries each rule on each node, in order, and applies the first that matches;
     this does the same, in the same order, without calling the rules that cannot match (60 rules x
-    1000 nodes of GPT-2 were 57,000 calls). The attributes the rule set reads after a match (name,
+    1000 nodes of GPT-2 were 57,000 calls): those rooted at another op type, and those whose pattern needs an
+    input computed by an op type the node's input is not computed by (``ReshapeReshape`` at a Reshape of a
+    graph input). The attributes the rule set reads after a match (name,
     as_function, remove_nodes) are the matched rule's.
     """
 
@@ -237,6 +274,8 @@ class _RulesByRoot:
         self._by_root: dict[tuple[str, str], list[pattern.RewriteRule]] = {}
         for key in set().union(*(root for root in roots if root is not None)):
             self._by_root[key] = [rule for rule, root in zip(self.rules, roots) if root is None or key in root]
+        self._producers = {id(rule): _pattern_producers(rule) for rule in self.rules}
+        self._checks_fail = _known_failing_checks()
         # The rule set decides once whether to remove unused nodes afterwards: when any rule keeps them.
         self.remove_nodes = all(rule.remove_nodes for rule in self.rules)
         self.name: str | None = None
@@ -258,11 +297,70 @@ class _RulesByRoot:
     def try_rewrite(self, model: ir.Model, graph_or_function: Any, node: ir.Node, **options: Any) -> Any:
         domain = "" if node.domain == "ai.onnx" else node.domain
         for rule in self._by_root.get((domain, node.op_type), self._anywhere):
+            if not _producers_can_match(node, self._producers[id(rule)]):
+                continue
+            if id(rule) in self._checks_fail and self._checks_fail[id(rule)](node):
+                continue
             delta = rule.try_rewrite(model, graph_or_function, node, **options)
             if delta is not None:
                 self.name, self.as_function, self.remove_nodes = rule.name, rule.as_function, rule.remove_nodes
                 return delta
         return None
+
+
+def _pattern_producers(rule: pattern.RewriteRule) -> tuple[tuple[int, str, str], ...]:
+    """(input position, domain, op type) of the root's inputs the pattern has computed by a given op.
+
+    onnxscript's matcher matches the root node's inputs by position, and an input pattern computed by a node
+    only a value computed by a node of that op type; patterns of several outputs (matched otherwise) give ().
+    """
+    from onnxscript.rewriter import _pattern_ir
+
+    required = []
+    try:
+        outputs = rule._target_pattern.outputs
+        if len(outputs) != 1 or outputs[0].producer() is None:
+            return ()
+        for position, input_pattern in enumerate(outputs[0].producer().inputs):
+            if not isinstance(input_pattern, _pattern_ir.NodeOutputPattern):
+                continue
+            identifier = input_pattern.producer().op_identifier()
+            if identifier is None or not isinstance(identifier[0], str) or not isinstance(identifier[1], str):
+                continue
+            domain = "" if identifier[0] == "ai.onnx" else identifier[0]
+            required.append((position, domain, identifier[1]))
+    except (AttributeError, TypeError, ImportError):  # another onnxscript's internals: no filter
+        return ()
+    return tuple(required)
+
+
+def _producers_can_match(node: ir.Node, required: tuple[tuple[int, str, str], ...]) -> bool:
+    inputs = node.inputs
+    for position, domain, op_type in required:
+        value = inputs[position] if position < len(inputs) else None
+        producer = value.producer() if value is not None else None
+        if producer is None or producer.op_type != op_type:
+            return False  # onnxscript's matcher fails there too
+        if ("" if producer.domain == "ai.onnx" else producer.domain) != domain:
+            return False
+    return True
+
+
+def _known_failing_checks() -> dict[int, Callable[[ir.Node], bool]]:
+    """For the rules tried most often on transformers, what makes their check fail at once, read without the
+    matcher (id(rule) -> whether the rule's check fails at the node)."""
+    try:
+        from onnxscript.rewriter.rules.common._materialize_reshape_shape import materialize_reshape_shape_rule
+    except ImportError:  # another onnxscript
+        return {}
+
+    def reshape_to_a_constant_shape(node: ir.Node) -> bool:
+        # MaterializeReshapeShape gives a Reshape to a computed shape a constant one: its check fails first
+        # thing when the shape is a constant (an in-memory one, whose numpy() cannot fail).
+        shape = node.inputs[1] if len(node.inputs) == 2 else None
+        return shape is not None and isinstance(shape.const_value, ir.Tensor)
+
+    return {id(materialize_reshape_shape_rule): reshape_to_a_constant_shape}
 
 
 def _pattern_roots(rule: pattern.RewriteRule) -> set[tuple[str, str]] | None:

@@ -77,6 +77,8 @@ class Legalizer:
         self._tried: dict[int, list[str]] = {}  # id(node) -> bindings tried in vain
         self._count = 0
         self._folded: list[tuple[ir.Graph, ir.Value]] = []  # constants replaced by converted copies
+        # Nodes found legal as they were, with what the verdict read of them: check() need not judge them again.
+        self._legal_as_judged: dict[ir.Node, tuple[object, ...]] = {}
 
     # --- driver -------------------------------------------------------------------------------------
     def run(self) -> list[CastRecord]:
@@ -99,6 +101,9 @@ class Legalizer:
         """Every node the target still cannot run."""
         for graph, opsets in self.graphs():
             for node in graph:
+                judged = self._legal_as_judged.get(node)
+                if judged is not None and judged == _judged_signature(node):
+                    continue
                 context = _NodeContext.of(node, opsets, self.model)
                 if context is None:
                     continue
@@ -114,6 +119,7 @@ class Legalizer:
         _type_unknown_outputs(node, context)
         verdict = self._current_verdict(context, node)
         if self._acceptable(verdict):
+            self._legal_as_judged[node] = _judged_signature(node)
             if verdict.implicit_float32:  # fast_math: the runtime's own Casts to float32, with less rounding
                 note = self._describe(node, "all", ir.DataType.FLOAT16, ir.DataType.FLOAT, RUNTIME_CASTS)
                 self.unattached.append(note)
@@ -461,6 +467,16 @@ def _schema_view(
     input_constraints = tuple(schemas.formal_constraint(op_schema, i, output=False) for i in range(len(inputs)))
     output_constraints = tuple(schemas.formal_constraint(op_schema, i, output=True) for i in range(len(outputs)))
     return input_constraints, output_constraints, tuple(binding.items())
+
+
+def _judged_signature(node: ir.Node) -> tuple[object, ...]:
+    """What a verdict reads of a node that a later rewrite of another node could change: its values' types and
+    presence, and its attributes (a legal node judged again with the same is legal again)."""
+    return (
+        tuple(None if value is None else value.type for value in node.inputs),
+        tuple(value.type for value in node.outputs),
+        tuple((name, id(attribute)) for name, attribute in node.attributes.items()),
+    )
 
 
 def _attribute_signature(node: ir.Node) -> tuple[object, ...]:
