@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fx2onnx
 
-VARIANTS = ("float32", "bfloat16", "float16", "dynamic")
+VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "padded")
 REDUCED = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
@@ -450,6 +450,14 @@ def _dynamic_shapes(case: Case, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return {name: spec(case.dynamic_axes[name]) if name in case.dynamic_axes else None for name in kwargs}
 
 
+def _output_scale(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+    """The largest magnitude among the eager model's floating-point outputs."""
+    with torch.no_grad():
+        outputs = torch.utils._pytree.tree_leaves(model(*args, **kwargs))
+    floats = [o for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel()]
+    return max((float(o.detach().abs().max()) for o in floats), default=0.0)
+
+
 def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str, Any]:
     """Export `case` as `variant`, run it in ONNX Runtime and compare with eager: one result record."""
     record: dict[str, Any] = {"model": case.name, "group": case.group, "variant": variant}
@@ -460,6 +468,11 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
         model = copy.deepcopy(model32).to(dtype)
         args = tuple(_to_dtype(a, dtype) for a in args)
         kwargs = {k: _to_dtype(v, dtype) for k, v in kwargs.items()}
+    if variant == "padded":  # an attention mask with padding, as batched generation passes it
+        mask = torch.ones(kwargs["input_ids"].shape, dtype=torch.long)
+        mask[0, :3] = 0  # row 0 left-padded
+        mask[1, -2:] = 0  # row 1 right-padded
+        kwargs = {**kwargs, "attention_mask": mask}
     runs = [(args, kwargs)]
     options: dict[str, Any] = {}
     if variant == "dynamic":
@@ -493,6 +506,14 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
             record.update(outcome="run", error=_short(error), trace=traceback.format_exc()[-3000:])
             return record
         failed = [str(r) for r in results if not r.passed]
+        if failed and variant in ("float32", "dynamic"):
+            # Random weights without trained batch-norm statistics can grow activations to 1e9 (Inception v3):
+            # float32 noise is then far above verify's absolute 1e-4. Judged again at 1e-5 of the outputs' scale.
+            scale = _output_scale(model, call_args, call_kwargs)
+            rescaled = program.verify(*call_args, atol=1e-5 * scale, **call_kwargs)
+            if all(r.passed for r in rescaled):
+                record["note"] = f"within 1e-5 of the outputs' scale {scale:.3g}, not verify's atol: " + failed[0]
+                failed = []
         if failed:
             shape = [list(v.shape) for v in call_args + tuple(call_kwargs.values()) if isinstance(v, torch.Tensor)]
             lines.append(f"inputs {shape}: " + " | ".join(failed))
@@ -508,9 +529,15 @@ def all_cases() -> list[Case]:
 
 def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None) -> list[dict[str, Any]]:
     records = []
-    jobs = [
-        (case, [v for v in variants if v in case.variants and (v != "dynamic" or case.dynamic_axes)]) for case in cases
-    ]
+
+    def applies(case: Case, variant: str) -> bool:
+        if variant == "dynamic":
+            return case.dynamic_axes is not None
+        if variant == "padded":
+            return case.group == "transformers" and case.inputs in (_token_inputs, _seq2seq_inputs)
+        return variant in case.variants
+
+    jobs = [(case, [v for v in variants if applies(case, v)]) for case in cases]
     total = sum(len(v) for _, v in jobs)
     done = 0
     started = time.perf_counter()
