@@ -1,0 +1,616 @@
+"""A sweep of model architectures users export: tiny random-weight transformers models built from configs, and
+torchvision and timm models, each exported with fx2onnx the way a user calls torch.onnx.export, run in ONNX
+Runtime (default session options) and compared with eager, output by output (dtype, shape, values), in float32
+and, for the transformers models, in bfloat16 and float16 (``model.to(dtype)``), plus one export with a dynamic
+batch (and sequence) per model.
+
+Every (model, variant) ends in one class: ``ok``, ``eager`` (eager itself fails: nothing to compare),
+``export`` (fx2onnx.export raised), ``load`` (ONNX Runtime refused the model), ``run`` (ONNX Runtime failed
+running it) or ``mismatch`` (it ran and an output differs from eager: a silent wrong result).
+
+    python benchmarks/zoo.py                    # everything, progress on stderr, one JSON line per result
+    python benchmarks/zoo.py --only bart,vit    # models whose name contains one of these
+    python benchmarks/zoo.py --variants float32,dynamic --out out/zoo.jsonl
+    python benchmarks/zoo.py --table out/zoo.jsonl   # the model x variant table of a results file
+
+timm is imported from FX2ONNX_TIMM_DIR (default: the venv's timm/ folder, which `make bench` fills).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fx2onnx
+
+VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "padded")
+REDUCED = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+@dataclasses.dataclass
+class Case:
+    """One model: how to build it (float32, eval mode), its example inputs, the inputs of the same rank at other
+    sizes for the dynamic export (None: no dynamic export), and which variants apply."""
+
+    name: str
+    group: str
+    build: Callable[[], torch.nn.Module]
+    inputs: Callable[[int, int], Inputs]  # (batch, length) -> (args, kwargs)
+    dynamic_axes: dict[str, dict[int, str]] | None  # input name -> {axis: dim name}
+    variants: tuple[str, ...] = VARIANTS
+
+
+# --- transformers ----------------------------------------------------------------------------------------------
+
+VOCAB = 256
+HIDDEN = 64
+LAYERS = 2
+TOKEN_AXES = {"input_ids": {0: "batch", 1: "sequence"}}
+PIXEL_AXES = {"pixel_values": {0: "batch"}}
+
+
+def _transformers() -> Any:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def _seeded(factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model = factory()
+    return model.eval()
+
+
+def _lm(model_class: str, config_class: str, **config: Any) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        t = _transformers()
+        values = {"vocab_size": VOCAB, "use_cache": False, **config}
+        made = getattr(t, config_class)(**values)
+        made.use_cache = False
+        return _seeded(lambda: getattr(t, model_class)(made))
+
+    return build
+
+
+def _token_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    return (), {"input_ids": torch.randint(3, VOCAB, (batch, length), generator=generator)}
+
+
+def _seq2seq_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    return (), {
+        "input_ids": torch.randint(3, VOCAB, (batch, length), generator=generator),
+        "decoder_input_ids": torch.randint(3, VOCAB, (batch, max(length // 2, 1)), generator=generator),
+    }
+
+
+def _pixel_inputs(size: int, channels: int = 3) -> Callable[[int, int], Inputs]:
+    def inputs(batch: int, length: int) -> Inputs:
+        generator = torch.Generator().manual_seed(1)
+        return (), {"pixel_values": torch.randn(batch, channels, size, size, generator=generator)}
+
+    return inputs
+
+
+def _audio_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    return (), {"input_values": torch.randn(batch, 400 + 40 * length, generator=generator)}
+
+
+LLAMA_LIKE = {
+    "hidden_size": HIDDEN,
+    "intermediate_size": 128,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+}
+BERT_LIKE = {
+    "hidden_size": HIDDEN,
+    "intermediate_size": 128,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 128,
+}
+BART_LIKE = {
+    "d_model": HIDDEN,
+    "encoder_layers": LAYERS,
+    "decoder_layers": LAYERS,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+    "max_position_embeddings": 128,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "decoder_start_token_id": 2,
+}
+MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
+
+
+def _decoder(name: str, model_class: str, config_class: str, **config: Any) -> Case:
+    return Case(name, "transformers", _lm(model_class, config_class, **config), _token_inputs, TOKEN_AXES)
+
+
+def _encoder(name: str, model_class: str, config_class: str, **config: Any) -> Case:
+    return Case(name, "transformers", _lm(model_class, config_class, **config), _token_inputs, TOKEN_AXES)
+
+
+def _seq2seq(name: str, model_class: str, config_class: str, **config: Any) -> Case:
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "decoder_input_ids": {0: "batch", 1: "decoder_sequence"}}
+    return Case(name, "transformers", _lm(model_class, config_class, **config), _seq2seq_inputs, axes)
+
+
+def _vision(name: str, model_class: str, config_class: str, size: int, **config: Any) -> Case:
+    def build() -> torch.nn.Module:
+        t = _transformers()
+        made = getattr(t, config_class)(**config)
+        return _seeded(lambda: getattr(t, model_class)(made))
+
+    return Case(name, "transformers", build, _pixel_inputs(size), PIXEL_AXES)
+
+
+def transformers_cases() -> list[Case]:
+    small_vit = {**BERT_LIKE, "image_size": 32, "patch_size": 8}
+    small_vit.pop("max_position_embeddings")
+    audio_axes = {"input_values": {0: "batch", 1: "samples"}}
+    return [
+        _decoder("mistral", "MistralForCausalLM", "MistralConfig", **LLAMA_LIKE, sliding_window=8),
+        _decoder("qwen2", "Qwen2ForCausalLM", "Qwen2Config", **LLAMA_LIKE),
+        _decoder("qwen3", "Qwen3ForCausalLM", "Qwen3Config", **LLAMA_LIKE, head_dim=16),
+        _decoder("phi3", "Phi3ForCausalLM", "Phi3Config", **LLAMA_LIKE, pad_token_id=0),
+        _decoder("phi", "PhiForCausalLM", "PhiConfig", **LLAMA_LIKE),
+        _decoder("gemma", "GemmaForCausalLM", "GemmaConfig", **LLAMA_LIKE, head_dim=16),
+        _decoder("gemma2", "Gemma2ForCausalLM", "Gemma2Config", **LLAMA_LIKE, head_dim=16, sliding_window=8),
+        _decoder("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig", **LLAMA_LIKE, head_dim=16, sliding_window=8),
+        _decoder(
+            "falcon",
+            "FalconForCausalLM",
+            "FalconConfig",
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=4,
+        ),
+        _decoder(
+            "gpt_neox",
+            "GPTNeoXForCausalLM",
+            "GPTNeoXConfig",
+            hidden_size=HIDDEN,
+            intermediate_size=128,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=4,
+        ),
+        _decoder(
+            "opt",
+            "OPTForCausalLM",
+            "OPTConfig",
+            hidden_size=HIDDEN,
+            ffn_dim=128,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=4,
+            word_embed_proj_dim=HIDDEN,
+            max_position_embeddings=128,
+        ),
+        _decoder("bloom", "BloomForCausalLM", "BloomConfig", hidden_size=HIDDEN, n_layer=LAYERS, n_head=4),
+        _decoder("mpt", "MptForCausalLM", "MptConfig", d_model=HIDDEN, n_layers=LAYERS, n_heads=4, max_seq_len=128),
+        _decoder(
+            "gptj",
+            "GPTJForCausalLM",
+            "GPTJConfig",
+            n_embd=HIDDEN,
+            n_layer=LAYERS,
+            n_head=4,
+            rotary_dim=8,
+            n_positions=128,
+        ),
+        _decoder(
+            "gpt_neo",
+            "GPTNeoForCausalLM",
+            "GPTNeoConfig",
+            hidden_size=HIDDEN,
+            num_layers=LAYERS,
+            num_heads=4,
+            attention_types=[[["global", "local"], 1]],
+            window_size=8,
+            max_position_embeddings=128,
+        ),
+        _decoder("starcoder2", "Starcoder2ForCausalLM", "Starcoder2Config", **LLAMA_LIKE, sliding_window=8),
+        _decoder("mixtral", "MixtralForCausalLM", "MixtralConfig", **LLAMA_LIKE, **MOE),
+        _decoder(
+            "qwen2_moe",
+            "Qwen2MoeForCausalLM",
+            "Qwen2MoeConfig",
+            **LLAMA_LIKE,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            shared_expert_intermediate_size=64,
+        ),
+        _decoder(
+            "qwen3_moe",
+            "Qwen3MoeForCausalLM",
+            "Qwen3MoeConfig",
+            **LLAMA_LIKE,
+            head_dim=16,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+        ),
+        _seq2seq("bart", "BartForConditionalGeneration", "BartConfig", **BART_LIKE),
+        _seq2seq("mbart", "MBartForConditionalGeneration", "MBartConfig", **BART_LIKE),
+        _seq2seq("pegasus", "PegasusForConditionalGeneration", "PegasusConfig", **BART_LIKE),
+        _seq2seq("marian", "MarianMTModel", "MarianConfig", **BART_LIKE),
+        _encoder("roberta", "RobertaForMaskedLM", "RobertaConfig", **BERT_LIKE, pad_token_id=1),
+        _encoder(
+            "distilbert",
+            "DistilBertForMaskedLM",
+            "DistilBertConfig",
+            dim=HIDDEN,
+            hidden_dim=128,
+            n_layers=LAYERS,
+            n_heads=4,
+            max_position_embeddings=128,
+        ),
+        _encoder("albert", "AlbertForMaskedLM", "AlbertConfig", **BERT_LIKE, embedding_size=32),
+        _encoder("electra", "ElectraForMaskedLM", "ElectraConfig", **BERT_LIKE, embedding_size=32),
+        _encoder("deberta_v2", "DebertaV2ForMaskedLM", "DebertaV2Config", **BERT_LIKE),
+        _encoder("xlm_roberta", "XLMRobertaForMaskedLM", "XLMRobertaConfig", **BERT_LIKE, pad_token_id=1),
+        _vision("vit", "ViTForImageClassification", "ViTConfig", 32, **small_vit),
+        _encoder(
+            "clip_text",
+            "CLIPTextModel",
+            "CLIPTextConfig",
+            hidden_size=HIDDEN,
+            intermediate_size=128,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=4,
+            max_position_embeddings=128,
+        ),
+        _vision(
+            "clip_vision",
+            "CLIPVisionModel",
+            "CLIPVisionConfig",
+            32,
+            hidden_size=HIDDEN,
+            intermediate_size=128,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+        ),
+        _vision(
+            "swin",
+            "SwinForImageClassification",
+            "SwinConfig",
+            32,
+            image_size=32,
+            patch_size=2,
+            embed_dim=16,
+            depths=[1, 1],
+            num_heads=[2, 2],
+            window_size=4,
+        ),
+        _vision(
+            "convnext",
+            "ConvNextForImageClassification",
+            "ConvNextConfig",
+            32,
+            hidden_sizes=[16, 32],
+            depths=[1, 1],
+            num_stages=2,
+            image_size=32,
+        ),
+        _vision("dinov2", "Dinov2Model", "Dinov2Config", 32, **{**small_vit, "image_size": 32, "patch_size": 8}),
+        Case(
+            "wav2vec2",
+            "transformers",
+            _lm(
+                "Wav2Vec2ForCTC",
+                "Wav2Vec2Config",
+                hidden_size=HIDDEN,
+                intermediate_size=128,
+                num_hidden_layers=LAYERS,
+                num_attention_heads=4,
+                conv_dim=(32, 32, 32),
+                conv_stride=(5, 4, 2),
+                conv_kernel=(10, 4, 2),
+                num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=4,
+            ),
+            _audio_inputs,
+            audio_axes,
+        ),
+    ]
+
+
+# --- torchvision and timm --------------------------------------------------------------------------------------
+
+
+def _torchvision_case(name: str, size: int, video: bool = False, **options: Any) -> Case:
+    def build() -> torch.nn.Module:
+        from models import _without_zero_weights, import_torchvision
+
+        torchvision = import_torchvision()
+        namespace = torchvision.models
+        for part in name.split(".")[:-1]:
+            namespace = getattr(namespace, part)
+        torch.manual_seed(0)
+        return _without_zero_weights(getattr(namespace, name.split(".")[-1])(weights=None, **options)).eval()
+
+    def inputs(batch: int, length: int) -> Inputs:
+        generator = torch.Generator().manual_seed(1)
+        shape = (batch, 3, 4, size, size) if video else (batch, 3, size, size)
+        return (torch.randn(*shape, generator=generator),), {}
+
+    return Case(f"tv_{name.split('.')[-1]}", "torchvision", build, inputs, {"x": {0: "batch"}}, ("float32", "dynamic"))
+
+
+def torchvision_cases() -> list[Case]:
+    return [
+        _torchvision_case("segmentation.deeplabv3_mobilenet_v3_large", 64, weights_backbone=None, num_classes=5),
+        _torchvision_case("segmentation.fcn_resnet50", 64, weights_backbone=None, num_classes=5),
+        _torchvision_case("segmentation.lraspp_mobilenet_v3_large", 64, weights_backbone=None, num_classes=5),
+        _torchvision_case("video.r3d_18", 32, video=True),
+        _torchvision_case("regnet_y_400mf", 64),
+        _torchvision_case("shufflenet_v2_x0_5", 64),
+        _torchvision_case("squeezenet1_1", 64),
+        _torchvision_case("densenet121", 64),
+        _torchvision_case("inception_v3", 96, aux_logits=False, init_weights=True),
+        _torchvision_case("googlenet", 64, aux_logits=False, init_weights=True),
+        _torchvision_case("mnasnet0_5", 64),
+        _torchvision_case("maxvit_t", 224),
+        _torchvision_case("efficientnet_v2_s", 64),
+    ]
+
+
+TIMM_MODELS = {
+    "resnet18": 64,
+    "efficientnet_b0": 64,
+    "mobilenetv3_small_100": 64,
+    "convnextv2_atto": 64,
+    "vit_tiny_patch16_224": 224,
+    "deit_tiny_patch16_224": 224,
+    "swin_tiny_patch4_window7_224": 224,
+    "levit_128s": 224,
+    "regnetx_002": 64,
+    "mixer_s16_224": 224,
+    "poolformer_s12": 64,
+    "rexnet_100": 64,
+    "ghostnet_100": 64,
+    "cspdarknet53": 64,
+    "mobilevit_xxs": 256,
+    "efficientformer_l1": 224,
+    "coatnet_nano_rw_224": 224,
+    "edgenext_xx_small": 64,
+}
+
+
+def _timm_case(name: str, size: int) -> Case:
+    def build() -> torch.nn.Module:
+        from models import _without_zero_weights, import_timm
+
+        timm = import_timm()
+        torch.manual_seed(0)
+        return _without_zero_weights(timm.create_model(name, pretrained=False, num_classes=10)).eval()
+
+    def inputs(batch: int, length: int) -> Inputs:
+        generator = torch.Generator().manual_seed(1)
+        return (torch.randn(batch, 3, size, size, generator=generator),), {}
+
+    return Case(f"timm_{name}", "timm", build, inputs, {"x": {0: "batch"}}, ("float32", "dynamic"))
+
+
+def timm_cases() -> list[Case]:
+    return [_timm_case(name, size) for name, size in TIMM_MODELS.items()]
+
+
+# --- running ---------------------------------------------------------------------------------------------------
+
+
+def _to_dtype(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.to(dtype)
+    return value
+
+
+def _short(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return " ".join(text.split())[:600]
+
+
+def _dynamic_shapes(case: Case, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """torch.export's dynamic_shapes for the case's axes, with torch.export.Dim objects (named dims)."""
+    assert case.dynamic_axes is not None
+    dims: dict[str, torch.export.Dim] = {}
+
+    def spec(axes: dict[int, str]) -> dict[int, Any]:
+        return {axis: dims.setdefault(name, torch.export.Dim(name, min=1, max=1024)) for axis, name in axes.items()}
+
+    if args:  # one positional tensor (torchvision, timm)
+        return (spec(next(iter(case.dynamic_axes.values()))),)
+    return {name: spec(case.dynamic_axes[name]) if name in case.dynamic_axes else None for name in kwargs}
+
+
+def _output_scale(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+    """The largest magnitude among the eager model's floating-point outputs."""
+    with torch.no_grad():
+        outputs = torch.utils._pytree.tree_leaves(model(*args, **kwargs))
+    floats = [o for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel()]
+    return max((float(o.detach().abs().max()) for o in floats), default=0.0)
+
+
+def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str, Any]:
+    """Export `case` as `variant`, run it in ONNX Runtime and compare with eager: one result record."""
+    record: dict[str, Any] = {"model": case.name, "group": case.group, "variant": variant}
+    args, kwargs = case.inputs(2, 12)
+    model = model32
+    if variant in REDUCED:
+        dtype = REDUCED[variant]
+        model = copy.deepcopy(model32).to(dtype)
+        args = tuple(_to_dtype(a, dtype) for a in args)
+        kwargs = {k: _to_dtype(v, dtype) for k, v in kwargs.items()}
+    if variant == "padded":  # an attention mask with padding, as batched generation passes it
+        mask = torch.ones(kwargs["input_ids"].shape, dtype=torch.long)
+        mask[0, :3] = 0  # row 0 left-padded
+        mask[1, -2:] = 0  # row 1 right-padded
+        kwargs = {**kwargs, "attention_mask": mask}
+    runs = [(args, kwargs)]
+    options: dict[str, Any] = {}
+    if variant == "dynamic":
+        options["dynamic_shapes"] = _dynamic_shapes(case, args, kwargs)
+        runs.append(case.inputs(3, 7))
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    except Exception as error:
+        record.update(outcome="eager", error=_short(error))
+        return record
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = fx2onnx.export(model, args, kwargs=kwargs, **options)
+    except Exception as error:
+        record.update(outcome="export", error=_short(error), trace=traceback.format_exc()[-3000:])
+        return record
+    record["export_seconds"] = round(time.perf_counter() - start, 2)
+    try:
+        program.session()
+    except Exception as error:
+        record.update(outcome="load", error=_short(error))
+        return record
+    lines = []
+    for call_args, call_kwargs in runs:
+        try:
+            results = program.verify(*call_args, **call_kwargs)
+        except Exception as error:
+            record.update(outcome="run", error=_short(error), trace=traceback.format_exc()[-3000:])
+            return record
+        failed = [str(r) for r in results if not r.passed]
+        if failed and variant in ("float32", "dynamic"):
+            # Random weights without trained batch-norm statistics can grow activations to 1e9 (Inception v3):
+            # float32 noise is then far above verify's absolute 1e-4. Judged again at 1e-5 of the outputs' scale.
+            scale = _output_scale(model, call_args, call_kwargs)
+            rescaled = program.verify(*call_args, atol=1e-5 * scale, **call_kwargs)
+            if all(r.passed for r in rescaled):
+                record["note"] = f"within 1e-5 of the outputs' scale {scale:.3g}, not verify's atol: " + failed[0]
+                failed = []
+        if failed:
+            shape = [list(v.shape) for v in call_args + tuple(call_kwargs.values()) if isinstance(v, torch.Tensor)]
+            lines.append(f"inputs {shape}: " + " | ".join(failed))
+    record["outcome"] = "mismatch" if lines else "ok"
+    if lines:
+        record["error"] = " || ".join(lines)[:1500]
+    return record
+
+
+def all_cases() -> list[Case]:
+    return transformers_cases() + torchvision_cases() + timm_cases()
+
+
+def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None) -> list[dict[str, Any]]:
+    records = []
+
+    def applies(case: Case, variant: str) -> bool:
+        if variant == "dynamic":
+            return case.dynamic_axes is not None
+        if variant == "padded":
+            return case.group == "transformers" and case.inputs in (_token_inputs, _seq2seq_inputs)
+        return variant in case.variants
+
+    jobs = [(case, [v for v in variants if applies(case, v)]) for case in cases]
+    total = sum(len(v) for _, v in jobs)
+    done = 0
+    started = time.perf_counter()
+    for case, case_variants in jobs:
+        try:
+            model32 = case.build()
+        except Exception as error:
+            for variant in case_variants:
+                done += 1
+                record = {"model": case.name, "group": case.group, "variant": variant, "outcome": "build"}
+                record["error"] = _short(error)
+                records.append(record)
+                _emit(record, out, done, total, started)
+            continue
+        for variant in case_variants:
+            try:
+                record = run_variant(case, model32, variant)
+            except Exception as error:  # a defect of the sweep itself: recorded, the sweep goes on
+                record = {"model": case.name, "group": case.group, "variant": variant, "outcome": "sweep"}
+                record["error"] = _short(error)
+            done += 1
+            records.append(record)
+            _emit(record, out, done, total, started)
+    return records
+
+
+def _emit(record: dict[str, Any], out: Path | None, done: int, total: int, started: float) -> None:
+    elapsed = time.perf_counter() - started
+    detail = f" ({record['error'][:160]})" if "error" in record else ""
+    print(
+        f"[{done}/{total} {elapsed:6.0f}s] {record['model']:28} {record['variant']:9} {record['outcome']}{detail}",
+        file=sys.stderr,
+        flush=True,
+    )
+    if out is not None:
+        with out.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """The model x variant table (markdown) of the last record of each (model, variant)."""
+    cells: dict[str, dict[str, str]] = {}
+    for record in records:
+        cells.setdefault(record["model"], {})[record["variant"]] = record["outcome"]
+    lines = ["| model | " + " | ".join(VARIANTS) + " |", "|---|" + "---|" * len(VARIANTS)]
+    for model, row in cells.items():
+        lines.append(f"| {model} | " + " | ".join(row.get(v, "-") for v in VARIANTS) + " |")
+    counts: dict[str, int] = {}
+    for row in cells.values():
+        for outcome in row.values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+    lines.append("")
+    lines.append(", ".join(f"{outcome}: {count}" for outcome, count in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="", help="comma-separated substrings of model names")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--out", type=Path, default=None, help="append one JSON line per result to this file")
+    parser.add_argument("--table", type=Path, default=None, help="print the table of a results file and stop")
+    options = parser.parse_args()
+    if options.table is not None:
+        print(table([json.loads(line) for line in options.table.read_text().splitlines() if line.strip()]))
+        return
+    cases = all_cases()
+    if options.only:
+        wanted = options.only.split(",")
+        cases = [case for case in cases if any(w in case.name for w in wanted)]
+    records = sweep(cases, tuple(options.variants.split(",")), options.out)
+    print(table(records))
+
+
+if __name__ == "__main__":
+    main()
