@@ -20,6 +20,10 @@ FX_NODE = f"{METADATA_PREFIX}.fx_node"  # the FX node a node was emitted for (a 
 TARGET = f"{METADATA_PREFIX}.target"  # that node's op overload (``aten::add.Tensor``)
 STACK_TRACE = f"{METADATA_PREFIX}.stack_trace"  # that node's stack trace in the user's code
 LEGALIZED = f"{METADATA_PREFIX}.legalize"  # on Casts the legalizer inserted: why they are there
+# On a run-time check node: the assumption it verifies (torch.export's expression); the export renames the check
+# after the user's dims and line (``_emit/runtime_checks.py``).
+RUNTIME_CHECK = f"{METADATA_PREFIX}.runtime_check"
+CHECK_PREFIX = "fx2onnx_check"  # run-time check nodes' names start so
 NAMESPACE = "namespace"  # the nn.Module path, as torch's exporter writes it
 
 

@@ -35,8 +35,7 @@ from torch.utils._sympy import functions as sympy_functions
 
 from fx2onnx._capture import CapturedGraph
 from fx2onnx._capture_strategies import LOWERED_WHOLE, assertion_key
-from fx2onnx._lowerings.symbolic import CHECK_PREFIX, RUNTIME_CHECK
-from fx2onnx._records import STACK_TRACE
+from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK, STACK_TRACE
 
 
 @dataclasses.dataclass
@@ -49,14 +48,20 @@ class RuntimeChecks:
 
 
 class _Builder:
-    """Nodes appended to a list (inserted into the graph by the caller), int64 [1] values."""
+    """Nodes appended to a list (inserted into the graph by the caller), int64 [1] values.
 
-    def __init__(self) -> None:
+    Their values are named here, under `prefix`: a graph names a value it is given unnamed from its own counter,
+    which does not know the names in If/Loop bodies the optimizer has named (a check's ``val_14`` then shadowed a
+    float in a body, breaking SSA)."""
+
+    def __init__(self, prefix: str) -> None:
         self.nodes: list[ir.Node] = []
         self._constants: dict[int, ir.Value] = {}
+        self._prefix = prefix
 
     def add(self, op_type: str, inputs: Sequence[ir.Value], name: str | None = None, **attributes: Any) -> ir.Value:
         node = ir.node(op_type, list(inputs), attributes or None, name=name)
+        node.outputs[0].name = f"{self._prefix}{len(self.nodes)}"
         self.nodes.append(node)
         return node.outputs[0]
 
@@ -235,7 +240,7 @@ def _input_checks(
     too (GPT-2's sequence of one token matches eager), so it is no assumption of the model's."""
     program = captured.exported_program
     ranges: Mapping[Any, Any] = program.range_constraints if program is not None else {}
-    build = _Builder()
+    build = _Builder(f"{CHECK_PREFIX}_input_")
     definitions: dict[sympy.Symbol, ir.Value] = {}
     zeros: list[ir.Value] = []
 
@@ -330,7 +335,7 @@ def _feed_an_output(graph: ir.Graph, zeros: Sequence[ir.Value]) -> None:
     the last in the graph first, and at each node its inputs' producers the last in the graph first: the Reshape
     and its shape, appended last, make the checks (and only what they read) run before the rest of the model."""
     position = next(i for i, value in enumerate(graph.outputs) if value.producer() is not None)
-    build = _Builder()
+    build = _Builder(f"{CHECK_PREFIX}_feed_")
     total = zeros[0]
     for zero in zeros[1:]:
         total = build.add("Add", [total, zero])

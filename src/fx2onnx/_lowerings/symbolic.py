@@ -10,6 +10,7 @@ from onnxscript import opset18 as op
 
 from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.rules import lowering
+from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK
 
 TScalar = TypeVar("TScalar", BOOL, FLOAT, INT64)
 
@@ -70,10 +71,8 @@ def floordiv(a: TNumber, b: TNumber) -> TNumber:
 
 
 # --- run-time checks of what the capture assumed -----------------------------------------------------------------
-# The node metadata key naming the assumption a check node verifies (its expression, as torch.export wrote it): the
-# export (``_emit/runtime_checks.py``) renames the check after the user's dims and line and makes it feed an output.
-RUNTIME_CHECK = "pkg.fx2onnx.runtime_check"
-CHECK_PREFIX = "fx2onnx_check"
+# A check node carries the assumption it verifies (records.RUNTIME_CHECK): the export (``_emit/runtime_checks.py``)
+# renames it after the user's dims and line and makes it feed an output.
 
 
 def check_node(ok: BOOL, name: str) -> INT64:
