@@ -54,6 +54,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, S
 from torch.overrides import TorchFunctionMode
 
 __all__ = [
+    "GENERAL_BRANCH",
     "Assumption",
     "StrategyAttempt",
     "assertion_key",
@@ -196,7 +197,9 @@ def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
                     return result
                 assumptions.append(Assumption(str(orig_expr), f"{result} (for the smallest sizes)", _asking_line()))
                 return result
-            assumptions.append(Assumption(str(orig_expr), str(result), _asking_line(), _GENERAL_BRANCH))
+            assumptions.append(
+                Assumption(str(orig_expr), str(result), _asking_line(), f"not checked at run time: {GENERAL_BRANCH}")
+            )
             return result
 
     ShapeEnv._evaluate_expr = evaluate  # type: ignore[method-assign]
@@ -209,8 +212,8 @@ def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
 # A size-oblivious decision (``numel() == 0`` taken as False) is not asserted: the model's general branch is the one
 # that an empty or one-row input also computes right (the detection models' batched NMS on no boxes), and asserting
 # it would refuse those inputs.
-_GENERAL_BRANCH = (
-    "not checked at run time: the general branch, which is eager's result for 0 and 1 too when the model's special "
+GENERAL_BRANCH = (
+    "the general branch of a size-oblivious decision, eager's result for 0 and 1 too where the model's special "
     "branch only saves work"
 )
 

@@ -86,23 +86,6 @@ def may_fold(domain: str, op_type: str, num_outputs: int) -> bool:
     return domain == "" and num_outputs == 1 and op_type in _FOLDABLE
 
 
-def constant_value(attributes: Sequence[ir.Attr]) -> ir.TensorProtocol | None:
-    """The tensor a ``Constant`` node's attribute holds (None for a sparse or string one)."""
-    for attribute in attributes:
-        name = attribute.name
-        if name == "value":
-            return attribute.as_tensor()
-        if name == "value_int":
-            return ir.Tensor(np.array(attribute.as_int(), dtype=np.int64))
-        if name == "value_ints":
-            return ir.Tensor(np.array(attribute.as_ints(), dtype=np.int64).reshape(-1))
-        if name == "value_float":
-            return ir.Tensor(np.array(attribute.as_float(), dtype=np.float32))
-        if name == "value_floats":
-            return ir.Tensor(np.array(attribute.as_floats(), dtype=np.float32).reshape(-1))
-    return None
-
-
 def static_shape(op_type: str, value: ir.Value | None, attributes: Sequence[ir.Attr]) -> np.ndarray | None:
     """``Shape``/``Size`` of a value whose shape is static: the constant they compute (None otherwise)."""
     if op_type not in ("Shape", "Size") or value is None or value.shape is None:

@@ -26,9 +26,13 @@ from onnxscript import evaluator
 from onnxscript.values import OnnxFunction, TracedOnnxFunction
 
 from fx2onnx import _dtypes as dtypes
+from fx2onnx._constant_arrays import constant_attribute_tensor
 from fx2onnx._emit import folding
 from fx2onnx._records import BASE_OPSET
 
+# Constants of up to this many elements are read by value: ONNX's type inference is given their data, so a trace's
+# key holds their bytes, and a fold at emit reading a larger one makes its trace one that is not replayed.
+_READ_CONSTANT_SIZE = 64
 _PY_DEFAULT_DTYPES = {bool: ir.DataType.BOOL, int: ir.DataType.INT64, float: ir.DataType.FLOAT}
 # Cast/CastLike targets a Python number is converted to directly. Not float16, bfloat16, float8: eager converts a
 # Python float to those through float32 (c10's types take a float), as the Cast of a float32 constant does.
@@ -110,7 +114,7 @@ class GraphRecorder(evaluator.Evaluator):
         version = self.opset_imports.get(op.domain) if op.domain else None
         outputs = self.add_node(op.domain, op.name, inputs, attributes, num_outputs, version=version)
         if op.name == "Constant" and not op.domain:
-            outputs[0].const_value = folding.constant_value(attributes)  # what nodes folded at emit read
+            outputs[0].const_value = constant_attribute_tensor(attributes)  # what nodes folded at emit read
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def eval_function(self, function: OnnxFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -167,7 +171,7 @@ class GraphRecorder(evaluator.Evaluator):
             if result is None:
                 return None
             for value in inputs:
-                if value is not None and value.const_value is not None and value.const_value.size > 64:
+                if value is not None and value.const_value is not None and value.const_value.size > _READ_CONSTANT_SIZE:
                     _note_watched(value, "const_value")
         # Shared by value, as Python constants are: the same constant folded in each layer is one value, so the
         # nodes that read it stay alike for the optimizer's common subexpression elimination.
@@ -473,7 +477,11 @@ def _trace_key(function: Any, arguments: Mapping[str, Any]) -> tuple[tuple[Any, 
             data = None
             if const is not None:
                 try:
-                    data = (const.dtype, tuple(const.shape), const.tobytes() if const.size <= 64 else None)
+                    data = (
+                        const.dtype,
+                        tuple(const.shape),
+                        const.tobytes() if const.size <= _READ_CONSTANT_SIZE else None,
+                    )
                 except Exception:  # a weight on the meta device or a fake tensor (export(weights=...)): no bytes to key
                     raise _NotKeyable from None
             return (item.dtype, dims, data)
@@ -829,30 +837,12 @@ def _infer_constant(node: ir.Node) -> bool:
     """A Constant's type is its attribute's: a tensor's dtype and shape, or a scalar or 1-D list of int64/float."""
     if node.inputs or len(node.attributes) != 1:
         return False
-    (attribute,) = node.attributes.values()
-    if attribute.is_ref():
+    tensor = constant_attribute_tensor(node.attributes.values())
+    if tensor is None:
         return False
     output = node.outputs[0]
-    if attribute.name == "value" and attribute.type == ir.AttributeType.TENSOR:
-        tensor = attribute.as_tensor()
-        output.dtype, output.shape = tensor.dtype, ir.Shape(tuple(tensor.shape))
-    elif attribute.name in _CONSTANT_SCALARS and attribute.type == _CONSTANT_SCALARS[attribute.name][1]:
-        output.dtype, output.shape = _CONSTANT_SCALARS[attribute.name][0], ir.Shape([])
-    elif attribute.name in _CONSTANT_LISTS and attribute.type == _CONSTANT_LISTS[attribute.name][1]:
-        output.dtype, output.shape = _CONSTANT_LISTS[attribute.name][0], ir.Shape([len(attribute.value)])
-    else:
-        return False
+    output.dtype, output.shape = tensor.dtype, ir.Shape(tuple(tensor.shape))
     return True
-
-
-_CONSTANT_SCALARS = {
-    "value_int": (ir.DataType.INT64, ir.AttributeType.INT),
-    "value_float": (ir.DataType.FLOAT, ir.AttributeType.FLOAT),
-}
-_CONSTANT_LISTS = {
-    "value_ints": (ir.DataType.INT64, ir.AttributeType.INTS),
-    "value_floats": (ir.DataType.FLOAT, ir.AttributeType.FLOATS),
-}
 
 
 def _infer_transpose(node: ir.Node) -> bool:
@@ -1019,7 +1009,7 @@ def _infer_with_onnx(
             continue
         input_types[value.name] = ir.serde.serialize_value(value).type
         const = value.const_value
-        if const is not None and const.size <= 64:
+        if const is not None and const.size <= _READ_CONSTANT_SIZE:
             # A meta or fake weight (export(weights=...)) has no bytes: inferred from its type and shape only.
             with contextlib.suppress(Exception):
                 input_data[value.name] = ir.serde.serialize_tensor(const)
@@ -1069,7 +1059,9 @@ def _inference_key(node: ir.Node, version: int, opset_imports: Mapping[str, int]
         const = value.const_value
         try:
             data = (
-                (const.dtype, tuple(const.shape), const.tobytes()) if const is not None and const.size <= 64 else None
+                (const.dtype, tuple(const.shape), const.tobytes())
+                if const is not None and const.size <= _READ_CONSTANT_SIZE
+                else None
             )
         except Exception:  # a weight on the meta device or a fake tensor (export(weights=...)): no bytes to key
             return None

@@ -34,7 +34,7 @@ import torch
 from torch.utils._sympy import functions as sympy_functions
 
 from fx2onnx._capture import CapturedGraph
-from fx2onnx._capture_strategies import LOWERED_WHOLE, assertion_key
+from fx2onnx._capture_strategies import GENERAL_BRANCH, LOWERED_WHOLE, assertion_key
 from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK, STACK_TRACE
 
 
@@ -149,10 +149,6 @@ def asked_minimums(
 # torch.export asserts ``Ne(s, 1)``. Not checked: the general branch is eager's result on 0 and 1 too where the
 # special branch only saves work or picks an equivalent kernel (Hugging Face's sdpa_attention on a one-token query,
 # a decoding step), and checking it would refuse those sizes, which the exported model is meant to take.
-_GENERAL_BRANCH = (
-    "the general branch of a size-oblivious decision, eager's result for this size too where the model's special "
-    "branch only saves work"
-)
 
 
 def _general_branch(expression: str) -> bool:
@@ -310,7 +306,7 @@ def _assertion_checks(
             f", assumed by the model's code at {_short_line(line)}" if line else ", assumed by the model's code"
         )
         if _general_branch(expression):
-            found.unchecked.append(f"not checked at run time ({_GENERAL_BRANCH}): {assumption}")
+            found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH}): {assumption}")
             continue
         if node.graph is not graph:  # inside a control-flow body: no output of the main graph can read it
             found.unchecked.append(f"not checked at run time (inside a control-flow body): {assumption}")

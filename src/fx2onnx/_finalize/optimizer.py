@@ -27,7 +27,6 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
@@ -36,6 +35,7 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules.common import slice_split_rule
 
 from fx2onnx import _weights
+from fx2onnx._constant_arrays import number_attribute_tensor
 
 
 def optimize(model: ir.Model, num_iterations: int = 2) -> None:
@@ -98,14 +98,6 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
     passes(model)
 
 
-_NUMBER_ATTRIBUTES = {
-    "value_int": ir.DataType.INT64,
-    "value_ints": ir.DataType.INT64,
-    "value_float": ir.DataType.FLOAT,
-    "value_floats": ir.DataType.FLOAT,
-}
-
-
 class _LiftConstants(common_passes.LiftConstantsToInitializersPass):
     """onnx_ir's pass lifting every Constant to an initializer, with the tensor of a number or list attribute
     made as ``ir.tensor`` makes it (an int64 or float32 array) but without its checks of what the value is
@@ -114,11 +106,10 @@ class _LiftConstants(common_passes.LiftConstantsToInitializersPass):
     def _constant_node_attribute_to_tensor(
         self, node: ir.Node, attr_name: str, attr_value: ir.Attr, initializer_name: str
     ) -> ir.TensorProtocol | None:
-        dtype = _NUMBER_ATTRIBUTES.get(attr_name)
-        if dtype is None or not self.lift_all_constants:
+        tensor = number_attribute_tensor(attr_value) if self.lift_all_constants else None
+        if tensor is None:
             return super()._constant_node_attribute_to_tensor(node, attr_name, attr_value, initializer_name)
-        array = np.array(attr_value.value, dtype=dtype.numpy())
-        tensor = ir.Tensor(array, dtype=dtype, shape=ir.Shape(array.shape), name=initializer_name)
+        tensor.name = initializer_name
         return None if tensor.size < self.size_limit else tensor
 
 
