@@ -76,6 +76,11 @@ class CapturedGraph:
     # torch.export's deferred runtime assertion (its expression, as the graph's _assert_scalar names it) -> the
     # user's line whose guard deferred it: the ONNX model's check of it names that line
     assertion_lines: dict[str, str] = dataclasses.field(default_factory=dict)
+    # the size-oblivious decisions for the general branch (``numel() == 0`` taken as False), whose special branch
+    # the export may capture too (`special_branch=`) and choose at run time
+    branch_decisions: list[capture_strategies.BranchDecision] = dataclasses.field(default_factory=list)
+    # (strategy attempts, stand-ins used) of the capture's warning, when the export issues it (after its If, if any)
+    pending_warning: tuple[list[capture_strategies.StrategyAttempt], list[str]] | None = None
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -448,7 +453,9 @@ class TorchExportExtractor:
         kwargs: dict[str, Any],
         dynamic_shapes: Any,
         decompositions: Mapping[Any, Callable[..., Any]],
+        special_branch: capture_strategies.BranchDecision | None = None,
     ) -> CapturedGraph:
+        """`special_branch`: one of a previous capture's `branch_decisions`, taken the other way this time."""
         start = time.perf_counter()
         trace_seconds = 0.0
         shape_fixes: list[str] = []
@@ -456,6 +463,8 @@ class TorchExportExtractor:
         assumptions: list[capture_strategies.Assumption] = []
         stand_ins_used: list[str] = []
         assertion_lines: dict[str, str] = {}
+        decisions: list[capture_strategies.BranchDecision] = []
+        pending_warning: tuple[list[capture_strategies.StrategyAttempt], list[str]] | None = None
         if isinstance(model, ExportedProgram):
             program = model
         else:
@@ -475,7 +484,13 @@ class TorchExportExtractor:
                         attempts,
                         assumptions,
                         section_counts=lambda: capture_strategies.example_section_counts(model, args, kwargs),
-                        skip_torch_export=capture_strategies.known_data_dependent(model),
+                        skip_torch_export=(
+                            "the special branch of a size-oblivious decision"
+                            if special_branch is not None
+                            else capture_strategies.known_data_dependent(model)
+                        ),
+                        decisions=decisions,
+                        special=special_branch,
                     )
                     trace_seconds = time.perf_counter() - traced_at
             except Exception as error:
@@ -489,7 +504,11 @@ class TorchExportExtractor:
                     + "".join(f"\n  {note}" for note in getattr(error, "__notes__", [])),
                     frame=frame,
                 ) from error
-            capture_strategies.warn_if_assumed(attempts, assumptions, stand_ins_used)
+            if decisions and special_branch is None:
+                # the export may capture the special branch too, and then says so: it warns once it knows
+                pending_warning = (attempts, stand_ins_used)
+            elif special_branch is None:  # the special branch's capture is reported with the general one's
+                capture_strategies.warn_if_assumed(attempts, assumptions, stand_ins_used)
         if self.registry is not None:
             flatten_sparse_inputs(program, flatten_inputs(program.call_spec.in_spec, args, kwargs), self.registry)
         refuse_sparse_tensors(program.graph_module)
@@ -503,6 +522,8 @@ class TorchExportExtractor:
             captured.shape_fixes = shape_fixes
             captured.assumptions = [str(assumption) for assumption in assumptions]
             captured.assertion_lines = assertion_lines
+            captured.branch_decisions = decisions
+            captured.pending_warning = pending_warning
             captured.decomposition = DecompositionRecord("none", "the registry lowers every captured op")
             return captured
         decomposed_at = time.perf_counter()
@@ -525,6 +546,8 @@ class TorchExportExtractor:
                 captured.shape_fixes = shape_fixes
                 captured.assumptions = [str(assumption) for assumption in assumptions]
                 captured.assertion_lines = assertion_lines
+                captured.branch_decisions = decisions
+                captured.pending_warning = pending_warning
                 captured.decomposition = record
                 return captured
         with static_fake_kernels():
@@ -544,6 +567,8 @@ class TorchExportExtractor:
         captured.shape_fixes = shape_fixes
         captured.assumptions = [str(assumption) for assumption in assumptions]
         captured.assertion_lines = assertion_lines
+        captured.branch_decisions = decisions
+        captured.pending_warning = pending_warning
         captured.decomposition = DecompositionRecord("full", reason)
         return captured
 

@@ -54,10 +54,13 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, S
 from torch.overrides import TorchFunctionMode
 
 __all__ = [
+    "BOTH_BRANCHES",
     "GENERAL_BRANCH",
     "Assumption",
+    "BranchDecision",
     "StrategyAttempt",
     "assertion_key",
+    "assumed_message",
     "deferred_assertion_lines",
     "example_section_counts",
     "first_that_captures",
@@ -82,6 +85,21 @@ class Assumption:
 
     def __str__(self) -> str:
         return f"{self.expression} taken as {self.decided} at {self.source_line} ({self.at_run_time})"
+
+
+@dataclasses.dataclass
+class BranchDecision:
+    """A size-oblivious decision for the general branch (``numel() == 0`` taken as False) that the model's code asked
+    of a data-dependent size: the special branch can be captured too (the decision taken the other way), and the ONNX
+    model choose between the two at run time on `condition`, computed from the sizes of its values."""
+
+    condition: Any  # the sympy condition torch asked, over unbacked sizes
+    general: bool  # its value in the general branch
+    source_line: str
+    ordinal: int  # its position among the general-branch decisions of one trace (the special capture flips this one)
+
+    def text(self) -> str:
+        return f"{self.condition} taken as {self.general} at {self.source_line}"
 
 
 @dataclasses.dataclass
@@ -160,9 +178,24 @@ def deferred_assertion_lines(lines: dict[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
-    """While active, a guard on unbacked sizes that torch cannot decide is decided size-obliviously."""
+def size_oblivious_guards(
+    assumptions: list[Assumption],
+    decisions: list[BranchDecision] | None = None,
+    special: BranchDecision | None = None,
+) -> Iterator[None]:
+    """While active, a guard on unbacked sizes that torch cannot decide is decided size-obliviously.
+
+    Each general-branch decision is appended to `decisions`; `special` (one of a previous trace's) is taken the other
+    way, the special branch, and torch told so (a deferred assertion: ``u0 == 0`` is then known to the trace)."""
     original: Callable[..., Any] = ShapeEnv._evaluate_expr
+    position: dict[str, Any] = {"trace": None, "next": 0}
+
+    def next_ordinal() -> int:
+        trace = torch._guards.detect_fake_mode()  # counted afresh in each trace (a retry with suggested fixes)
+        if position["trace"] is not trace:
+            position["trace"], position["next"] = trace, 0
+        position["next"] += 1
+        return position["next"] - 1
 
     def evaluate(
         self: ShapeEnv,
@@ -197,8 +230,19 @@ def size_oblivious_guards(assumptions: list[Assumption]) -> Iterator[None]:
                     return result
                 assumptions.append(Assumption(str(orig_expr), f"{result} (for the smallest sizes)", _asking_line()))
                 return result
+            line = _asking_line()
+            ordinal = next_ordinal()
+            if special is not None and ordinal == special.ordinal and str(orig_expr) == str(special.condition):
+                taken = not bool(result)
+                self.guard_or_defer_runtime_assert(
+                    orig_expr if taken else sympy.Not(orig_expr), f"fx2onnx: the special branch of {orig_expr}"
+                )
+                assumptions.append(Assumption(str(orig_expr), str(taken), line, f"the special branch: {BOTH_BRANCHES}"))
+                return sympy.true if taken else sympy.false
+            if decisions is not None:
+                decisions.append(BranchDecision(orig_expr, bool(result), line, ordinal))
             assumptions.append(
-                Assumption(str(orig_expr), str(result), _asking_line(), f"not checked at run time: {GENERAL_BRANCH}")
+                Assumption(str(orig_expr), str(result), line, f"not checked at run time: {GENERAL_BRANCH}")
             )
             return result
 
@@ -216,6 +260,9 @@ GENERAL_BRANCH = (
     "the general branch of a size-oblivious decision, eager's result for 0 and 1 too where the model's special "
     "branch only saves work"
 )
+# Where the special branch was captured too (a second capture, the decision taken the other way), the ONNX model
+# computes the condition at run time and an ``If`` runs the branch eager would.
+BOTH_BRANCHES = "both branches captured, the ONNX model's If chooses at run time"
 
 
 def _largest_value(shape_env: ShapeEnv, expression: Any) -> Any:
@@ -356,7 +403,12 @@ def example_section_counts(model: Any, args: tuple[Any, ...], kwargs: dict[str, 
 
 
 @contextlib.contextmanager
-def sections_from_example(counts: Sequence[tuple[int, str]], assumptions: list[Assumption]) -> Iterator[None]:
+def sections_from_example(
+    counts: Sequence[tuple[int, str]],
+    assumptions: list[Assumption],
+    decisions: list[BranchDecision] | None = None,
+    special: BranchDecision | None = None,
+) -> Iterator[None]:
     """While active, the i-th ``tensor_split`` at a 0-d tensor traced gets the i-th count of `counts` as its
     number of outputs (counted afresh in each trace: a fake mode of its own). torch's own decomposition keeps the
     other calls (a 1-D tensor of split points)."""
@@ -390,7 +442,7 @@ def sections_from_example(counts: Sequence[tuple[int, str]], assumptions: list[A
     _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd] = tensor_split_at_example_count
     _TENSOR_SPLIT._dispatch_cache.clear()
     try:
-        with size_oblivious_guards(assumptions):
+        with size_oblivious_guards(assumptions, decisions, special):
             yield
     finally:
         _TENSOR_SPLIT.py_kernels[DispatchKey.CompositeImplicitAutograd] = original
@@ -429,6 +481,8 @@ def first_that_captures(
     *,
     section_counts: Callable[[], Sequence[tuple[int, str]]] | None = None,
     skip_torch_export: str | None = None,
+    decisions: list[BranchDecision] | None = None,
+    special: BranchDecision | None = None,
 ) -> Any:
     """``export()`` under each strategy in turn until one captures; the first error when none does.
 
@@ -437,16 +491,18 @@ def first_that_captures(
     ``tensor_split`` at a 0-d tensor, and only when `section_counts` (an eager run) is given and finds such calls.
     `attempts` and `assumptions` are filled in for the report.
     `skip_torch_export` (the module known to stop plain torch.export) starts with size-oblivious guards.
+    `decisions` receives the general-branch decisions of the strategy that captured; `special` (one of them, from a
+    previous capture) is taken the other way (:func:`size_oblivious_guards`).
     """
     counts: list[Sequence[tuple[int, str]]] = []
     failed_in_tensor_split = False
 
     def from_example() -> contextlib.AbstractContextManager[None]:
-        return sections_from_example(counts[0], assumptions)
+        return sections_from_example(counts[0], assumptions, decisions, special)
 
     modes: list[Callable[[], contextlib.AbstractContextManager[None]]] = [
         contextlib.nullcontext,
-        lambda: size_oblivious_guards(assumptions),
+        lambda: size_oblivious_guards(assumptions, decisions, special),
         from_example,
     ]
     strategies: Sequence[str] = STRATEGIES
@@ -469,6 +525,8 @@ def first_that_captures(
                 break
         attempts.append(StrategyAttempt(name))
         assumptions.clear()
+        if decisions is not None:
+            decisions.clear()
         try:
             with mode():
                 return export()
@@ -497,8 +555,17 @@ def warn_if_assumed(
 ) -> None:
     """Say which strategy captured when it was not the first, what it assumed, and which library functions were
     traced as fx2onnx's stand-ins (``_library_stand_ins.py``): never silently."""
+    message = assumed_message(attempts, assumptions, stand_ins)
+    if message is not None:
+        warnings.warn(message, stacklevel=4)
+
+
+def assumed_message(
+    attempts: list[StrategyAttempt], assumptions: Sequence[Assumption | str], stand_ins: Sequence[str] = ()
+) -> str | None:
+    """:func:`warn_if_assumed`'s warning, or None when there is nothing to say."""
     if len(attempts) <= 1 and not stand_ins:
-        return
+        return None
     lines = [
         f"{attempt.strategy}: {attempt.failure}"
         if attempt.failure.startswith("not tried")
@@ -508,4 +575,4 @@ def warn_if_assumed(
     lines.append(f"captured with {attempts[-1].strategy}")
     lines += [f"assumed: {assumption}" for assumption in assumptions]
     lines += [f"traced as fx2onnx's vectorized stand-in: {name}" for name in stand_ins]
-    warnings.warn("data-dependent code in the model:\n  " + "\n  ".join(lines), stacklevel=4)
+    return "data-dependent code in the model:\n  " + "\n  ".join(lines)

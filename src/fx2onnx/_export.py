@@ -16,6 +16,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from fx2onnx import _capture as capture_stage
+from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _dtypes as dtypes
 from fx2onnx import _finalize as finalize_stage
 from fx2onnx import _passes as passes
@@ -23,7 +24,7 @@ from fx2onnx import _torch_compat as torch_compat
 from fx2onnx import _weights as checkpoint_weights
 from fx2onnx import legalize
 from fx2onnx._dispatch import ArgumentBinding, Dispatcher
-from fx2onnx._emit import control_flow, runtime_checks
+from fx2onnx._emit import branches, control_flow, runtime_checks
 from fx2onnx._emit.graph_builder import GraphEmitter, symbol_names_for
 from fx2onnx._progress import ExportProgress, StageClock
 from fx2onnx._progress import wanted as progress_wanted
@@ -251,6 +252,30 @@ def _export(
         model_ir, captured, emitter.symbol_names, runtime_checks.asked_minimums(captured, requested, flat_inputs)
     )
     _warn_about_dynamic_dims(captured, requested, flat_inputs, export_report, checks)
+    if captured.branch_decisions:
+        with timer("special branch"):
+            _join_special_branch(
+                model_ir,
+                captured,
+                emitter,
+                export_report,
+                len(model_ir.graph.outputs) - checks.pending,
+                lambda decision: _emit_special_branch(
+                    extractor,
+                    model,
+                    args,
+                    kwargs,
+                    dynamic_shapes,
+                    decompositions,
+                    registry,
+                    opset_version,
+                    decision,
+                    input_names=input_names,
+                    output_names=output_names,
+                    user_dims=user_dims,
+                    flat_inputs=flat_inputs,
+                ),
+            )
     if bound is not None:
         checkpoint_weights.attach(model_ir, bound)
 
@@ -299,6 +324,124 @@ def _export(
                 where = f"\n  first differing node: {first}" if first is not None else ""
             raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed) + where)
     return program
+
+
+# Size-oblivious decisions whose special branch returns what the general branch computes too, on the sizes it is
+# taken for: torchvision's batched NMS returns an empty index tensor for no boxes, which NMS itself returns. A second
+# capture of a detection model (half its export time) would only add an If whose branches agree.
+_SPECIAL_BRANCH_SAVES_WORK = ("in _batched_nms_coordinate_trick: if boxes.numel() == 0",)
+
+
+def _emit_special_branch(
+    extractor: capture_stage.Extractor,
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    decompositions: Any,
+    registry: Registry,
+    opset_version: int,
+    decision: capture_strategies.BranchDecision,
+    *,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    user_dims: Mapping[Any, str],
+    flat_inputs: list[Any],
+) -> tuple[capture_stage.CapturedGraph, Any]:
+    """The model captured with `decision` taken the other way (its special branch), through FX passes and emission."""
+    special = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions, special_branch=decision)  # type: ignore[call-arg]
+    passes.run_fx_passes(special, registry)
+    emitter = GraphEmitter(
+        special,
+        Dispatcher(registry, opset_version),
+        input_names=input_names,
+        output_names=output_names,
+        dim_names=symbol_names_for(special, user_dims, flat_inputs),
+        higher_order=control_flow.EMITTERS,
+        fold_weights=False,  # the general graph's weights are the ones kept: no weight view of the special's own
+    )
+    return special, emitter.run()
+
+
+def _join_special_branch(
+    model_ir: Any,
+    captured: capture_stage.CapturedGraph,
+    emitter: GraphEmitter,
+    export_report: ExportReport,
+    outputs: int,
+    emit_special: Any,
+) -> None:
+    """Where the capture took a size-oblivious decision for the general branch (``numel() == 0`` taken as False),
+    capture the special branch too and let an ONNX If choose between them at run time (``_emit/branches.py``).
+    Falls back to the general branch alone, with a warning saying why, where that cannot be done."""
+    try:
+        _join_if_worth_it(model_ir, captured, emitter, export_report, outputs, emit_special)
+    finally:
+        if captured.pending_warning is not None:
+            attempts, stand_ins = captured.pending_warning
+            message = capture_strategies.assumed_message(attempts, captured.assumptions, stand_ins)
+            if message is not None:
+                warnings.warn(message, stacklevel=4)
+
+
+def _join_if_worth_it(
+    model_ir: Any,
+    captured: capture_stage.CapturedGraph,
+    emitter: GraphEmitter,
+    export_report: ExportReport,
+    outputs: int,
+    emit_special: Any,
+) -> None:
+    decisions = [
+        decision
+        for decision in captured.branch_decisions
+        if not any(known in decision.source_line for known in _SPECIAL_BRANCH_SAVES_WORK)
+    ]
+    if not decisions:
+        return
+    general_only = f"the ONNX model computes the general branch only ({capture_strategies.GENERAL_BRANCH})"
+    if len(decisions) > 1:
+        warnings.warn(
+            f"{len(decisions)} size-oblivious decisions of the model's code (fx2onnx joins the branches of one): "
+            + "; ".join(decision.text() for decision in decisions)
+            + f"\n  {general_only}",
+            stacklevel=5,
+        )
+        return
+    (decision,) = decisions
+    symbols = sorted(decision.condition.free_symbols, key=str)
+    sources = branches.size_sources(captured, emitter.env, symbols)
+    why = None
+    if len(sources) != len(symbols):
+        missing = ", ".join(str(symbol) for symbol in symbols if symbol not in sources)
+        why = f"no value of the graph has the size {missing}"
+    else:
+        try:
+            special, emitted = emit_special(decision)
+        except Exception as error:  # the general graph stands, as before this existed
+            why = f"the special branch could not be exported: {type(error).__name__}: {str(error).splitlines()[0]}"
+        else:
+            why = branches.disagreement(model_ir, emitted.model, outputs)
+            if why is None and special.out_spec != captured.out_spec:
+                why = "the special branch returns another structure of outputs"
+            if why is None:
+                try:
+                    branches.join(model_ir, emitted.model, outputs, decision.condition, sources)
+                except ValueError as error:
+                    why = f"its condition has no ONNX translation here: {error}"
+    line = decision.text()
+    if why is not None:
+        warnings.warn(f"size-oblivious decision {line}: {why}\n  {general_only}", stacklevel=5)
+        return
+    export_report.capture_assumptions = [
+        assumption.replace(
+            f"not checked at run time: {capture_strategies.GENERAL_BRANCH}", capture_strategies.BOTH_BRANCHES
+        )
+        if assumption.startswith(f"{decision.condition} taken as")
+        else assumption
+        for assumption in export_report.capture_assumptions
+    ]
+    captured.assumptions = export_report.capture_assumptions
 
 
 def _bind_weights(

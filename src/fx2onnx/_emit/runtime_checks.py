@@ -123,6 +123,61 @@ def _to_onnx(expression: Any, symbols: Mapping[sympy.Symbol, ir.Value], build: _
     return walk(expression)
 
 
+_RELATIONS = {
+    sympy.Eq: "Equal",
+    sympy.Ne: "Equal",  # negated below
+    sympy.StrictLessThan: "Less",
+    sympy.LessThan: "LessOrEqual",
+    sympy.StrictGreaterThan: "Greater",
+    sympy.GreaterThan: "GreaterOrEqual",
+}
+
+
+def condition_to_onnx(
+    expression: Any, symbols: Mapping[sympy.Symbol, ir.Value], prefix: str
+) -> tuple[list[ir.Node], ir.Value]:
+    """A sympy condition over sizes (``Eq(u0, 0)``, ``u0 > 1``, their And/Or/Not) as nodes computing a 0-d bool, the
+    condition of an ``If`` (`symbols`: int64 [1] values). Raises ValueError when it has no ONNX translation here."""
+    build = _Builder(prefix)
+
+    def walk(expr: Any) -> ir.Value:
+        if expr in (sympy.true, sympy.false):
+            return build.add("Cast", [build.constant(int(bool(expr)))], to=ir.DataType.BOOL)
+        if isinstance(expr, sympy.Not):
+            return build.add("Not", [walk(expr.args[0])])
+        if isinstance(expr, (sympy.And, sympy.Or)):
+            parts = [walk(argument) for argument in expr.args]
+            result = parts[0]
+            for part in parts[1:]:
+                result = build.add("And" if isinstance(expr, sympy.And) else "Or", [result, part])
+            return result
+        op_type = _RELATIONS.get(type(expr))
+        if op_type is None:
+            raise ValueError(f"{type(expr).__name__} has no ONNX translation here")
+        try:
+            sides = [_to_onnx(side, symbols, build) for side in (expr.lhs, expr.rhs)]
+        except _Unexpressible as error:
+            raise ValueError(str(error)) from None
+        result = build.add(op_type, sides)
+        return build.add("Not", [result]) if isinstance(expr, sympy.Ne) else result
+
+    scalar = build.add(
+        "Reshape", [walk(expression), build.add("Constant", [], value=ir.tensor(np.array([], np.int64)))]
+    )
+    for node in build.nodes:  # typed: legalization reads every node's types
+        value = node.outputs[0]
+        if node.op_type == "Cast":
+            value.dtype = ir.DataType(node.attributes["to"].as_int())
+        elif node.op_type == "Reshape":
+            value.dtype = node.inputs[0].dtype  # type: ignore[union-attr]
+        elif node.op_type in ("Constant", "Add", "Mul", "Sub", "Div", "Min", "Max"):
+            value.dtype = ir.DataType.INT64
+        else:
+            value.dtype = ir.DataType.BOOL
+    scalar.shape = ir.Shape([])
+    return build.nodes, scalar
+
+
 def _named(expression: Any, symbol_names: Mapping[sympy.Symbol, str]) -> str:
     text = str(expression)
     for symbol, name in symbol_names.items():
@@ -409,4 +464,4 @@ def feed_an_output(model: ir.Model, checks: RuntimeChecks) -> None:
     _feed_an_output(graph, zeros)
 
 
-__all__ = ["RuntimeChecks", "add_runtime_checks", "asked_minimums", "feed_an_output"]
+__all__ = ["RuntimeChecks", "add_runtime_checks", "asked_minimums", "condition_to_onnx", "feed_an_output"]

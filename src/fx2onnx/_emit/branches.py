@@ -1,0 +1,215 @@
+"""Both branches of a size-oblivious decision in one ONNX model, chosen at run time by an ``If``.
+
+Where the capture decided a guard on a data-dependent size for the general branch (``if kept.numel() == 0`` taken
+as False, ``_capture_strategies.size_oblivious_guards``), the model's special branch may compute something else
+(``return torch.zeros(1)``): the general graph alone is then silently wrong on those inputs. The export captures
+the model a second time with the decision taken the other way, and :func:`join` makes one model of the two:
+
+- the main graph keeps what the condition reads (the general graph's nodes up to the values whose sizes are the
+  condition's symbols) and what the run-time checks read, and computes the condition (``runtime_checks``);
+- an ``If`` on it: its then-branch is the whole special graph, its else-branch the rest of the general graph. Both
+  read the main graph's inputs and initializers from the outer scope; the outputs keep the general graph's names.
+
+The branches must agree in the number and dtypes of their outputs (their shapes may differ: ONNX's If allows it);
+:func:`disagreement` says where they do not, and the export then keeps the general graph alone, with a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import sympy
+import torch
+
+from fx2onnx._capture import CapturedGraph
+from fx2onnx._emit import runtime_checks
+
+_SPECIAL_PREFIX = "fx2onnx_special_"
+
+
+def disagreement(general: ir.Model, special: ir.Model, outputs: int) -> str | None:
+    """Why the two captures cannot be the branches of one If (outputs' count or dtypes), or None."""
+    if len(special.graph.outputs) != outputs:
+        return f"the special branch returns {len(special.graph.outputs)} outputs, the general one {outputs}"
+    if len(special.graph.inputs) != len(general.graph.inputs):
+        return (
+            f"the special branch reads {len(special.graph.inputs)} inputs, the general one {len(general.graph.inputs)}"
+        )
+    for index, (one, other) in enumerate(zip(general.graph.outputs[:outputs], special.graph.outputs)):
+        if one.dtype != other.dtype:
+            return f"output {index} is {one.dtype} in the general branch, {other.dtype} in the special one"
+        if one.shape is not None and other.shape is not None and len(one.shape) != len(other.shape):
+            return (
+                f"output {index} has rank {len(one.shape)} in the general branch, {len(other.shape)} in the special one"
+            )
+    return None
+
+
+def size_sources(
+    captured: CapturedGraph, env: Mapping[torch.fx.Node, Any], symbols: Sequence[sympy.Symbol]
+) -> dict[sympy.Symbol, tuple[ir.Value, int | None]]:
+    """For each symbol, a value of the emitted general graph whose size it is (value, dim), or which holds it
+    (value, None: a ``SymInt`` computed in the graph, ``item()``)."""
+    wanted = set(symbols)
+    found: dict[sympy.Symbol, tuple[ir.Value, int | None]] = {}
+    for node in captured.graph.nodes:
+        if not wanted - set(found):
+            break
+        value = env.get(node)
+        if not isinstance(value, ir.Value):
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            for dim, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr in wanted and size.node.expr not in found:
+                    found[size.node.expr] = (value, dim)
+        elif isinstance(val, torch.SymInt) and val.node.expr in wanted and val.node.expr not in found:
+            found[val.node.expr] = (value, None)
+    return found
+
+
+def _ancestors(graph: ir.Graph, values: Sequence[ir.Value]) -> set[ir.Node]:
+    """The nodes of `graph` (its own, not its subgraphs') that compute `values`, subgraphs' outer-scope reads
+    included."""
+    kept: set[ir.Node] = set()
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        node = value.producer()
+        if node is None or node in kept or node.graph is not graph:
+            continue
+        kept.add(node)
+        stack.extend(v for v in node.inputs if v is not None)
+        for attribute in node.attributes.values():
+            subgraphs = [attribute.value] if attribute.type == ir.AttributeType.GRAPH else []
+            if attribute.type == ir.AttributeType.GRAPHS:
+                subgraphs = list(attribute.value)
+            for subgraph in subgraphs:
+                for inner in ir.traversal.RecursiveGraphIterator(subgraph):
+                    stack.extend(v for v in inner.inputs if v is not None)
+    return kept
+
+
+def _graphs(graph: ir.Graph) -> list[ir.Graph]:
+    found = [graph]
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for attribute in node.attributes.values():
+            if attribute.type == ir.AttributeType.GRAPH:
+                found.append(attribute.value)
+            elif attribute.type == ir.AttributeType.GRAPHS:
+                found.extend(attribute.value)
+    return found
+
+
+def _branch_output(branch: ir.Graph, value: ir.Value, name: str) -> None:
+    """`value` as an output of `branch`, through an Identity (it may be the outer graph's input or initializer)."""
+    node = ir.node("Identity", [value], name=f"{name}_identity")
+    node.outputs[0].name = name
+    node.outputs[0].dtype = value.dtype
+    node.outputs[0].shape = ir.Shape(value.shape) if value.shape is not None else None
+    branch.append(node)
+    branch.outputs.append(node.outputs[0])
+
+
+def _merged_shape(one: ir.Shape | None, other: ir.Shape | None) -> ir.Shape | None:
+    if one is None or other is None or len(one) != len(other):
+        return None
+    return ir.Shape([a if a == b else None for a, b in zip(one, other)])
+
+
+def join(
+    general: ir.Model,
+    special: ir.Model,
+    outputs: int,
+    condition: Any,
+    sources: Mapping[sympy.Symbol, tuple[ir.Value, int | None]],
+) -> None:
+    """Make `general` (whose first `outputs` graph outputs are the model's, the rest run-time checks) compute
+    `condition` and run `special`'s graph where it holds, its own nodes elsewhere (module docstring). `special` is
+    consumed. Raises ValueError, leaving `general` unchanged, when the condition has no ONNX translation."""
+    graph = general.graph
+    prefix = f"{_SPECIAL_PREFIX}condition_"
+    symbols: dict[sympy.Symbol, ir.Value] = {}
+    size_nodes: list[ir.Node] = []
+    for position, (symbol, (value, dim)) in enumerate(sources.items()):
+        if dim is None:
+            cast = ir.node("Cast", [value], {"to": ir.DataType.INT64}, name=f"{prefix}size_{position}_cast")
+            shape = ir.node("Constant", [], {"value": ir.tensor(np.array([1], np.int64))})
+            size = ir.node("Reshape", [cast.outputs[0], shape.outputs[0]], name=f"{prefix}size_{position}")
+            size_nodes += [cast, shape, size]
+        else:
+            size = ir.node("Shape", [value], {"start": dim, "end": dim + 1}, name=f"{prefix}size_{position}")
+            size_nodes.append(size)
+        for index, node in enumerate(size_nodes[-3 if dim is None else -1 :]):
+            node.outputs[0].name = f"{prefix}size_{position}_{index}"
+            node.outputs[0].dtype = ir.DataType.INT64
+        symbols[symbol] = size.outputs[0]
+    condition_nodes, flag = runtime_checks.condition_to_onnx(condition, symbols, f"{prefix}value_")
+
+    # the main graph: what the condition and the run-time checks read; the rest is the general branch
+    main = _ancestors(graph, [value for value, _ in sources.values()] + list(graph.outputs[outputs:]))
+    general_branch = ir.Graph([], [], nodes=[], name="general_branch")
+    moved = [node for node in graph if node not in main]
+    graph.remove(moved)
+    general_branch.extend(moved)
+
+    # the special branch: its inputs and initializers are the main graph's, its values renamed apart
+    special_graph = special.graph
+    for own, outer in zip(special_graph.inputs, graph.inputs):
+        own.replace_all_uses_with(outer)
+    for name, initializer in list(special_graph.initializers.items()):
+        existing = graph.initializers.get(name)
+        if existing is not None and existing.dtype == initializer.dtype and existing.shape == initializer.shape:
+            initializer.replace_all_uses_with(existing)
+            continue
+        special_graph.initializers.pop(name)
+        initializer.name = f"{_SPECIAL_PREFIX}{name}"
+        graph.register_initializer(initializer)
+    for inner in _graphs(special_graph):
+        if inner is not special_graph:
+            for value in inner.inputs:
+                value.name = f"{_SPECIAL_PREFIX}{value.name}"
+        for node in inner:
+            node.name = f"{_SPECIAL_PREFIX}{node.name}" if node.name else None
+            for value in node.outputs:
+                if value.name:
+                    value.name = f"{_SPECIAL_PREFIX}{value.name}"
+    special_outputs = list(special_graph.outputs)
+    special_nodes = list(special_graph)
+    special_graph.outputs.clear()
+    special_graph.remove(special_nodes)
+    special_branch = ir.Graph([], [], nodes=special_nodes, name="special_branch")
+
+    results = list(graph.outputs[:outputs])
+    names = [value.name or f"output_{index}" for index, value in enumerate(results)]
+    for index, (value, name) in enumerate(zip(results, names)):
+        if value.producer() is not None:  # the If's output takes its name
+            value.name = f"{name}_general"
+        else:  # the model returns an input or a weight as it is: that keeps its name
+            names[index] = f"{name}_output"
+        _branch_output(general_branch, value, f"fx2onnx_general_output_{index}")
+        _branch_output(special_branch, special_outputs[index], f"{_SPECIAL_PREFIX}output_{index}")
+    branch = ir.node(
+        "If",
+        [flag],
+        {"then_branch": special_branch, "else_branch": general_branch},
+        num_outputs=outputs,
+        name="fx2onnx_special_branch_if",
+    )
+    for value, name, general_value, special_value in zip(branch.outputs, names, results, special_outputs):
+        value.name = name
+        value.dtype = general_value.dtype
+        value.shape = _merged_shape(general_value.shape, special_value.shape)
+    graph.extend([*size_nodes, *condition_nodes, branch])
+    for index in range(outputs):
+        graph.outputs[index] = branch.outputs[index]
+    for key, function in special.functions.items():
+        general.functions.setdefault(key, function)
+    for domain, version in special.graph.opset_imports.items():
+        graph.opset_imports.setdefault(domain, version)
+
+
+__all__ = ["disagreement", "join", "size_sources"]
