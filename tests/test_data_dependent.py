@@ -54,15 +54,111 @@ def _export_noting(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tu
     return program, "\n".join(str(w.message) for w in caught)
 
 
-def test_empty_check_on_a_masked_size_takes_the_general_branch(check) -> None:
+def test_empty_check_on_a_masked_size_captures_both_branches(check) -> None:
+    """``if kept.numel() == 0: return torch.zeros(1)``: the general branch alone returned ``[]`` on an all-masked
+    input (a silent wrong result); the special branch is captured too and an If chooses at run time."""
     x = torch.tensor([-1.0, 2.0, -3.0, 4.0, 5.0])
+    all_masked = torch.tensor([-1.0, -2.0, 0.0, -0.0, -torch.finfo(torch.float32).max])
+    one_kept = torch.tensor([-1.0, -2.0, torch.finfo(torch.float32).tiny, -4.0, -5.0])
     program, warned = _export_noting(EmptyCheckAfterMask(), (x,))
     assert "captured with size-oblivious guards" in warned
     assert "torch.export failed: GuardOnDataDependentSymNode" in warned
     assert "test_data_dependent.py" in warned and "kept.numel() == 0" in warned
-    for example in (x, torch.tensor([3.0, -1.0, 7.0, 0.5, -2.0])):
-        (result,) = program.verify(example)
-        assert result.passed, result
+    assert "both branches captured, the ONNX model's If chooses at run time" in warned
+    assert "not checked at run time" not in warned
+    (assumption,) = program.report.capture_assumptions
+    assert "both branches captured" in assumption
+    assert [node.op_type for node in program.model.graph].count("If") == 1
+    check(
+        EmptyCheckAfterMask(),
+        (x,),
+        run_with=[((example,), {}) for example in (x, all_masked, one_kept, torch.tensor([3.0, -1.0, 7.0, 0.5, -2.0]))],
+    )
+    (result,) = program.verify(all_masked)
+    assert result.passed and tuple(program(all_masked)[0].shape) == (1,), result
+
+
+def test_empty_check_with_a_dynamic_length_takes_the_right_branch_at_every_size(check) -> None:
+    examples = [torch.tensor([]), torch.tensor([-1.0]), torch.tensor([2.0]), torch.tensor([-1.0, -2.0, -3.0])]
+    examples += [torch.tensor([3.0, -1.0, 7.0, 0.5, -2.0, 1e30, -1e30])]
+    check(
+        EmptyCheckAfterMask(),
+        (torch.tensor([-1.0, 2.0, -3.0, 4.0]),),
+        dynamic_shapes=({0: torch.export.Dim("n")},),
+        run_with=[((example,), {}) for example in examples],
+    )
+
+
+class OneKeptRowDiffers(torch.nn.Module):
+    """Both branches compute something non-empty, and something else: a single kept value scales the input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x > 0]
+        if kept.shape[0] == 1:
+            return x * kept.sum() * 3
+        return x + kept.sum()
+
+
+class OneKeptRowBroadcast(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x > 0]
+        if kept.shape[0] == 1:
+            return x * kept  # broadcasts [n] by [u0]: torch cannot, even told u0 == 1 (torch._check)
+        return x + kept.sum()
+
+
+def test_branches_that_both_compute_other_non_empty_results(check) -> None:
+    x = torch.tensor([1.0, -2.0, 3.0, -4.0])
+    examples = [x, torch.tensor([-1.0, 5.0, -3.0, -4.0]), torch.tensor([-1.0, -5.0, -3.0, -4.0])]
+    program = check(OneKeptRowDiffers(), (x,), run_with=[((example,), {}) for example in examples])
+    # on the one-kept input, the general branch alone gave x + 5 (the old graph): eager gives x * 15
+    (result,) = program.verify(examples[1])
+    assert result.passed
+    assert torch.equal(program(examples[1])[0], examples[1] * 15)
+
+
+def test_a_special_branch_torch_cannot_trace_keeps_the_general_branch_and_says_why() -> None:
+    program, warned = _export_noting(OneKeptRowBroadcast(), (torch.tensor([1.0, -2.0, 3.0, -4.0]),))
+    assert "Eq(u0, 1) taken as False" in warned and "the special branch could not be exported" in warned
+    assert "the ONNX model computes the general branch only" in warned
+    (result,) = program.verify(torch.tensor([1.0, 2.0, -3.0, 4.0]))
+    assert result.passed, result
+
+
+class SpecialBranchOfAnotherDtype(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x > 0]
+        if kept.numel() == 0:
+            return torch.zeros(1, dtype=torch.int64)
+        return kept.cumsum(0)
+
+
+def test_branches_of_other_dtypes_keep_the_general_branch_and_say_why() -> None:
+    program, warned = _export_noting(SpecialBranchOfAnotherDtype(), (torch.tensor([1.0, -2.0, 3.0]),))
+    assert "output 0 is FLOAT in the general branch, INT64 in the special one" in warned
+    assert "the ONNX model computes the general branch only" in warned
+    (assumption,) = program.report.capture_assumptions
+    assert "not checked at run time: the general branch" in assumption
+    assert "If" not in [node.op_type for node in program.model.graph]
+    (result,) = program.verify(torch.tensor([1.0, 2.0, 3.0]))
+    assert result.passed, result
+
+
+class TwoEmptyChecks(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positive, negative = x[x > 0], x[x < 0]
+        if positive.numel() == 0:
+            return x
+        if negative.numel() == 0:
+            return x * 2
+        return positive.cumsum(0)
+
+
+def test_several_decisions_keep_the_general_branch_and_say_so() -> None:
+    program, warned = _export_noting(TwoEmptyChecks(), (torch.tensor([1.0, -2.0, 3.0]),))
+    assert "2 size-oblivious decisions of the model's code" in warned
+    assert "the ONNX model computes the general branch only" in warned
+    assert all("not checked at run time" in assumption for assumption in program.report.capture_assumptions)
 
 
 def test_threshold_on_a_count_takes_the_branch_for_small_counts() -> None:

@@ -212,13 +212,15 @@ class EmptyEarlyReturn(torch.nn.Module):
         return kept.cumsum(0)
 
 
-def test_the_general_branch_of_a_size_oblivious_decision_is_reported_as_not_checked(tmp_path: Path) -> None:
+def test_a_special_branch_returning_the_general_branchs_empty_result_needs_no_if(tmp_path: Path) -> None:
     """``numel() == 0`` taken as False: the general branch, right on an empty input here as in torchvision's NMS, is
-    not asserted (it would refuse those inputs): the report says so."""
+    not asserted (it would refuse those inputs); the special branch, captured too, returns the same empty tensor, so
+    the model has no If: the report says so."""
     model = EmptyEarlyReturn()
     program = _export(model, (torch.tensor([1.0, -2.0, 3.0]),), dynamic_shapes=({0: Dim("n")},))
     (assumption,) = program.report.capture_assumptions
-    assert "not checked at run time: the general branch" in assumption
+    assert "the special branch returns the same empty outputs as the general one" in assumption
+    assert "If" not in [node.op_type for node in program.model.graph]
     session = _session(program, tmp_path)
     for example in (torch.tensor([-1.0, -2.0]), torch.tensor([]), torch.tensor([4.0, -1.0, 2.0])):
         _matches_eager(session, model, example)

@@ -56,6 +56,7 @@ from torch.overrides import TorchFunctionMode
 __all__ = [
     "BOTH_BRANCHES",
     "GENERAL_BRANCH",
+    "SAME_EMPTY_RESULTS",
     "Assumption",
     "BranchDecision",
     "StrategyAttempt",
@@ -263,6 +264,10 @@ GENERAL_BRANCH = (
 # Where the special branch was captured too (a second capture, the decision taken the other way), the ONNX model
 # computes the condition at run time and an ``If`` runs the branch eager would.
 BOTH_BRANCHES = "both branches captured, the ONNX model's If chooses at run time"
+# ... and where the special branch returns the empty outputs the general branch computes for those sizes, no If
+SAME_EMPTY_RESULTS = (
+    "both branches captured: the special branch returns the same empty outputs as the general one, computed for all"
+)
 
 
 def _largest_value(shape_env: ShapeEnv, expression: Any) -> Any:

@@ -412,6 +412,7 @@ def _join_if_worth_it(
     symbols = sorted(decision.condition.free_symbols, key=str)
     sources = branches.size_sources(captured, emitter.env, symbols)
     why = None
+    joined = capture_strategies.BOTH_BRANCHES
     if len(sources) != len(symbols):
         missing = ", ".join(str(symbol) for symbol in symbols if symbol not in sources)
         why = f"no value of the graph has the size {missing}"
@@ -424,7 +425,9 @@ def _join_if_worth_it(
             why = branches.disagreement(model_ir, emitted.model, outputs)
             if why is None and special.out_spec != captured.out_spec:
                 why = "the special branch returns another structure of outputs"
-            if why is None:
+            if why is None and branches.same_empty_results(captured, special, decision.condition, decision.general):
+                joined = capture_strategies.SAME_EMPTY_RESULTS
+            elif why is None:
                 try:
                     branches.join(model_ir, emitted.model, outputs, decision.condition, sources)
                 except ValueError as error:
@@ -434,9 +437,7 @@ def _join_if_worth_it(
         warnings.warn(f"size-oblivious decision {line}: {why}\n  {general_only}", stacklevel=5)
         return
     export_report.capture_assumptions = [
-        assumption.replace(
-            f"not checked at run time: {capture_strategies.GENERAL_BRANCH}", capture_strategies.BOTH_BRANCHES
-        )
+        assumption.replace(f"not checked at run time: {capture_strategies.GENERAL_BRANCH}", joined)
         if assumption.startswith(f"{decision.condition} taken as")
         else assumption
         for assumption in export_report.capture_assumptions

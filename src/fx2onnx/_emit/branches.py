@@ -48,6 +48,41 @@ def disagreement(general: ir.Model, special: ir.Model, outputs: int) -> str | No
     return None
 
 
+def same_empty_results(general: CapturedGraph, special: CapturedGraph, condition: Any, general_value: bool) -> bool:
+    """True when, where the special branch is taken, both captures return the same empty tensors (dtypes and
+    shapes): torchvision's ``if boxes.numel() == 0: return torch.empty((0,))`` before an NMS that returns just that.
+    The If would choose between equal results: the general graph alone is kept. Decided only for a special branch
+    that fixes its symbol (``u0 == 0``); symbols are matched by name (the two traces name them alike)."""
+    taken = sympy.Not(condition) if general_value else condition
+    if not isinstance(taken, sympy.Eq) or len(taken.free_symbols) != 1:
+        return False
+    (symbol,) = taken.free_symbols
+    solutions = sympy.solve(taken, symbol)
+    if len(solutions) != 1:
+        return False
+    value = solutions[0]
+
+    def shape(output: Any) -> list[Any] | None:
+        val = getattr(output, "meta", {}).get("val")
+        if not isinstance(val, torch.Tensor):
+            return None
+        dims = []
+        for size in val.shape:
+            expr = size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
+            dims.append(expr.xreplace({free: value for free in expr.free_symbols if str(free) == str(symbol)}))
+        return dims
+
+    if len(general.user_outputs) != len(special.user_outputs):
+        return False
+    for one, other in zip(general.user_outputs, special.user_outputs):
+        one_shape, other_shape = shape(one), shape(other)
+        if one_shape is None or other_shape is None or one.meta["val"].dtype != other.meta["val"].dtype:
+            return False
+        if one_shape != other_shape or sympy.Integer(0) not in one_shape:
+            return False
+    return True
+
+
 def size_sources(
     captured: CapturedGraph, env: Mapping[torch.fx.Node, Any], symbols: Sequence[sympy.Symbol]
 ) -> dict[sympy.Symbol, tuple[ir.Value, int | None]]:
@@ -212,4 +247,4 @@ def join(
         graph.opset_imports.setdefault(domain, version)
 
 
-__all__ = ["disagreement", "join", "size_sources"]
+__all__ = ["disagreement", "join", "same_empty_results", "size_sources"]
