@@ -10,6 +10,13 @@ a size (torchvision's ``if boxes.numel() == 0: return empty``) makes torch.expor
    size-oblivious reasoning does, for a size of at least 2 (``numel() == 0`` is False, ``size(0) > 1`` is True):
    the general branch, the one that also computes the right thing on 0 or 1 elements in ops that take empty
    tensors (an ONNX graph does). Each decision is recorded with the user's line and reported as an assumption.
+   Where the model's special branch computes something else (``if kept.numel() == 0: return torch.zeros(1)``), the
+   general graph alone would be silently wrong for those sizes: the export captures the model a second time with
+   the decision taken the other way (``special=``: torch is told, a deferred assertion, so it knows ``u0 == 0``) and
+   joins the two graphs in an ONNX ``If`` on the condition computed at run time (``_emit/branches.py``). One such
+   decision per model; with several, or branches whose outputs' count or dtypes differ, the general branch alone,
+   with a warning saying why. torchvision's batched NMS (``if boxes.numel() == 0: return empty``) is known to
+   return what the general branch does: no second capture (``_export._SPECIAL_BRANCH_SAVES_WORK``).
    Undecidable even so (a comparison with a value the size could take either side of), it fails as before,
    unless the condition is input validation: an ``if`` whose body only raises (``if torch.any(var < 0): raise``),
    decided so that it does not raise, as torch.export decides a Python ``assert``.
