@@ -117,6 +117,26 @@ def test_branches_that_both_compute_other_non_empty_results(check) -> None:
     assert torch.equal(program(examples[1])[0], examples[1] * 15)
 
 
+class LinearInBothBranches(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x > 0]
+        if kept.numel() == 0:
+            return self.linear(x) - 1
+        return self.linear(x) + kept.sum()
+
+
+def test_both_branches_read_the_models_weights_once(check) -> None:
+    x = torch.tensor([[1.0, -2.0, 3.0, -4.0], [0.5, 0.25, -1.0, 2.0]])
+    program = check(LinearInBothBranches(), (x,), run_with=[((x,), {}), ((-x.abs(),), {}), ((x.abs(),), {})])
+    assert [node.op_type for node in program.model.graph].count("If") == 1
+    weights = [value for value in program.model.graph.initializers.values() if value.shape and len(value.shape) == 2]
+    assert len(weights) == 1, [value.name for value in weights]
+
+
 def test_a_special_branch_torch_cannot_trace_keeps_the_general_branch_and_says_why() -> None:
     program, warned = _export_noting(OneKeptRowBroadcast(), (torch.tensor([1.0, -2.0, 3.0, -4.0]),))
     assert "Eq(u0, 1) taken as False" in warned and "the special branch could not be exported" in warned

@@ -122,6 +122,7 @@ def export(
         model_name=type(model).__name__, opset=opset_version if isinstance(opset_version, int) else 0, target=target
     )
     shown = ExportProgress(progress_wanted(progress, verbose))
+    captures: list[capture_stage.CapturedGraph] = []  # its capture's warning is issued even when a later stage fails
     try:
         with capture_stage.EXPORT_LOCK, _collections_skip_older_objects():
             program = _export(
@@ -144,9 +145,12 @@ def export(
                 fast_math=fast_math,
                 weights=weights,
                 progress=shown,
+                captures=captures,
             )
     except Exception as error:
         shown.close()
+        for captured in captures:
+            _issue_capture_warning(captured)
         export_report.error = f"{type(error).__name__}: {error}"
         export_report.exception = error
         if report is not None:
@@ -189,6 +193,7 @@ def _export(
     fast_math: bool,
     weights: str | os.PathLike[str] | Mapping[str, Any] | None,
     progress: ExportProgress,
+    captures: list[capture_stage.CapturedGraph],
 ) -> ONNXProgram:
     timer = StageClock(export_report.stage_seconds, progress)
     with timer("registry"):  # the first export in a process builds the default registry
@@ -206,6 +211,7 @@ def _export(
     with timer("capture"):
         decompositions = capture_stage.LazyDecompositionTable(capture_registry)
         captured = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions)
+    captures.append(captured)
     export_report.strategy = captured.strategy
     export_report.capture_seconds = {
         captured.strategy.split("(")[0]: captured.trace_seconds,
@@ -377,11 +383,19 @@ def _join_special_branch(
     try:
         _join_if_worth_it(model_ir, captured, emitter, export_report, outputs, emit_special)
     finally:
-        if captured.pending_warning is not None:
-            attempts, stand_ins = captured.pending_warning
-            message = capture_strategies.assumed_message(attempts, captured.assumptions, stand_ins)
-            if message is not None:
-                warnings.warn(message, stacklevel=4)
+        _issue_capture_warning(captured)
+
+
+def _issue_capture_warning(captured: capture_stage.CapturedGraph) -> None:
+    """The capture's warning (what it assumed), held back until the export knew whether it joined both branches of
+    a size-oblivious decision; issued once."""
+    if captured.pending_warning is None:
+        return
+    attempts, stand_ins = captured.pending_warning
+    captured.pending_warning = None
+    message = capture_strategies.assumed_message(attempts, captured.assumptions, stand_ins)
+    if message is not None:
+        warnings.warn(message, stacklevel=5)
 
 
 def _join_if_worth_it(

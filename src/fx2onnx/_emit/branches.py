@@ -149,6 +149,28 @@ def _branch_output(branch: ir.Graph, value: ir.Value, name: str) -> None:
     branch.outputs.append(node.outputs[0])
 
 
+# Initializers of the two emissions compared by value up to this many bytes; larger ones are shared only when they
+# are views of one tensor (the model's weights, named alike): a name alone proves nothing (constants torch.export
+# lifts and numbers per capture).
+_COMPARED_BYTES = 1 << 16
+
+
+def _same_data(one: ir.Value, other: ir.Value) -> bool:
+    first, second = one.const_value, other.const_value
+    if first is None or second is None or one.dtype != other.dtype or one.shape != other.shape:
+        return False
+    first_raw, second_raw = getattr(first, "raw", None), getattr(second, "raw", None)
+    if (
+        isinstance(first_raw, torch.Tensor)
+        and isinstance(second_raw, torch.Tensor)
+        and (first_raw.data_ptr(), first_raw.stride()) == (second_raw.data_ptr(), second_raw.stride())
+    ):
+        return True
+    if first.nbytes > _COMPARED_BYTES:
+        return False
+    return first.tobytes() == second.tobytes()
+
+
 def _merged_shape(one: ir.Shape | None, other: ir.Shape | None) -> ir.Shape | None:
     if one is None or other is None or len(one) != len(other):
         return None
@@ -197,7 +219,7 @@ def join(
         own.replace_all_uses_with(outer)
     for name, initializer in list(special_graph.initializers.items()):
         existing = graph.initializers.get(name)
-        if existing is not None and existing.dtype == initializer.dtype and existing.shape == initializer.shape:
+        if existing is not None and _same_data(existing, initializer):
             initializer.replace_all_uses_with(existing)
             continue
         special_graph.initializers.pop(name)
