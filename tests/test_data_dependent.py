@@ -117,6 +117,24 @@ def test_branches_that_both_compute_other_non_empty_results(check) -> None:
     assert torch.equal(program(examples[1])[0], examples[1] * 15)
 
 
+class SeveralKeptOrNot(torch.nn.Module):
+    """A decision taken as True for the general branch (``u0 > 1``): the If runs the special capture where it is
+    False."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x > 0]
+        if kept.shape[0] > 1:
+            return x + kept.sum()
+        return x * 3
+
+
+def test_a_decision_taken_as_true_runs_the_special_branch_where_it_is_false(check) -> None:
+    x = torch.tensor([1.0, -2.0, 3.0, -4.0])
+    examples = [x, torch.tensor([-1.0, 5.0, -3.0, -4.0]), -x.abs(), x.abs()]
+    program = check(SeveralKeptOrNot(), (x,), run_with=[((example,), {}) for example in examples])
+    assert [node.op_type for node in program.model.graph].count("If") == 1
+
+
 class LinearInBothBranches(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

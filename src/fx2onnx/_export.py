@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir.passes.common as common_passes
+import sympy
 import torch
 
 from fx2onnx import _capture as capture_stage
@@ -424,6 +425,8 @@ def _join_if_worth_it(
         return
     (decision,) = decisions
     symbols = sorted(decision.condition.free_symbols, key=str)
+    # where the If runs the special capture: the condition, or its negation for a decision taken as True (u0 > 1)
+    special_side = sympy.Not(decision.condition) if decision.general else decision.condition
     sources = branches.size_sources(captured, emitter.env, symbols)
     why = None
     joined = capture_strategies.BOTH_BRANCHES
@@ -443,7 +446,7 @@ def _join_if_worth_it(
                 joined = capture_strategies.SAME_EMPTY_RESULTS
             elif why is None:
                 try:
-                    branches.join(model_ir, emitted.model, outputs, decision.condition, sources)
+                    branches.join(model_ir, emitted.model, outputs, special_side, sources)
                 except ValueError as error:
                     why = f"its condition has no ONNX translation here: {error}"
     line = decision.text()

@@ -185,7 +185,8 @@ def join(
     sources: Mapping[sympy.Symbol, tuple[ir.Value, int | None]],
 ) -> None:
     """Make `general` (whose first `outputs` graph outputs are the model's, the rest run-time checks) compute
-    `condition` and run `special`'s graph where it holds, its own nodes elsewhere (module docstring). `special` is
+    `condition` (the special branch's: ``Eq(u0, 0)`` for ``numel() == 0`` taken as False) and run `special`'s graph
+    where it holds, its own nodes elsewhere (module docstring). `special` is
     consumed. Raises ValueError, leaving `general` unchanged, when the condition has no ONNX translation."""
     graph = general.graph
     prefix = f"{_SPECIAL_PREFIX}condition_"
