@@ -42,9 +42,27 @@ class LengthOfTopK(torch.nn.Module):
 
 class BranchOnValue(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.sum() > 0:  # a value, not a size: no strategy can take a branch for it
+        if x.sum() > 0:  # a value, not a size: both sides captured, an If on the value
             return x + 1
         return x - 1
+
+
+class TwoBranchesOnValues(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0 and x.mean() > 1:  # two values: one If joins the sides of one only
+            return x + 1
+        return x - 1
+
+
+class ClampWhereNotFinite(torch.nn.Module):
+    """BART's float16 encoder layer: clamps the hidden states only when some are inf or NaN."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden = hidden * 2
+        if hidden.dtype == torch.float16 and not torch.isfinite(hidden).all():
+            limit = torch.finfo(hidden.dtype).max - 1000
+            hidden = torch.clamp(hidden, min=-limit, max=limit)
+        return hidden
 
 
 def _export_noting(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[fx2onnx.ONNXProgram, str]:
@@ -216,12 +234,31 @@ def test_length_of_at_most_k_rows_is_its_bound() -> None:
     assert result.passed, result
 
 
-def test_no_strategy_captures_a_branch_on_a_value_and_the_error_names_the_line() -> None:
+def test_a_branch_on_a_value_captures_both_sides_in_an_if(check) -> None:
+    x = torch.ones(3)
+    examples = [x, -x, torch.zeros(3), torch.tensor([-0.0, 0.0, torch.finfo(torch.float32).tiny])]
+    program, warned = _export_noting(BranchOnValue(), (x,))
+    assert "if x.sum() > 0" in warned and "a value: both branches captured" in warned
+    assert [node.op_type for node in program.model.graph].count("If") == 1
+    assert not [node for node in program.model.graph if (node.name or "").startswith("fx2onnx_check")]
+    check(BranchOnValue(), (x,), run_with=[((example,), {}) for example in examples])
+    check(BranchOnValue(), (-x,), run_with=[((example,), {}) for example in examples])  # the other side first
+
+
+def test_barts_float16_clamp_where_not_finite_matches_eager(check) -> None:
+    finite = torch.tensor([[1.0, -2.0], [3.0, 0.5]], dtype=torch.float16)
+    big = torch.tensor([[60000.0, -60000.0], [1.0, 2.0]], dtype=torch.float16)  # doubled: inf, clamped by eager
+    nan = torch.tensor([[float("nan"), 1.0], [2.0, 3.0]], dtype=torch.float16)
+    program = check(ClampWhereNotFinite(), (finite,), run_with=[((finite,), {}), ((big,), {}), ((nan,), {})])
+    assert torch.isfinite(program(big)[0]).all()
+
+
+def test_two_branches_on_values_fail_naming_the_line() -> None:
     with pytest.raises(CaptureError) as raised:
-        fx2onnx.export(BranchOnValue(), (torch.ones(3),))
+        fx2onnx.export(TwoBranchesOnValues(), (torch.ones(3),))
     message = str(raised.value)
-    assert "test_data_dependent.py" in message and "if x.sum() > 0" in message
-    assert "size-oblivious guards: GuardOnDataDependentSymNode" in message
+    assert "test_data_dependent.py" in message and "if x.sum() > 0 and x.mean() > 1" in message
+    assert "2 data-dependent branches in the model" in message and "remedy:" in message
 
 
 class ValidatesItsInput(torch.nn.Module):

@@ -228,8 +228,8 @@ def test_verify_intermediates_passes_a_correct_model() -> None:
 # --- a capture failure -------------------------------------------------------------------------------------
 class DataDependentBranch(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.sum() > 0:  # LINE: branch
-            return x + 1
+        if x.sum() > 0 and x.mean() > 1:  # LINE: branch
+            return x + 1  # two branches on values: no If joins more than one
         return x - 1
 
 

@@ -499,7 +499,7 @@ class TorchExportExtractor:
                     f"{self.name} could not capture {type(model).__name__}: {type(error).__name__}: "
                     f"{_first_lines(str(error))}\n"
                     + (f"  from: {frame}\n" if frame else "")
-                    + f"  inputs: {_describe_inputs(args, kwargs)}\n"
+                    + f"  inputs: {describe_inputs(args, kwargs)}\n"
                     f"  remedy: {_capture_remedy(error, self.strict)}"
                     + "".join(f"\n  {note}" for note in getattr(error, "__notes__", [])),
                     frame=frame,
@@ -967,7 +967,7 @@ def _overloads(graph_module: torch.fx.GraphModule) -> set[str]:
     }
 
 
-def _describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+def describe_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     leaves = pytree.tree_leaves((args, dict(kwargs)))
     return ", ".join(
         f"{x.dtype} {tuple(x.shape)}".replace("torch.", "") if isinstance(x, torch.Tensor) else repr(x) for x in leaves

@@ -105,6 +105,8 @@ class BranchDecision:
     general: bool  # its value in the general branch
     source_line: str
     ordinal: int  # its position among the general-branch decisions of one trace (the special capture flips this one)
+    on_value: bool = False  # a branch on a value (``if x.sum() > 0``), not on a size: no general branch to fall back to
+    in_graph: Any = None  # `condition` over the final graph's symbols, where a retrace numbered them otherwise
 
     def text(self) -> str:
         return f"{self.condition} taken as {self.general} at {self.source_line}"
@@ -233,7 +235,21 @@ def size_oblivious_guards(
                 if result is None:
                     result = _validation_passes(self, orig_expr)
                     if result is None:
-                        raise
+                        if decisions is None or not _on_values(self, orig_expr):
+                            raise
+                        # a branch on a value (``if x.sum() > 0``): both sides are captured and an If chooses (the
+                        # export fails, naming the line, where it cannot join them). torch is told the side taken (a
+                        # deferred assertion, which also keeps the value in the graph for the If's condition)
+                        line, ordinal = _asking_line(), next_ordinal()
+                        flip = special is not None and ordinal == special.ordinal
+                        taken = not (flip and str(orig_expr) == str(special.condition))  # type: ignore[union-attr]
+                        self.guard_or_defer_runtime_assert(
+                            orig_expr if taken else sympy.Not(orig_expr), f"fx2onnx: a side of {orig_expr}"
+                        )
+                        if taken:
+                            decisions.append(BranchDecision(orig_expr, True, line, ordinal, on_value=True))
+                        assumptions.append(Assumption(str(orig_expr), str(taken), line, f"a value: {BOTH_BRANCHES}"))
+                        return sympy.true if taken else sympy.false
                     assumptions.append(Assumption(str(orig_expr), f"{result} (the input is valid)", _asking_line()))
                     return result
                 assumptions.append(Assumption(str(orig_expr), f"{result} (for the smallest sizes)", _asking_line()))
@@ -275,6 +291,15 @@ BOTH_BRANCHES = "both branches captured, the ONNX model's If chooses at run time
 SAME_EMPTY_RESULTS = (
     "both branches captured: the special branch returns the same empty outputs as the general one, computed for all"
 )
+
+
+def _on_values(shape_env: ShapeEnv, condition: Any) -> bool:
+    """A condition on values read from tensors (``item()``), not on sizes: ``Eq(u0, 1)`` for ``bool(x.sum() > 0)``."""
+    return (
+        isinstance(condition, sympy.logic.boolalg.Boolean)
+        and bool(condition.free_symbols)
+        and not any(symbol in shape_env.size_like for symbol in condition.free_symbols)
+    )
 
 
 def _largest_value(shape_env: ShapeEnv, expression: Any) -> Any:

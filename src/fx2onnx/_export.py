@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -31,7 +32,7 @@ from fx2onnx._progress import ExportProgress, StageClock
 from fx2onnx._progress import wanted as progress_wanted
 from fx2onnx._records import BASE_OPSET
 from fx2onnx._registry import Registry, apply_translation_table, global_registry
-from fx2onnx.errors import ExportError, source_line
+from fx2onnx.errors import CaptureError, ExportError, SourceFrame, source_line
 from fx2onnx.program import ONNXProgram
 from fx2onnx.report import ExportReport, casts_inserted_by_passes
 
@@ -252,6 +253,10 @@ def _export(
     export_report.decisions = result.decisions
     export_report.casts = result.casts
     model_ir = result.model
+    if any(decision.on_value for decision in captured.branch_decisions):
+        _value_decision_in_graph_symbols(captured)
+        asked = [symbol for decision in captured.branch_decisions for symbol in decision.condition.free_symbols]
+        branches.drop_checks_of_a_side(model_ir, branches.value_symbols(captured) + asked)
     # what the graph was captured under (torch.export's assertions, the input dims' ranges and relations) is checked
     # at run time: an input breaking it fails in ONNX Runtime naming the assumption
     requested = capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes)
@@ -267,6 +272,7 @@ def _export(
                 emitter,
                 export_report,
                 len(model_ir.graph.outputs) - checks.pending,
+                capture_stage.describe_inputs(args, kwargs),
                 lambda decision: _emit_special_branch(
                     extractor,
                     model,
@@ -367,7 +373,13 @@ def _emit_special_branch(
         higher_order=control_flow.EMITTERS,
         fold_weights=False,  # the general graph's weights are the ones kept: no weight view of the special's own
     )
-    return special, emitter.run()
+    emitted = emitter.run()
+    if decision.on_value:
+        asked = [symbol for decision in special.branch_decisions for symbol in decision.condition.free_symbols]
+        branches.drop_checks_of_a_side(
+            emitted.model, branches.value_symbols(special) + asked + [*decision.condition.free_symbols]
+        )
+    return special, emitted
 
 
 def _join_special_branch(
@@ -376,15 +388,41 @@ def _join_special_branch(
     emitter: GraphEmitter,
     export_report: ExportReport,
     outputs: int,
+    inputs: str,
     emit_special: Any,
 ) -> None:
     """Where the capture took a size-oblivious decision for the general branch (``numel() == 0`` taken as False),
     capture the special branch too and let an ONNX If choose between them at run time (``_emit/branches.py``).
     Falls back to the general branch alone, with a warning saying why, where that cannot be done."""
     try:
-        _join_if_worth_it(model_ir, captured, emitter, export_report, outputs, emit_special)
+        _join_if_worth_it(model_ir, captured, emitter, export_report, outputs, inputs, emit_special)
     finally:
         _issue_capture_warning(captured)
+
+
+def _value_decision_in_graph_symbols(captured: capture_stage.CapturedGraph) -> None:
+    """A branch on a value decided at trace time on ``Eq(u0, 1)`` reads, in the final graph, the bool of the one
+    ``item()`` whose symbol may be numbered otherwise (u1): the decision is renamed to it. Left as is (and the If
+    then fails, naming the line) unless there is exactly one such value and one such decision."""
+    symbols = branches.value_symbols(captured)
+    on_value = [decision for decision in captured.branch_decisions if decision.on_value]
+    if len(symbols) != 1 or len(on_value) != 1 or len(on_value[0].condition.free_symbols) != 1:
+        return
+    (old,) = on_value[0].condition.free_symbols
+    on_value[0].in_graph = on_value[0].condition.xreplace({old: symbols[0]})
+
+
+def _no_branch_on_a_value(decision: capture_strategies.BranchDecision, why: str, inputs: str) -> CaptureError:
+    """A branch on a value whose two sides cannot be joined: no side is right for every input, so no model."""
+    found = re.match(r"(.*):(\d+) in (\S+): (.*)$", decision.source_line)
+    frame = SourceFrame(found[1], int(found[2]), found[3], found[4]) if found else None
+    return CaptureError(
+        f"the model branches on a value read from a tensor at {decision.source_line} ({decision.condition}), and "
+        f"fx2onnx could not capture both sides into an ONNX If: {why}\n"
+        f"  inputs: {inputs}\n"
+        "  remedy: compute both sides and select with torch.where, or write the branch as torch.cond",
+        frame=frame,
+    )
 
 
 def _issue_capture_warning(captured: capture_stage.CapturedGraph) -> None:
@@ -405,6 +443,7 @@ def _join_if_worth_it(
     emitter: GraphEmitter,
     export_report: ExportReport,
     outputs: int,
+    inputs: str,
     emit_special: Any,
 ) -> None:
     decisions = [
@@ -415,6 +454,13 @@ def _join_if_worth_it(
     if not decisions:
         return
     general_only = f"the ONNX model computes the general branch only ({capture_strategies.GENERAL_BRANCH})"
+    if len(decisions) > 1 and any(decision.on_value for decision in decisions):
+        raise _no_branch_on_a_value(
+            next(decision for decision in decisions if decision.on_value),
+            f"{len(decisions)} data-dependent branches in the model (fx2onnx joins the two sides of one): "
+            + "; ".join(decision.text() for decision in decisions),
+            inputs,
+        )
     if len(decisions) > 1:
         warnings.warn(
             f"{len(decisions)} size-oblivious decisions of the model's code (fx2onnx joins the branches of one): "
@@ -424,9 +470,10 @@ def _join_if_worth_it(
         )
         return
     (decision,) = decisions
-    symbols = sorted(decision.condition.free_symbols, key=str)
+    condition = decision.in_graph if decision.in_graph is not None else decision.condition
+    symbols = sorted(condition.free_symbols, key=str)
     # where the If runs the special capture: the condition, or its negation for a decision taken as True (u0 > 1)
-    special_side = sympy.Not(decision.condition) if decision.general else decision.condition
+    special_side = sympy.Not(condition) if decision.general else condition
     sources = branches.size_sources(captured, emitter.env, symbols)
     why = None
     joined = capture_strategies.BOTH_BRANCHES
@@ -442,7 +489,7 @@ def _join_if_worth_it(
             why = branches.disagreement(model_ir, emitted.model, outputs)
             if why is None and special.out_spec != captured.out_spec:
                 why = "the special branch returns another structure of outputs"
-            if why is None and branches.same_empty_results(captured, special, decision.condition, decision.general):
+            if why is None and branches.same_empty_results(captured, special, condition, decision.general):
                 joined = capture_strategies.SAME_EMPTY_RESULTS
             elif why is None:
                 try:
@@ -450,6 +497,8 @@ def _join_if_worth_it(
                 except ValueError as error:
                     why = f"its condition has no ONNX translation here: {error}"
     line = decision.text()
+    if why is not None and decision.on_value:
+        raise _no_branch_on_a_value(decision, why, inputs)
     if why is not None:
         warnings.warn(f"size-oblivious decision {line}: {why}\n  {general_only}", stacklevel=5)
         return

@@ -16,6 +16,7 @@ The branches must agree in the number and dtypes of their outputs (their shapes 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ import torch
 
 from fx2onnx._capture import CapturedGraph
 from fx2onnx._emit import runtime_checks
+from fx2onnx._records import RUNTIME_CHECK
 
 _SPECIAL_PREFIX = "fx2onnx_special_"
 
@@ -101,9 +103,40 @@ def size_sources(
             for dim, size in enumerate(val.shape):
                 if isinstance(size, torch.SymInt) and size.node.expr in wanted and size.node.expr not in found:
                     found[size.node.expr] = (value, dim)
-        elif isinstance(val, torch.SymInt) and val.node.expr in wanted and val.node.expr not in found:
-            found[val.node.expr] = (value, None)
+        elif isinstance(val, torch.SymBool) and node.target is torch.ops.aten._local_scalar_dense.default:
+            expr = getattr(val.node, "_expr", val.node.expr)
+            symbol = expr.args[0] if isinstance(expr, sympy.Eq) else None
+            if symbol in wanted and symbol not in found:
+                found[symbol] = (value, None)  # the bool as 0/1 is the symbol
+        elif isinstance(val, torch.SymInt):
+            # as traced: a value branched on is replaced by the side taken (u0 -> 1) once torch is told it
+            expr = getattr(val.node, "_expr", val.node.expr)
+            if expr in wanted and expr not in found:
+                found[expr] = (value, None)
     return found
+
+
+def value_symbols(captured: CapturedGraph) -> list[sympy.Symbol]:
+    """The symbols of the bools the graph reads from tensors (``bool(x.sum() > 0)``: torch's Eq(u1, 1)), as the
+    final graph numbers them (a retrace may number them otherwise than the trace that decided the branch)."""
+    found = []
+    for node in captured.graph.nodes:
+        val = node.meta.get("val")
+        if node.target is torch.ops.aten._local_scalar_dense.default and isinstance(val, torch.SymBool):
+            expr = getattr(val.node, "_expr", val.node.expr)
+            if isinstance(expr, sympy.Eq) and expr.args[1] == 1 and isinstance(expr.args[0], sympy.Symbol):
+                found.append(expr.args[0])
+    return found
+
+
+def drop_checks_of_a_side(model: ir.Model, symbols: Sequence[sympy.Symbol]) -> None:
+    """The side of a branch on a value that the capture took is asserted in its graph (torch told so, ``Eq(u0, 1)``,
+    ``u0 >= 1``): no check in the ONNX model, whose If takes the other side for other values."""
+    names = [re.compile(rf"\b{re.escape(str(symbol))}\b") for symbol in symbols]
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        expression = node.metadata_props.get(RUNTIME_CHECK)
+        if expression is not None and any(name.search(expression) for name in names):
+            del node.metadata_props[RUNTIME_CHECK]  # no longer a check: nothing reads it, the optimizer drops it
 
 
 def _ancestors(graph: ir.Graph, values: Sequence[ir.Value]) -> set[ir.Node]:
@@ -270,4 +303,4 @@ def join(
         graph.opset_imports.setdefault(domain, version)
 
 
-__all__ = ["disagreement", "join", "same_empty_results", "size_sources"]
+__all__ = ["disagreement", "drop_checks_of_a_side", "join", "same_empty_results", "size_sources", "value_symbols"]
