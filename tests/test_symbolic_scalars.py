@@ -67,6 +67,8 @@ def test_data_dependent_branch_error_names_the_line_and_the_remedies() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if x.sum() > 0:  # the line the error must show
                 return x * 2
+            if x.mean() < -1:  # a second branch on a value: fx2onnx's If joins the sides of one only
+                return x * 3
             return x - 1
 
     line = inspect.getsourcelines(BranchOnValue.forward)[1] + 1

@@ -420,7 +420,8 @@ def _no_branch_on_a_value(decision: capture_strategies.BranchDecision, why: str,
         f"the model branches on a value read from a tensor at {decision.source_line} ({decision.condition}), and "
         f"fx2onnx could not capture both sides into an ONNX If: {why}\n"
         f"  inputs: {inputs}\n"
-        "  remedy: compute both sides and select with torch.where, or write the branch as torch.cond",
+        "  remedy: make the branch a graph op: torch.where(...) for an elementwise choice, torch.cond(pred, true_fn, "
+        "false_fn, operands) for a branch (exported as an ONNX If), or state the side with torch._check(...)",
         frame=frame,
     )
 
@@ -486,6 +487,14 @@ def _join_if_worth_it(
         except Exception as error:  # the general graph stands, as before this existed
             why = f"the special branch could not be exported: {type(error).__name__}: {str(error).splitlines()[0]}"
         else:
+            values = [inner for inner in special.branch_decisions if inner.on_value]
+            if values:  # a side taken there without an If: no model rather than a silent choice
+                raise _no_branch_on_a_value(
+                    values[0],
+                    f"the special branch of {decision.text()} branches on a value too: "
+                    + "; ".join(inner.text() for inner in values),
+                    inputs,
+                )
             why = branches.disagreement(model_ir, emitted.model, outputs)
             if why is None and special.out_spec != captured.out_spec:
                 why = "the special branch returns another structure of outputs"
