@@ -217,10 +217,13 @@ _EXACT_NO_OP_RULES = [
 
 class _FoldConstants(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        # Weights still in their checkpoint (export(weights=...)) are transposed unread, as a permutation.
+        # Weights still in their checkpoint (export(weights=...)) are transposed unread, as a permutation: a change
+        # too (the next rewrite then runs over the whole graph, _FoldAndRewrite).
+        nodes = len(model.graph)
         _weights.fold_transposes(model)
+        transposed = len(model.graph) != nodes
         result = onnxscript.optimizer.fold_constants_ir(model, onnx_shape_inference=False)
-        return ir.passes.PassResult(model, result.modified)
+        return ir.passes.PassResult(model, result.modified or transposed)
 
 
 class _Rewrite(ir.passes.InPlacePass):
