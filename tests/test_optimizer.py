@@ -153,3 +153,80 @@ def test_materialize_reshape_shape_is_not_tried_on_a_reshape_to_a_constant_shape
     rules = optimizer._RulesByRoot([materialize_reshape_shape_rule])
     delta = rules.try_rewrite(model, model.graph, reshape)
     assert delta is not None and rules.name == "MaterializeReshapeShape"
+
+
+class _CountingRewrite(optimizer._Rewrite):
+    def __init__(self, rules: list) -> None:
+        super().__init__(rules)
+        self.runs = 0
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.runs += 1
+        return super().call(model)
+
+
+def _float_value(name: str, shape: list[int]) -> ir.Value:
+    return ir.Value(name=name, type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(shape))
+
+
+def test_rewrites_again_only_where_the_last_rewrite_may_have_made_a_match() -> None:
+    """A rewrite that changed the graph (a zero bias dropped from a Gemm, two Transposes merged into one) is not run
+    again over the whole graph when the rules match nothing where it changed it; the model is optimize_ir's."""
+    x, y = _float_value("x", [4, 4]), _float_value("y", [2, 3, 4])
+    w = ir.Value(name="w", const_value=ir.tensor(np.ones((4, 4), np.float32), name="w"))
+    zeros = ir.Value(name="zeros", const_value=ir.tensor(np.zeros((4,), np.float32), name="zeros"))
+    for value in (w, zeros):
+        value.type, value.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(value.const_value.shape)
+    gemm = ir.node("Gemm", [x, w, zeros])
+    relu = ir.node("Relu", [gemm.outputs[0]])
+    first = ir.node("Transpose", [y], attributes={"perm": [1, 0, 2]})
+    second = ir.node("Transpose", [first.outputs[0]], attributes={"perm": [0, 2, 1]})
+    nodes = [gemm, relu, first, second]
+    for index, (node, shape) in enumerate(zip(nodes, ([4, 4], [4, 4], [3, 2, 4], [3, 4, 2]))):
+        node.outputs[0].name, node.outputs[0].type = f"v{index}", ir.TensorType(ir.DataType.FLOAT)
+        node.outputs[0].shape = ir.Shape(shape)
+    graph = ir.Graph(
+        [x, y], [relu.outputs[0], second.outputs[0]], nodes=nodes, initializers=[w, zeros], opset_imports={"": 18}
+    )
+    proto = ir.to_proto(ir.Model(graph, ir_version=8))
+    ours, theirs = ir.from_proto(proto), ir.from_proto(proto)
+    rewrite = _CountingRewrite(optimizer._with_exact_no_ops(onnxscript.rewriter._DEFAULT_REWRITE_RULES))
+    optimizer._FoldAndRewrite(optimizer._FoldConstants(), rewrite, iterations=2)(ours)
+    assert rewrite.runs == 1
+    assert [node.op_type for node in ours.graph] == ["Gemm", "Relu", "Transpose"]
+    assert len(next(iter(ours.graph)).inputs) == 2
+    optimizer.optimize(ours)
+    onnxscript.optimizer.optimize_ir(theirs)
+    assert ir.to_proto(ours).SerializeToString(deterministic=True) == ir.to_proto(theirs).SerializeToString(
+        deterministic=True
+    )
+
+
+def test_a_match_the_last_rewrite_made_possible_is_found() -> None:
+    """Transpose(Transpose(x)) does not match while the inner Transpose has another user; once a rewrite removed
+    that user (recorded as the rewrite records it: the values the removed node read), the merged pair is found,
+    and only there: a change elsewhere finds nothing."""
+    from onnxscript.rewriter.rules.common import _basic_rules
+
+    x = _float_value("x", [2, 3])
+    first = ir.node("Transpose", [x], attributes={"perm": [1, 0]})
+    second = ir.node("Transpose", [first.outputs[0]], attributes={"perm": [1, 0]})
+    other_user = ir.node("Relu", [first.outputs[0]])
+    elsewhere = ir.node("Relu", [x])
+    nodes = [first, second, other_user, elsewhere]
+    for index, node in enumerate(nodes):
+        node.outputs[0].name, node.outputs[0].type = f"v{index}", ir.TensorType(ir.DataType.FLOAT)
+    outputs = [second.outputs[0], other_user.outputs[0], elsewhere.outputs[0]]
+    model = ir.Model(ir.Graph([x], outputs, nodes=nodes, opset_imports={"": 18}), ir_version=8)
+    rewrite = optimizer._Rewrite([_basic_rules.transpose_transpose_rule])
+    assert not rewrite(model).modified  # the inner Transpose has two users
+
+    model.graph.outputs.remove(other_user.outputs[0])
+    read = list(other_user.inputs)
+    model.graph.remove(other_user, safe=True)
+    rewrite._pass = rewrite.without_slice_split
+    rewrite._last_changes = ([], [elsewhere.outputs[0]])
+    assert not rewrite.may_match_after_last_changes(model)
+    rewrite._last_changes = ([], read)
+    assert rewrite.may_match_after_last_changes(model)
+    assert rewrite(model).modified
