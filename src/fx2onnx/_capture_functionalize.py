@@ -322,7 +322,7 @@ class _Functionalizer:
         values = pytree.tree_map_only(torch.fx.Node, lambda a: a.meta.get("val"), (node.args, node.kwargs))
         leaves = pytree.tree_leaves(values)
         computed = self.results.get(node)
-        if computed is not None and len(computed[0]) == len(leaves) and all(map(operator.is_, computed[0], leaves)):
+        if computed is not None and _same_fake_values(computed[0], leaves):
             result = computed[1]
         else:
             fake_mode = torch._guards.detect_fake_mode(leaves)
@@ -362,6 +362,28 @@ class _Functionalizer:
             self.graph.erase_node(node)
         else:
             self.aliases[node] = self._alias(written)
+
+
+def _same_fake_values(before: list[Any], now: list[Any]) -> bool:
+    """Whether an op reading `now` computes what it computed reading `before`: the same leaves, or tensors alike in
+    every property a fake op reads (a write's value read anew after an earlier write: a new node, the same metadata).
+    Sizes are compared by identity or as plain ints: comparing symbolic ones would add guards."""
+    if len(before) != len(now):
+        return False
+    for old, new in zip(before, now):
+        if old is new:
+            continue
+        if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor) or type(old) is not type(new):
+            return False
+        if old.dtype != new.dtype or old.device != new.device or old.layout != new.layout or old.dim() != new.dim():
+            return False
+        if old.requires_grad != new.requires_grad or old.is_conj() != new.is_conj() or old.is_neg() != new.is_neg():
+            return False
+        sizes = (*zip(old.shape, new.shape), *zip(old.stride(), new.stride()))
+        sizes += ((old.storage_offset(), new.storage_offset()),)
+        if not all(a is b or (type(a) is int and type(b) is int and a == b) for a, b in sizes):
+            return False
+    return True
 
 
 def _describe(target: Any) -> str:
