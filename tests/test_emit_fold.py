@@ -84,3 +84,27 @@ def test_transposed_weights_from_a_checkpoint_stay_lazy(tmp_path: os.PathLike[st
     assert _op_types(program)["Transpose"] == 0
     with torch.no_grad():
         torch.testing.assert_close(program(x)[0], trained(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("data_shape", "index_rows", "dtype"),
+    [((169, 3), [[0], [168], [-1], [5]], "float32"), ((4, 5, 6), [[0, 4], [-4, -1], [3, 2]], "int64")],
+)
+def test_gather_nd_is_folded_as_onnx_computes_it(data_shape: tuple[int, ...], index_rows: list, dtype: str) -> None:
+    """GatherND of constants (Swin's relative position bias: a weight indexed by a buffer) is folded with numpy's
+    indexing, not the reference evaluator's loop over the index rows: the same values, negative indices included."""
+    import numpy as np
+    import onnx_ir as ir
+    from onnxscript.optimizer import _constant_folding
+
+    from fx2onnx._emit import folding
+
+    data = np.arange(np.prod(data_shape), dtype=dtype).reshape(data_shape)
+    indices = np.array(index_rows, dtype=np.int64)
+    for shaped in (indices, indices.reshape(2, -1, indices.shape[-1]) if len(index_rows) % 2 == 0 else indices):
+        dtypes = [ir.DataType.from_numpy(data.dtype), ir.DataType.INT64]
+        folded = folding.evaluate("GatherND", 18, [data, shaped], dtypes, [])
+        expected = _constant_folding._reference_evaluator.evaluate("", "GatherND", 18, data, shaped)
+        assert folded is not None and folded.dtype == expected.dtype and folded.shape == expected.shape
+        np.testing.assert_array_equal(folded, expected)
+    assert folding._gather_nd([data, indices], {"batch_dims": 1}) is None  # left to the reference evaluator

@@ -230,3 +230,41 @@ def test_a_match_the_last_rewrite_made_possible_is_found() -> None:
     rewrite._last_changes = ([], read)
     assert rewrite.may_match_after_last_changes(model)
     assert rewrite(model).modified
+
+
+def test_slices_split_is_tried_only_on_a_slice_from_0_with_a_second_slice_of_its_input() -> None:
+    """SlicesSplit enumerates the whole graph for each Slice it is tried on; it is offered only the Slices it can
+    match (beginning at a constant 0, with another Slice of the same input), and still rewrites those."""
+    from onnxscript.rewriter.rules.common import slice_split_rule
+
+    fails = optimizer._known_failing_checks()[id(slice_split_rule)]
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 6]))
+
+    def constant(name: str, values: list[int]) -> ir.Value:
+        return ir.Value(name=name, const_value=ir.tensor(np.array(values, np.int64), name=name))
+
+    zero, three, six, last = constant("zero", [0]), constant("three", [3]), constant("six", [6]), constant("a", [-1])
+    y = ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 6]))
+    alone = ir.node("Slice", [y, zero, three, last])
+    assert fails(alone)  # no second Slice of y
+    first = ir.node("Slice", [x, zero, three, last])
+    second = ir.node("Slice", [x, three, six, last])
+    assert not fails(first)
+    assert fails(second)  # begins at 3: the rule's check needs its first Slice to begin at 0
+    assert fails(ir.node("Slice", [x, ir.node("Shape", [x]).outputs[0], three, last]))  # a computed begin
+
+    for node, name in ((first, "y0"), (second, "y1")):
+        node.outputs[0].name, node.outputs[0].type = name, ir.TensorType(ir.DataType.FLOAT)
+        node.outputs[0].shape = ir.Shape([2, 3])
+    total = ir.node("Add", [first.outputs[0], second.outputs[0]])
+    total.outputs[0].name, total.outputs[0].type = "z", ir.TensorType(ir.DataType.FLOAT)
+    model = ir.Model(
+        # the second Slice first: the rule's matcher pairs a Slice with the first Slice of the graph that has its
+        # input, which for the first Slice would be itself (and its check then fails)
+        ir.Graph([x, y], [total.outputs[0]], nodes=[alone, second, first, total], opset_imports={"": 18}),
+        ir_version=8,
+    )
+    rules = optimizer._RulesByRoot([slice_split_rule])
+    assert rules.try_rewrite(model, model.graph, alone) is None
+    delta = rules.try_rewrite(model, model.graph, first)
+    assert delta is not None and rules.name == "SlicesSplit"

@@ -132,15 +132,19 @@ class Builder:
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None = None,
         like: torch.fx.Node | None = None,
+        value: Any = None,
     ) -> torch.fx.Node:
+        """The node `target(*args, **kwargs)`; `value`, when given, is its fake value, already computed."""
         kwargs = kwargs or {}
         assert self.cursor is not None
         with self.graph.inserting_before(self.cursor):
             node = self.graph.call_function(target, args, kwargs)
-        values = pytree.tree_map_only(torch.fx.Node, lambda a: a.meta.get("val"), (args, kwargs))
-        fake_mode = torch._guards.detect_fake_mode(pytree.tree_leaves(values))
-        with fake_mode if fake_mode is not None else contextlib.nullcontext():
-            node.meta["val"] = target(*values[0], **values[1])
+        if value is None:
+            values = pytree.tree_map_only(torch.fx.Node, lambda a: a.meta.get("val"), (args, kwargs))
+            fake_mode = torch._guards.detect_fake_mode(pytree.tree_leaves(values))
+            with fake_mode if fake_mode is not None else contextlib.nullcontext():
+                value = target(*values[0], **values[1])
+        node.meta["val"] = value
         source = like if like is not None else self.provenance
         if source is not None:
             node.meta.update({key: source.meta[key] for key in PROVENANCE_META if key in source.meta})
@@ -216,8 +220,17 @@ def _dropout_train(node: torch.fx.Node) -> object:
 class _Functionalizer:
     """One walk over a graph in order; with `rewrite` False it only checks (and raises what the rewrite would)."""
 
-    def __init__(self, graph: torch.fx.Graph, prefix: str, rewrite: bool) -> None:
+    def __init__(
+        self,
+        graph: torch.fx.Graph,
+        prefix: str,
+        rewrite: bool,
+        results: dict[torch.fx.Node, tuple[list[Any], torch.Tensor]] | None = None,
+    ) -> None:
         self.graph = graph
+        # each in-place node's functional result computed by the checking walk, with the fake values it was computed
+        # on: the rewriting walk reuses it where the node reads the same values (a fake op costs ~1 ms)
+        self.results: dict[torch.fx.Node, tuple[list[Any], torch.Tensor]] = {} if results is None else results
         self.prefix = prefix
         self.rewrite = rewrite
         self.aliases: dict[torch.fx.Node, _Alias] = {}
@@ -307,9 +320,15 @@ class _Functionalizer:
             raise NeedsFullDecomposition(f"{where} writes into {root.refusal}{through}")
         expected = node.meta.get("val")
         values = pytree.tree_map_only(torch.fx.Node, lambda a: a.meta.get("val"), (node.args, node.kwargs))
-        fake_mode = torch._guards.detect_fake_mode(pytree.tree_leaves(values))
-        with fake_mode if fake_mode is not None else contextlib.nullcontext():
-            result = functional(*values[0], **values[1])
+        leaves = pytree.tree_leaves(values)
+        computed = self.results.get(node)
+        if computed is not None and _same_fake_values(computed[0], leaves):
+            result = computed[1]
+        else:
+            fake_mode = torch._guards.detect_fake_mode(leaves)
+            with fake_mode if fake_mode is not None else contextlib.nullcontext():
+                result = functional(*values[0], **values[1])
+            self.results[node] = (leaves, result)
         if not isinstance(expected, torch.Tensor) or result.dtype != expected.dtype:
             # eager casts the result into the written tensor's dtype; the functional op would keep its own
             raise NeedsFullDecomposition(f"{where} computes in another dtype than it writes")
@@ -326,7 +345,7 @@ class _Functionalizer:
             root.version += 1
             self._same_tensor(node, destination)
             return
-        value = self.build(functional, node.args, dict(node.kwargs))
+        value = self.build(functional, node.args, dict(node.kwargs), value=result)
         view = destination
         while (parent := self.aliases[view].parent) is not None:  # back through the views, into the root
             value = _VIEW_INVERSES[view.target](parent, view)(self.build, value)
@@ -343,6 +362,28 @@ class _Functionalizer:
             self.graph.erase_node(node)
         else:
             self.aliases[node] = self._alias(written)
+
+
+def _same_fake_values(before: list[Any], now: list[Any]) -> bool:
+    """Whether an op reading `now` computes what it computed reading `before`: the same leaves, or tensors alike in
+    every property a fake op reads (a write's value read anew after an earlier write: a new node, the same metadata).
+    Sizes are compared by identity or as plain ints: comparing symbolic ones would add guards."""
+    if len(before) != len(now):
+        return False
+    for old, new in zip(before, now):
+        if old is new:
+            continue
+        if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor) or type(old) is not type(new):
+            return False
+        if old.dtype != new.dtype or old.device != new.device or old.layout != new.layout or old.dim() != new.dim():
+            return False
+        if old.requires_grad != new.requires_grad or old.is_conj() != new.is_conj() or old.is_neg() != new.is_neg():
+            return False
+        sizes = (*zip(old.shape, new.shape), *zip(old.stride(), new.stride()))
+        sizes += ((old.storage_offset(), new.storage_offset()),)
+        if not all(a is b or (type(a) is int and type(b) is int and a == b) for a, b in sizes):
+            return False
+    return True
 
 
 def _describe(target: Any) -> str:
@@ -364,8 +405,9 @@ def functionalize_locally(graph_module: torch.fx.GraphModule, prefix: str = "") 
     ]
     if not mutable:
         return []
-    _Functionalizer(graph, prefix, rewrite=False).run()  # raises before anything changed
-    functionalizer = _Functionalizer(graph, prefix, rewrite=True)
+    checker = _Functionalizer(graph, prefix, rewrite=False)
+    checker.run()  # raises before anything changed
+    functionalizer = _Functionalizer(graph, prefix, rewrite=True, results=checker.results)
     functionalizer.run()
     for node in reversed(graph.nodes):  # views read only by the writes now gone, or by readers now reading anew
         if node.op == "call_function" and node.target in _VIEW_INVERSES and not node.users:
