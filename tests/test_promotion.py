@@ -450,3 +450,36 @@ def test_pass_inserts_only_the_casts_eager_implies(function: Callable[..., Any],
     graph = program.exported_program.graph_module.graph
     inserted = {(n.args[0].name, n.args[1]) for n in graph.nodes if n.target is CAST}
     assert inserted == expected_cast
+
+
+def test_the_passes_code_is_generated_when_read() -> None:
+    """The passes leave the program's Python code to be generated when it is read, printed or run (the export reads
+    only the graph): then it is the code of the graph as the passes left it."""
+    from fx2onnx._capture import _code_is_stale
+
+    args = (torch.tensor([1, -2], dtype=torch.int8), torch.tensor([300, 4], dtype=torch.int16))
+    program = fx2onnx.export(Lambda(lambda a, b: a + b), args)
+    graph_module = program.exported_program.graph_module
+    assert any(node.target is CAST for node in graph_module.graph.nodes)
+    assert _code_is_stale(graph_module)  # no code generated during the export
+    assert "convert_element_type" in str(graph_module)
+    assert not _code_is_stale(graph_module)
+    assert "convert_element_type" in graph_module.code
+    (result,) = graph_module(*args)
+    assert result.dtype == torch.int16 and result.tolist() == [301, 2]
+
+
+def test_a_stale_graph_modules_forward_runs_its_current_graph() -> None:
+    from fx2onnx._capture import _code_is_stale, recompile_when_read
+
+    class Add(torch.nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return a + b
+
+    graph_module = torch.fx.symbolic_trace(Add())
+    (add,) = [node for node in graph_module.graph.nodes if node.op == "call_function"]
+    add.target = torch.mul
+    recompile_when_read(graph_module)
+    assert _code_is_stale(graph_module)
+    assert graph_module(torch.tensor(3), torch.tensor(4)).item() == 12
+    assert not _code_is_stale(graph_module) and "mul" in graph_module.code

@@ -420,3 +420,25 @@ def test_types_inferred_without_onnx_are_onnxs() -> None:
             inferred = recorder._InferredType.of(proto)
             onnxs.append((inferred.fresh_type(), inferred.fresh_shape()))
         assert ours == onnxs, node
+
+
+class _Means(torch.nn.Module):
+    """Two means alike in their arguments' types, not in what the lowering reads of its context: the mean of squares
+    (never -0.0) is a plain ReduceMean, the other one's -0.0 becomes eager's +0.0."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (x * x).mean(-1), y.mean(-1), (y + 1).mean(-1)
+
+
+def test_a_context_rule_is_replayed_only_for_a_context_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fx2onnx
+
+    args = (torch.tensor([[-0.0, -0.0], [1.0, 2.0]]), torch.tensor([[-0.0, -0.0], [1.0, -3.0]]))
+    program = fx2onnx.export(_Means(), args)
+    squares, plain, shifted = program(*args)
+    expected = _Means()(*args)
+    for got, want in zip((squares, plain, shifted), expected):
+        assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit())
+    replayed = program.model_proto.SerializeToString()
+    monkeypatch.setattr(GraphRecorder, "call_traced", lambda self, function, arguments, call: call())
+    assert fx2onnx.export(_Means(), args).model_proto.SerializeToString() == replayed

@@ -348,7 +348,7 @@ def _decompose_graph_locally(
         changed = True
     if changed:
         graph.lint()
-        graph_module.recompile()
+        recompile_when_read(graph_module)
 
 
 def _splice_decomposition(
@@ -1125,6 +1125,50 @@ def flatten_sparse_inputs(program: ExportedProgram, flat_inputs: list[Any], regi
         ]
         graph.lint()
         program.graph_module.recompile()
+
+
+def recompile_when_read(graph_module: torch.fx.GraphModule) -> None:
+    """``graph_module.recompile()`` deferred until its code is read, printed or run (as torch's ``_LazyGraphModule``
+    defers it): after capture, the export reads only the graph, and generating and compiling the Python code of a
+    transformer's graph costs ~50 ms an edit (hf-t5: local decomposition, then promotion). Its pytree specs are set
+    at once, as ``recompile`` sets them. A module whose class is not its own (``GraphModule.__new__`` gives each
+    instance a class, where ``recompile`` installs its ``forward``) is recompiled now."""
+    cls = type(graph_module)
+    if cls.__qualname__.split(".")[-1] != "GraphModuleImpl" or not issubclass(cls, torch.fx.GraphModule):
+        graph_module.recompile()
+        return
+    codegen = graph_module.graph._codegen
+    if isinstance(codegen, torch.fx.graph._PyTreeCodeGen):
+        graph_module._in_spec = codegen.pytree_info.in_spec
+        graph_module._out_spec = codegen.pytree_info.out_spec
+    cls.forward = _recompile_then_forward  # recompile() replaces it: the module's code is current again
+    cls.code = _code_when_read
+    cls.__str__ = _str_when_read
+
+
+def _code_is_stale(graph_module: torch.fx.GraphModule) -> bool:
+    return type(graph_module).__dict__.get("forward") is _recompile_then_forward
+
+
+def _recompile_if_stale(graph_module: torch.fx.GraphModule) -> None:
+    if _code_is_stale(graph_module):
+        graph_module.recompile()
+
+
+def _recompile_then_forward(self: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
+    self.recompile()
+    return self(*args, **kwargs)
+
+
+@property  # type: ignore[misc]
+def _code_when_read(self: torch.fx.GraphModule) -> str:
+    _recompile_if_stale(self)
+    return torch.fx.GraphModule.code.fget(self)  # type: ignore[attr-defined]
+
+
+def _str_when_read(self: torch.fx.GraphModule) -> str:
+    _recompile_if_stale(self)
+    return torch.fx.GraphModule.__str__(self)
 
 
 def refuse_sparse_tensors(graph_module: torch.fx.GraphModule) -> None:

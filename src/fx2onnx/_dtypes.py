@@ -186,7 +186,7 @@ def allowed_dtypes(constraint: ir.schemas.TypeConstraintParam) -> frozenset[ir.D
         return cached[1]
     allowed = set()
     for type_ in constraint.allowed_types:
-        if isinstance(type_, ir.SequenceType):
+        if type(type_) is not ir.TensorType and isinstance(type_, ir.SequenceType):  # a plain tensor type first
             type_ = type_.elem_type
         dtype = getattr(type_, "dtype", None)
         if dtype is not None:

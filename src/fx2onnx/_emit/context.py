@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -114,11 +114,13 @@ class LoweringContext:
                 env.pop(bound, None)
 
 
-def with_context(function: Callable[..., Any]) -> Callable[..., Any]:
+def with_context(
+    function: Callable[..., Any], key: Callable[[LoweringContext], Hashable] | None = None
+) -> Callable[..., Any]:
     """`function(ctx, *arguments)` seen as `function(*arguments)`: the signature the dispatcher binds ATen arguments
     to (its type constraints come from the annotations) has no `ctx`. The emitter calls :func:`context_rule` of it
     with the context; another lowering may call it with its own context first. Called otherwise (outside an export),
-    it raises."""
+    it raises. `key`: what `function` reads of its context (:func:`context_key`), when its calls may be replayed."""
     signature = inspect.signature(function)
     first, *parameters = signature.parameters.values()
 
@@ -134,6 +136,7 @@ def with_context(function: Callable[..., Any]) -> Callable[..., Any]:
     without_context.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
     without_context.__annotations__ = {k: v for k, v in function.__annotations__.items() if k != first.name}
     without_context.lowering_rule = function  # type: ignore[attr-defined]
+    without_context.context_key = key  # type: ignore[attr-defined]
     return without_context
 
 
@@ -141,3 +144,11 @@ def context_rule(function: Any) -> Callable[..., Any] | None:
     """The `ctx`-taking rule behind an implementation wrapped by :func:`with_context`, else None."""
     python_function = getattr(function, "func", None) or getattr(function, "function", None) or function
     return getattr(python_function, "lowering_rule", None)
+
+
+def context_key(function: Any) -> Callable[[LoweringContext], Hashable] | None:
+    """What the context rule behind `function` reads of its context, as a function of the context giving a hashable
+    value: two calls alike in their arguments and in this value record the same nodes (the recorder replays the
+    second). None for a rule that declared none (it is traced for each node) and for other functions."""
+    python_function = getattr(function, "func", None) or getattr(function, "function", None) or function
+    return getattr(python_function, "context_key", None)

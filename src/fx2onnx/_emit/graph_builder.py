@@ -26,7 +26,7 @@ from fx2onnx import _complex_layout as complex_layout
 from fx2onnx import _dtypes as dtypes
 from fx2onnx._capture import CapturedGraph
 from fx2onnx._dispatch import DispatchDecision, Dispatcher, value_dtype
-from fx2onnx._emit.context import LoweringContext, context_rule
+from fx2onnx._emit.context import LoweringContext, context_key, context_rule
 from fx2onnx._emit.recorder import GraphRecorder
 from fx2onnx._progress import ExportProgress
 from fx2onnx._records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, schema_facts, target_name
@@ -175,8 +175,14 @@ class GraphEmitter:
                 function = implementation.function
                 # fx2onnx's and torchlib's functions of their arguments only may be replayed; a user's function runs
                 # for each node, as registered (it may keep state, or read what the recorder does not watch)
+                replay_key = context_key(function) if implementation.source != "user" else None
                 if implementation.source != "user" and context_rule(function) is None:
                     result = self.recorder.call_traced(function, kwargs, lambda: _call(function, kwargs, None))
+                elif replay_key is not None:  # a context rule that says what it reads of its context
+                    context = LoweringContext(self, self.recorder, node)
+                    result = self.recorder.call_traced(
+                        (function, replay_key(context)), kwargs, lambda: _call(function, kwargs, context)
+                    )
                 else:
                     result = _call(function, kwargs, LoweringContext(self, self.recorder, node))
             except Exception as error:

@@ -216,7 +216,7 @@ class GraphRecorder(evaluator.Evaluator):
 
     def constant(self, value: Any, dtype: ir.DataType | None = None) -> ir.Value:
         """A ``Constant`` node for a Python/numpy value; identical constants are shared."""
-        if isinstance(value, ir.Value):
+        if _is_value(value):
             return value
         # Python numbers first: an isinstance check against a runtime Protocol costs ~0.3 ms.
         plain = isinstance(value, (bool, int, float, list, tuple, np.generic))
@@ -261,7 +261,7 @@ class GraphRecorder(evaluator.Evaluator):
             dtype = ir.DataType(int(kwargs["to"])) if "to" in kwargs else None
         else:
             like = args[1] if len(args) > 1 else kwargs.get("target_type")
-            dtype = like.dtype if isinstance(like, ir.Value) else None
+            dtype = like.dtype if _is_value(like) else None
         if dtype is None or not (dtype in _EXACT_FLOAT_TARGETS or dtype.is_integer() or dtype == ir.DataType.BOOL):
             return None
         try:
@@ -308,7 +308,7 @@ class GraphRecorder(evaluator.Evaluator):
         for p in tensor_params:
             if p.variadic:
                 for item in named.get(p.name, []):
-                    if isinstance(item, ir.Value) and item.dtype is not None:
+                    if _is_value(item) and item.dtype is not None:
                         bindings.setdefault(p.type_constraint.name, item.dtype)
 
         inputs: list[ir.Value | None] = []
@@ -332,13 +332,13 @@ class GraphRecorder(evaluator.Evaluator):
         return inputs, attributes
 
     def _as_input(self, value: Any, dtype: ir.DataType | None) -> ir.Value | None:
-        if value is None or isinstance(value, ir.Value):
+        if value is None or _is_value(value):
             return value
-        if isinstance(value, (list, tuple)) and any(isinstance(v, ir.Value) for v in value):
+        if isinstance(value, (list, tuple)) and any(_is_value(v) for v in value):
             # A shape-like list mixing symbolic values and ints: concatenate 1-D pieces.
             pieces = []
             for item in value:
-                if isinstance(item, ir.Value):
+                if _is_value(item):
                     if item.shape is not None and item.shape.rank() == 0:
                         item = self.add_node("", "Reshape", [item, self.constant([1])])[0]
                     pieces.append(self.cast(item, dtype or ir.DataType.INT64))
@@ -516,6 +516,19 @@ class _WatchedValue(ir.Value):
         if not _reader_is_trusted():
             _note_watched(self, f"set {name}")
         object.__setattr__(self, name, value)
+
+
+# Classes of the arguments the recorder sees most that are not ir.Values: isinstance against ir.Value (a Protocol's
+# subclass) goes through typing's check, ~8 us a call, several per recorded node.
+_NOT_VALUES = frozenset({type(None), bool, int, float, str, list, tuple})
+
+
+def _is_value(item: object) -> bool:
+    """``isinstance(item, ir.Value)``, answered at once for ir.Value itself, a watched one and plain Python values."""
+    kind = type(item)
+    if kind is ir.Value or kind is _WatchedValue:
+        return True
+    return kind not in _NOT_VALUES and isinstance(item, ir.Value)
 
 
 def _reader_is_trusted() -> bool:
@@ -714,7 +727,7 @@ def _type_bindings(signature: schemas.OpSignature, values: Sequence[Any]) -> dic
     bindings: dict[str, ir.DataType] = {}
     params = [p for p in signature.params if isinstance(p, schemas.Parameter)]
     for param, value in zip(params, values):
-        if isinstance(value, ir.Value) and value.dtype is not None:
+        if _is_value(value) and value.dtype is not None:
             bindings.setdefault(param.type_constraint.name, value.dtype)
     return bindings
 
@@ -740,7 +753,7 @@ def _as_attribute(param: schemas.AttributeParameter, value: Any) -> ir.Attr:
     if kind == ir.AttributeType.TENSOR:
         if isinstance(value, np.ndarray):
             return ir.AttrTensor(name, ir.Tensor(value))  # what ir.tensor makes of it, without its Protocol checks
-        tensor = value if isinstance(value, ir.TensorProtocol) else ir.tensor(value)
+        tensor = value if type(value) is ir.Tensor or isinstance(value, ir.TensorProtocol) else ir.tensor(value)
         return ir.AttrTensor(name, tensor)
     if kind == ir.AttributeType.GRAPH:
         return ir.AttrGraph(name, value)
@@ -1037,7 +1050,7 @@ def _inference_key(node: ir.Node, version: int, opset_imports: Mapping[str, int]
         if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS, ir.AttributeType.TENSORS):
             return None
         if kind == ir.AttributeType.TENSOR:
-            tensor = attribute.as_tensor()
+            tensor = attribute.value  # a TENSOR attribute's value is a tensor (as_tensor checks a Protocol)
             if tensor.size > 64:
                 return None
             attributes.append((attribute.name, tensor.dtype, tuple(tensor.shape), tensor.tobytes()))

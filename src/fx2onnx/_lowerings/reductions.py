@@ -405,6 +405,12 @@ def _only_centers_its_input(ctx: LoweringContext) -> bool:
     )
 
 
+def _mean_context(ctx: LoweringContext) -> tuple[bool, bool]:
+    """What :func:`_mean` reads of its context: whether it leaves out the +0.0 fix, and why."""
+    source = ctx.node.args[0] if ctx.node.args else None
+    return (_never_negative_zero(source), _only_centers_its_input(ctx))
+
+
 def _mean(ctx: LoweringContext, self: TFloat, dims: Sequence[int] | None, keepdim: bool, dtype: int | None) -> TFloat:
     """ReduceMean, NaN where it reduced no element (ONNX Runtime gives 0): a non-empty input has no empty
     reduction, and an empty one has only those (or no output element)."""
@@ -412,8 +418,7 @@ def _mean(ctx: LoweringContext, self: TFloat, dims: Sequence[int] | None, keepdi
     if len(x.shape) == 0:
         return op.Identity(x)
     mean = op.ReduceMean(x, _axes(dims), keepdims=keepdim)
-    source = ctx.node.args[0] if ctx.node.args else None
-    if not (_never_negative_zero(source) or _only_centers_its_input(ctx)):
+    if not any(_mean_context(ctx)):
         mean = _positive_zero(mean)
     if all(isinstance(size, int) and size > 0 for size in x.shape):  # static and non-empty: no empty reduction
         return mean
@@ -421,12 +426,12 @@ def _mean(ctx: LoweringContext, self: TFloat, dims: Sequence[int] | None, keepdi
     return op.Where(empty, op.CastLike(float("nan"), mean), mean)
 
 
-@lowering("aten::mean", context=True)
+@lowering("aten::mean", context=True, context_key=_mean_context)
 def mean_float(ctx: LoweringContext, self: TFloat, dtype: int | None = None) -> TFloat:
     return _mean(ctx, self, None, False, dtype)
 
 
-@lowering("aten::mean.dim", context=True)
+@lowering("aten::mean.dim", context=True, context_key=_mean_context)
 def mean_dim_float(
     ctx: LoweringContext,
     self: TFloat,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import onnxscript
@@ -51,6 +51,7 @@ def lowering(
     complex: bool = False,
     variant: str | None = None,
     context: bool = False,
+    context_key: Callable[[Any], Hashable] | None = None,
 ) -> Callable[[Callable[..., Any]], TracedOnnxFunction]:
     """Register the decorated (traced) function as fx2onnx's implementation of `targets`.
 
@@ -58,10 +59,13 @@ def lowering(
     `variant`: the dtypes it is specific to (``"float64"``, ``"integer"``...): it takes fewer dtypes than
     fx2onnx's generic lowering of `targets` and is tried before it.
     `context=True`: its first parameter, ``ctx``, receives the :class:`~fx2onnx._emit.context.LoweringContext`.
+    `context_key` (with `context=True`): everything the rule reads of its context, as a hashable value of the
+    context; a later call alike in its arguments and in that key replays the nodes the first one recorded (as
+    functions of their arguments only are replayed). Without it, a context rule is traced for each node.
     """
 
     def decorate(function: Callable[..., Any]) -> TracedOnnxFunction:
-        traced = LazyTracedOnnxFunction(_OPSET, with_context(function) if context else function)
+        traced = LazyTracedOnnxFunction(_OPSET, with_context(function, context_key) if context else function)
         order = next(_ORDER)
         _RULES.extend(Rule(target, traced, opset, complex, variant, order) for target in targets)
         return traced

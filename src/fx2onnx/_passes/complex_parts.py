@@ -23,6 +23,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from fx2onnx._capture import recompile_when_read
 from fx2onnx._passes import complex_functions, complex_linalg
 from fx2onnx._passes.base import PassResult
 from fx2onnx._passes.node_builder import NodeBuilder, fake_mode_of, replace_node
@@ -403,7 +404,7 @@ def _rewrite_complex_on_parts(
             break
     if replaced:
         graph.lint()
-        graph_module.recompile()
+        recompile_when_read(graph_module)
     return replaced
 
 

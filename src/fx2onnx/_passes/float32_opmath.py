@@ -29,6 +29,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from fx2onnx._capture import recompile_when_read
 from fx2onnx._passes.base import PassResult
 from fx2onnx._passes.node_builder import NodeBuilder, fake_mode_of, replace_node
 from fx2onnx._passes.promotion import constant_value, node_dtype
@@ -103,7 +104,7 @@ def _compute_in_float32(
         replace_node(node, replaced[node])
     if replaced:
         graph.lint()
-        graph_module.recompile()
+        recompile_when_read(graph_module)
     return replaced
 
 

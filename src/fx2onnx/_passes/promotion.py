@@ -32,6 +32,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes, get_computation_dtype
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
+from fx2onnx._capture import recompile_when_read
 from fx2onnx._passes.base import PassResult
 from fx2onnx._passes.node_builder import fake_mode_of, first_fake_mode
 from fx2onnx._passes.promotion_rules import (
@@ -106,7 +107,7 @@ def _promote_types(graph_module: torch.fx.GraphModule, constants: Mapping[torch.
     if graph_changed:
         _erase_unused_copies(graph)
         graph.lint()
-        graph_module.recompile()
+        recompile_when_read(graph_module)
     return graph_changed
 
 
