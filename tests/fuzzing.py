@@ -758,7 +758,8 @@ def _sorted_boundaries(rng: random.Random, x: torch.Tensor) -> list[Any]:
     if x.is_floating_point():
         pool += [-0.5, 0.25, 1.5, float("inf"), -float("inf"), -0.0]
     values = [rng.choice(pool) for _ in range(rng.randint(0, 6))]
-    return sorted(values, key=float)
+    # Sorted in x's dtype (-3 is 253 in uint8): eager's binary search over unsorted boundaries is not defined.
+    return torch.tensor(values, dtype=torch.float64).to(x.dtype).sort().values.tolist()
 
 
 def bucketize(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:

@@ -512,6 +512,9 @@ def _median(self: TReal, dim: int | None, keepdim: bool, ignore_nan: bool) -> tu
     else:
         length = x.shape[axis]
     floats = _is_float(x)
+    if dim is None and length == 0:  # eager's median of no element is NaN (and NaN cast for an integer dtype)
+        nan = op.Constant(value=ir.tensor(math.nan, dtype=ir.DataType.FLOAT))
+        return op.Cast(nan, to=self.dtype), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
     if ignore_nan and floats:  # the lower median of the non-NaN values (NaN when there are none)
         count = op.ReduceSum(
             op.Cast(op.Not(op.IsNaN(x)), to=INT64.dtype), op.Constant(value_ints=[axis]), keepdims=True
