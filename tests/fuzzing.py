@@ -16,6 +16,10 @@ Float values that went through an inexact op (exp, division, a mean...) are not 
 at a rounding boundary (floor, comparisons, casts to integers, remainder): a last-bit difference there is not a
 defect. Inputs are small exact numbers, with NaN, +-inf, -0.0 and the dtype's extremes now and then.
 
+Seeds from WIDE_FIRST_SEED (10,000,000) on draw from a wider catalogue (scatter/index updates, shifts, scans,
+padding, resampling, convolution, pooling, normalization, searching, data-dependent sizes...) and feed subnormals
+too: ``--seed 10000000``.
+
 Run ``python -m tests.fuzzing --programs 2000 --seed 0`` for counts per class and cause, with each finding's
 seed and minimized program. ``--jobs N`` judges in N worker processes (a program depends on its seed only, so the
 results do not depend on N), ``--jsonl PATH`` writes every finding as it arrives (seed, kind, cause, minimized
