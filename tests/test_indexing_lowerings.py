@@ -281,6 +281,9 @@ def test_masked_scatter_of_0d_and_bool_tensors(dtype: torch.dtype) -> None:
     x = torch.tensor([[1.0, NAN, -0.0], [INF, -INF, 2.5]]).to(dtype)
     assert_exports_and_matches(Call(lambda mask, x: x.masked_scatter(mask, x.flip(0))), (mask, x))
     assert_exports_and_matches(Call(lambda mask, x: x.masked_scatter(mask[0], x)), (mask, x))  # broadcast mask
+    # seeds 10000282, 10000777: a mask of more dims than self widens the result (eager: the broadcast shape)
+    assert_exports_and_matches(Call(lambda mask, x: x[0].masked_scatter(mask, x.flip(1))), (mask, x))
+    assert_exports_and_matches(Call(lambda x: x.masked_scatter(x.reshape(1, 1).bool(), x)), (low,))
 
 
 @pytest.mark.parametrize("alpha", [1, -1, 2])

@@ -486,14 +486,15 @@ def nonzero_static(self: DOUBLE, size: int, fill_value: int = -1) -> INT64:
 def masked_scatter(self: TTensor, mask: BOOL, source: TTensor) -> TTensor:
     """source's leading elements, in order, where the (broadcast) mask is true. The mask stays bool: torchlib's
     takes it in self's dtype (NonZero of a float64 mask would run in float32, a bool mask Cast to bool fails the
-    checker). Scattered into self flattened: ScatterND refuses 0-d data, which eager takes."""
+    checker). Scattered into self flattened: ScatterND refuses 0-d data, which eager takes. The result has the
+    broadcast shape of self and mask, as in eager (a mask of more dims than self widens it)."""
     flat = op.Constant(value_ints=[-1])
-    shape = op.Shape(self)
+    shape = op.Shape(op.Where(mask, self, self))  # the broadcast shape of self and mask
     full_mask = op.Reshape(op.Expand(mask, shape), flat)
     indices = op.Transpose(op.NonZero(full_mask), perm=[1, 0])
     count = op.Shape(indices, start=0, end=1)
     updates = op.Slice(op.Reshape(source, flat), op.Constant(value_ints=[0]), count)
-    return op.Reshape(op.ScatterND(op.Reshape(self, flat), indices, updates), shape)
+    return op.Reshape(op.ScatterND(op.Reshape(op.Expand(self, shape), flat), indices, updates), shape)
 
 
 _INTEGERS = (*_NARROW_INTS, ir.DataType.INT32, ir.DataType.INT64)
