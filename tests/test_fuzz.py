@@ -33,8 +33,10 @@ REGULAR_SEEDS = [*range(40), 53, 54, 55, 106, 116, 118, 24189, 32527, 36028, 436
 # NaN, bucket 0 (10000103); index_add over every row, self dropped by an optimizer rewrite (10000116, 10000546: int16);
 # narrow from a negative start (10000141); ceil-mode max_pool1d counting a window eager drops (10000285); scatter of
 # a scalar into bfloat16, an invalid ConstantOfShape (10000387); interpolate to one element, the first one taken
-# (10000398); median of an empty tensor (10000622).
+# (10000398); median of an empty tensor (10000622); masked_scatter with a mask of more dims than self (10000862,
+# 10001327); gcd of int64's minimum (10000907).
 REGULAR_SEEDS += [10000000, 10000009, 10000103, 10000116, 10000141, 10000285, 10000387, 10000398, 10000546, 10000622]
+REGULAR_SEEDS += [10000862, 10000907, 10001327]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
