@@ -16,6 +16,10 @@ Float values that went through an inexact op (exp, division, a mean...) are not 
 at a rounding boundary (floor, comparisons, casts to integers, remainder): a last-bit difference there is not a
 defect. Inputs are small exact numbers, with NaN, +-inf, -0.0 and the dtype's extremes now and then.
 
+Seeds from WIDE_FIRST_SEED (10,000,000) on draw from a wider catalogue (scatter/index updates, shifts, scans,
+padding, resampling, convolution, pooling, normalization, searching, data-dependent sizes...) and feed subnormals
+too: ``--seed 10000000``.
+
 Run ``python -m tests.fuzzing --programs 2000 --seed 0`` for counts per class and cause, with each finding's
 seed and minimized program. ``--jobs N`` judges in N worker processes (a program depends on its seed only, so the
 results do not depend on N), ``--jsonl PATH`` writes every finding as it arrives (seed, kind, cause, minimized
@@ -406,6 +410,537 @@ OPS_BY_NAME = {op.name: op for op in OPS}
 ELEMENTWISE = frozenset(op.name for op in OPS[: OPS.index(OPS_BY_NAME["sum"])])
 
 
+# --- the widened catalogue ----------------------------------------------------------------------------------------
+# Op families users' models use beyond the first catalogue: gather/scatter and index updates, shifts and the integer
+# and float binary functions, scans, padding, resampling, convolution, pooling, normalization, searching, sorting
+# with indices, data-dependent sizes. Seeds from WIDE_FIRST_SEED on draw from OPS + WIDE_OPS (below it a seed keeps
+# naming the program the first catalogue gives it, so pinned seeds stay valid). Indices are drawn in range (and,
+# where eager's result would depend on the order of writes, without duplicates), so that every step is defined.
+WIDE_FIRST_SEED = 10_000_000
+
+F = "torch.nn.functional"
+SHIFT_COUNTS = [0, 1, 3, 7, 8, 9, 15, 16, 31, 32, 33, 63, 64, 65, 100, -1, -8]
+
+
+def _int_list_source(values: torch.Tensor) -> str:
+    """An int64 tensor's source (any shape, empty included)."""
+    flat = literal([int(v) for v in values.reshape(-1).tolist()])
+    return f"torch.tensor({flat}, dtype=torch.int64).reshape({literal(tuple(values.shape))})"
+
+
+def _generator(rng: random.Random) -> torch.Generator:
+    return torch.Generator().manual_seed(rng.randrange(2**31))
+
+
+def _index_shape(rng: random.Random, x: torch.Tensor, dim: int, any_size_along_dim: bool) -> tuple[int, ...]:
+    """An index tensor's shape for gather/scatter: no larger than x's in every dim (except along `dim` for gather)."""
+    shape = []
+    for d, size in enumerate(x.shape):
+        if d == dim % x.dim() and any_size_along_dim:
+            shape.append(rng.randint(0 if rng.random() < 0.1 else 1, max(1, size) + 1))
+        else:
+            shape.append(rng.randint(0 if rng.random() < 0.1 else min(1, size), size))
+    return tuple(shape)
+
+
+def _unique_along(rng: random.Random, shape: tuple[int, ...], dim: int, size: int) -> torch.Tensor:
+    """Indices in [0, size) of `shape`, distinct along `dim` (shape[dim] <= size): one write per target."""
+    full = list(shape)
+    full[dim] = size
+    keys = torch.rand(full, generator=_generator(rng))
+    return keys.argsort(dim=dim).narrow(dim, 0, shape[dim])
+
+
+def gather(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    dim = _dim(rng, x)
+    if dim is None or x.shape[dim] == 0:
+        return None
+    shape = _index_shape(rng, x, dim, any_size_along_dim=True)
+    index = torch.randint(0, x.shape[dim], shape, generator=_generator(rng))
+    return f"torch.gather({{0}}, {dim}, {_int_list_source(index)})"
+
+
+def scatter(kind: str) -> Builder:
+    """scatter (a source tensor or a scalar), scatter_add, scatter_reduce: x's own values as the source."""
+
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+        x = xs[0]
+        dim = _dim(rng, x)
+        if dim is None or x.shape[dim] == 0:
+            return None
+        shape = _index_shape(rng, x, dim, any_size_along_dim=False)
+        if kind == "scatter":
+            index = _unique_along(rng, shape, dim % x.dim(), x.shape[dim])
+        else:
+            index = torch.randint(0, x.shape[dim], shape, generator=_generator(rng))
+        source = rng.choice(["{0}", f"{{0}}.flip({dim})"])
+        index_text = _int_list_source(index)
+        if kind == "scatter":
+            if rng.random() < 0.3:
+                return f"{{0}}.scatter({dim}, {index_text}, {_scalar(rng)})"
+            return f"{{0}}.scatter({dim}, {index_text}, {source})"
+        if kind == "scatter_add":
+            return f"{{0}}.scatter_add({dim}, {index_text}, {source})"
+        reduce = rng.choice(["sum", "prod", "mean", "amax", "amin"])
+        include_self = rng.random() < 0.5
+        return f"{{0}}.scatter_reduce({dim}, {index_text}, {source}, {reduce!r}, include_self={include_self})"
+
+    return build
+
+
+def _slice_source(rng: random.Random, x: torch.Tensor, dim: int, count: int) -> str | None:
+    """A source for index_add/index_copy: `count` slices of x along dim (its own values)."""
+    size = x.shape[dim]
+    if count > size:
+        return None
+    start = rng.randint(0, size - count)
+    return f"{{0}}.narrow({dim}, {start}, {count})" + (f".flip({dim})" if rng.random() < 0.5 else "")
+
+
+def index_update(kind: str) -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+        x = xs[0]
+        dim = _dim(rng, x)
+        if dim is None or x.shape[dim] == 0:
+            return None
+        size = x.shape[dim]
+        count = rng.randint(0, size)
+        if kind == "index_copy":
+            index = torch.randperm(size, generator=_generator(rng))[:count]
+        else:
+            index = torch.randint(0, size, (count,), generator=_generator(rng))
+        source = _slice_source(rng, x, dim, count)
+        if source is None:
+            return None
+        if kind == "index_copy":
+            return f"{{0}}.index_copy({dim}, {_int_list_source(index)}, {source})"
+        # A float alpha on an integer x: eager runs it, torch.export refuses it ("cannot be safely cast").
+        alpha = rng.choice([1, 1, 2, -1, 0.5] if x.is_floating_point() else [1, 1, 2, -1])
+        return f"{{0}}.index_add({dim}, {_int_list_source(index)}, {source}, alpha={alpha})"
+
+    return build
+
+
+def index_put(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    if x.dim() == 0 or x.shape[0] == 0:
+        return None
+    accumulate = rng.random() < 0.5
+    count = rng.randint(1, x.shape[0] if not accumulate else 4)
+    if accumulate:  # duplicates add up, negative indices count from the end
+        index = torch.randint(-x.shape[0], x.shape[0], (count,), generator=_generator(rng))
+    else:  # one write per row (which of two writes wins is not defined)
+        index = torch.randperm(x.shape[0], generator=_generator(rng))[:count]
+        index = torch.where(torch.rand(count, generator=_generator(rng)) < 0.3, index - x.shape[0], index)
+    values = rng.choice([f"torch.tensor({_scalar(rng)}).to({{0}}.dtype)", f"{{0}}[:{count}].flip(0)"])
+    if count > x.shape[0] and "flip" in values:
+        values = "{0}[:1]"
+    return f"{{0}}.index_put(({_int_list_source(index)},), {values}, accumulate={accumulate})"
+
+
+def index_put_mask(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x, mask = xs
+    if mask.dim() == 0 or tuple(mask.shape) != tuple(x.shape[: mask.dim()]):
+        return None
+    return f"{{0}}.index_put(({{1}}.bool(),), torch.tensor({_scalar(rng)}).to({{0}}.dtype))"
+
+
+def masked_scatter(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    source = rng.choice(["{0}", "{0}.flip(0)" if xs[0].dim() else "{0}", "{0} + {0}"])
+    return f"{{0}}.masked_scatter({{1}}.bool(), {source})"
+
+
+# Eager shifts a bool tensor, torch.export's meta function refuses it ("Expected input tensor to have an integral
+# dtype"): no program of the exporter's, so bool operands are not drawn.
+def shift(operator: str) -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+        if any(x.dtype == torch.bool for x in xs):
+            return None
+        return f"{{0}} {operator} " + ("{1}" if len(xs) == 2 else str(rng.choice(SHIFT_COUNTS)))
+
+    return build
+
+
+def lerp(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    return f"torch.lerp({{0}}, {{1}}, {literal(rng.choice([0.0, 0.25, 0.5, 0.75, 1.0, 2.0, -1.0]))})"
+
+
+def clamp_tensor(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    form = rng.randrange(3)
+    if form == 0:
+        return "torch.clamp({0}, min={1})"
+    if form == 1:
+        return "torch.clamp({0}, max={1})"
+    return "torch.clamp({0}, {1}, {2})"
+
+
+def scan(function: str, suffix: str = "") -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+        dim = _dim(rng, xs[0])
+        return f"torch.{function}({{0}}, dim={0 if dim is None else dim}){suffix}"
+
+    return build
+
+
+def diff(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    dim = _dim(rng, xs[0])
+    if dim is None:
+        return None
+    return f"torch.diff({{0}}, n={rng.choice([1, 1, 2, 3])}, dim={dim})"
+
+
+def roll(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    x = xs[0]
+    if x.dim() == 0 or rng.random() < 0.25:
+        return f"torch.roll({{0}}, {rng.randint(-7, 7)})"
+    count = rng.randint(1, min(2, x.dim()))
+    dims = rng.sample(range(x.dim()), count)
+    shifts = [rng.randint(-7, 7) for _ in dims]
+    return f"torch.roll({{0}}, {literal(tuple(shifts))}, {literal(tuple(dims))})"
+
+
+def narrow(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    dim = _dim(rng, x)
+    if dim is None:
+        return None
+    size = x.shape[dim]
+    start = rng.randint(-size, size) if size else 0
+    first = start + size if start < 0 else start
+    return f"torch.narrow({{0}}, {dim}, {start}, {rng.randint(0, size - first)})"
+
+
+def pad(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    mode = rng.choice(["constant", "constant", "reflect", "replicate", "circular"])
+    padded_dims = rng.randint(1, min(3, max(1, x.dim() - 1 if mode != "constant" else x.dim())))
+    if x.dim() == 0:
+        return None
+    if mode == "constant":
+        amounts = [rng.randint(-2, 3) for _ in range(2 * padded_dims)]
+        value = rng.choice([0, 1, -2, 0.5, float("nan"), float("inf"), -0.0])
+        return f"{F}.pad({{0}}, {literal(tuple(amounts))}, value={literal(value)})"
+    amounts = []
+    for size in reversed(x.shape[-padded_dims:]):
+        for _ in range(2):
+            amounts.append(rng.randint(0, max(0, size - 1) if mode == "reflect" else size + 1))
+    return f"{F}.pad({{0}}, {literal(tuple(amounts))}, mode={mode!r})"
+
+
+def _batched(rng: random.Random, x: torch.Tensor) -> tuple[str, torch.Size]:
+    """x as a batch of one channel (a 2-d x as an image, else a signal) when it has too few dims for a
+    convolution, a pooling or a resampling: its source and shape."""
+    if x.dim() > 2:
+        return "{0}", x.shape
+    if x.dim() == 2 and rng.random() < 0.5:
+        return "{0}[None, None]", torch.Size((1, 1, *x.shape))
+    return "{0}.reshape(1, 1, -1)", torch.Size((1, 1, x.numel()))
+
+
+def interpolate(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    source, shape = _batched(rng, xs[0])
+    x = torch.empty(shape)
+    spatial = x.dim() - 2
+    if spatial not in (1, 2):
+        return None
+    modes = ["nearest", "nearest-exact"] + (["linear"] if spatial == 1 else ["bilinear", "bicubic"])
+    mode = rng.choice(modes)
+    if rng.random() < 0.5:
+        size = tuple(rng.randint(1, 7) for _ in range(spatial))
+        scale = f"size={literal(size)}"
+    else:
+        scale = f"scale_factor={rng.choice([0.5, 2.0, 1.5, 3.0, 0.75])}"
+    corners = f", align_corners={rng.random() < 0.5}" if mode not in ("nearest", "nearest-exact") else ""
+    return f"{F}.interpolate({source}, {scale}, mode={mode!r}{corners})"
+
+
+# Convolution and pooling weights are small non-negative exact numbers: a float sum's order then bounds its rounding
+# as in summation_bounds (the magnitudes are the convolution of |x|).
+def convolution(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    source, shape = _batched(rng, xs[0])
+    x = torch.empty(shape)
+    spatial = x.dim() - 2
+    if spatial not in (1, 2) or x.shape[1] == 0:
+        return None
+    channels = x.shape[1]
+    groups = rng.choice([g for g in (1, 2, 3) if channels % g == 0])
+    out_channels = groups * rng.randint(1, 2)
+    kernel = tuple(rng.randint(1, 3) for _ in range(spatial))
+    count = out_channels * (channels // groups) * math.prod(kernel)
+    weights = [rng.choice([0.0, 0.25, 0.5, 1.0, 2.0]) for _ in range(count)]
+    shape = (out_channels, channels // groups, *kernel)
+    weight = f"torch.tensor({literal(weights)}, dtype={{0}}.dtype).reshape({literal(shape)})"
+    stride = rng.randint(1, 2)
+    padding = rng.choice([0, 1, "'same'"]) if stride == 1 else rng.choice([0, 1])
+    dilation = rng.randint(1, 2)
+    options = f"stride={stride}, padding={padding}, dilation={dilation}, groups={groups}"
+    return f"{F}.conv{spatial}d({source}, {weight}, {options})"
+
+
+def pooling(kind: str) -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+        source, shape = _batched(rng, xs[0])
+        x = torch.empty(shape)
+        spatial = rng.choice([1, 2])
+        if x.dim() not in (spatial + 1, spatial + 2):
+            return None
+        kernel = rng.randint(1, 3)
+        stride = rng.choice([None, 1, 2])
+        padding = rng.randint(0, kernel // 2)
+        ceil_mode = rng.random() < 0.3
+        common = f"{kernel}, stride={stride}, padding={padding}, ceil_mode={ceil_mode}"
+        if kind == "avg":
+            include = rng.random() < 0.5
+            return f"{F}.avg_pool{spatial}d({source}, {common}, count_include_pad={include})"
+        dilation = rng.randint(1, 2)
+        if kind == "max_indices":
+            return f"{F}.max_pool{spatial}d({source}, {common}, dilation={dilation}, return_indices=True)[1]"
+        return f"{F}.max_pool{spatial}d({source}, {common}, dilation={dilation})"
+
+    return build
+
+
+def _affine_source(rng: random.Random, count: int) -> str:
+    values = [rng.choice([0.5, 1.0, -1.0, 2.0, 0.25]) for _ in range(count)]
+    return f"torch.tensor({literal(values)}, dtype={{0}}.dtype)"
+
+
+def layer_norm(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    if x.dim() == 0:
+        return None
+    shape = tuple(x.shape[-rng.randint(1, min(2, x.dim())) :])
+    affine = ""
+    if rng.random() < 0.6 and math.prod(shape) <= 64:
+        weight, bias = _affine_source(rng, math.prod(shape)), _affine_source(rng, math.prod(shape))
+        affine = f", {weight}.reshape({literal(shape)}), {bias}.reshape({literal(shape)})"
+    return f"{F}.layer_norm({{0}}, {literal(shape)}{affine}, eps={rng.choice([1e-5, 1e-3, 0.0])})"
+
+
+def group_norm(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    if x.dim() < 2 or x.shape[1] == 0:
+        return None
+    channels = x.shape[1]
+    groups = rng.choice([g for g in range(1, channels + 1) if channels % g == 0])
+    affine = ""
+    if rng.random() < 0.6:
+        affine = f", {_affine_source(rng, channels)}, {_affine_source(rng, channels)}"
+    return f"{F}.group_norm({{0}}, {groups}{affine}, eps={rng.choice([1e-5, 1e-3])})"
+
+
+def batch_norm(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    if x.dim() < 2:
+        return None
+    channels = x.shape[1]
+    mean = [rng.choice([0.0, 0.5, -1.0, 2.0]) for _ in range(channels)]
+    variance = [rng.choice([1.0, 0.25, 4.0, 0.0]) for _ in range(channels)]
+    statistics = (
+        f"torch.tensor({literal(mean)}, dtype={{0}}.dtype), torch.tensor({literal(variance)}, dtype={{0}}.dtype)"
+    )
+    affine = ""
+    if rng.random() < 0.6:
+        affine = f", {_affine_source(rng, channels)}, {_affine_source(rng, channels)}"
+    return f"{F}.batch_norm({{0}}, {statistics}{affine}, training=False, eps={rng.choice([1e-5, 1e-3])})"
+
+
+def softmax_family(function: str) -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+        dim = _dim(rng, xs[0])
+        if dim is None:
+            dim = 0
+        dtype = ", dtype=torch.float32" if rng.random() < 0.2 else ""
+        return f"torch.{function}({{0}}, dim={dim}{dtype})"
+
+    return build
+
+
+def _sorted_boundaries(rng: random.Random, x: torch.Tensor) -> list[Any]:
+    pool: list[Any] = [-3, -1, 0, 0, 1, 2, 5, 100]
+    if x.is_floating_point():
+        pool += [-0.5, 0.25, 1.5, float("inf"), -float("inf"), -0.0]
+    values = [rng.choice(pool) for _ in range(rng.randint(0, 6))]
+    # Sorted in x's dtype (-3 is 253 in uint8): eager's binary search over unsorted boundaries is not defined.
+    return torch.tensor(values, dtype=torch.float64).to(x.dtype).sort().values.tolist()
+
+
+def bucketize(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    boundaries = f"torch.tensor({literal(_sorted_boundaries(rng, xs[0]))}, dtype={{0}}.dtype)"
+    right = rng.random() < 0.5
+    int32 = ", out_int32=True" if rng.random() < 0.2 else ""
+    return f"torch.bucketize({{0}}, {boundaries}, right={right}{int32})"
+
+
+def searchsorted(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    sequence = f"torch.tensor({literal(_sorted_boundaries(rng, xs[0]))}, dtype={{0}}.dtype)"
+    if rng.random() < 0.4 and xs[0].dim() >= 1:  # a sorted N-d sequence: x's own values sorted
+        sequence = "torch.sort({0}, dim=-1).values"
+    side = rng.choice(["", ", right=True", ", side='left'", ", side='right'"])
+    return f"torch.searchsorted({sequence}, {{0}}{side})"
+
+
+def unique(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    form = rng.randrange(4)
+    if form == 0:
+        return "torch.unique({0})"
+    if form == 1:
+        return "torch.unique({0}, return_counts=True)[1]"
+    if form == 2:
+        return "torch.unique({0}, return_inverse=True)[1]"
+    return "torch.unique_consecutive({0})"
+
+
+def nonzero(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    return rng.choice(["torch.nonzero({0})", "{0}[{0} != 0]", "torch.masked_select({0}, {0} > 0)"])
+
+
+def argsort(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    dim = _dim(rng, xs[0])
+    dim = -1 if dim is None else dim
+    descending = rng.random() < 0.5
+    if rng.random() < 0.3:
+        return f"torch.sort({{0}}, dim={dim}, descending={descending}, stable=True).indices"
+    return f"torch.argsort({{0}}, dim={dim}, descending={descending}, stable=True)"
+
+
+def order_statistic(function: str) -> Builder:
+    def build(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+        x = xs[0]
+        dim = _dim(rng, x)
+        if function == "kthvalue":
+            size = 1 if dim is None else x.shape[dim]
+            if size == 0:
+                return None
+            dim_text = "" if dim is None else f", dim={dim}"
+            return f"torch.kthvalue({{0}}, {rng.randint(1, size)}{dim_text}, keepdim={rng.random() < 0.5}).values"
+        if dim is None or (function in ("median", "nanmedian") and rng.random() < 0.3):
+            return None if function == "mode" else f"torch.{function}({{0}})"
+        return f"torch.{function}({{0}}, dim={dim}, keepdim={rng.random() < 0.5}).values"
+
+    return build
+
+
+def histc(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    low, high = sorted(rng.sample([-4, -1, 0, 0.5, 1, 3], 2))
+    return f"torch.histc({{0}}, bins={rng.randint(1, 6)}, min={low}, max={high})"
+
+
+def one_hot(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    classes = rng.randint(1, 6)
+    return f"{F}.one_hot({{0}}.to(torch.int64).remainder({classes}), {classes})"
+
+
+def embedding(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    table = xs[1]
+    if table.dim() != 2 or table.shape[0] == 0:
+        return None
+    return f"{F}.embedding({{0}}.to(torch.int64).remainder({table.shape[0]}), {{1}})"
+
+
+def tril_offset(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    if xs[0].dim() < 2:
+        return None
+    return f"torch.{rng.choice(['tril', 'triu'])}({{0}}, {rng.randint(-6, 6)})"
+
+
+def einsum(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    a, b = xs
+    shapes = (tuple(a.shape), tuple(b.shape))
+    candidates = []
+    if a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]:
+        candidates.append("ij,jk->ik")
+    if a.dim() == 2 and b.dim() == 2 and a.shape == b.shape:
+        candidates += ["ij,ij->i", "ij,ij->ij", "ij,ij->"]
+    if a.dim() == 1 and b.dim() == 1:
+        candidates.append("i,j->ij")
+        if shapes[0] == shapes[1]:
+            candidates.append("i,i->")
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0] and a.shape[2] == b.shape[1]:
+        candidates.append("bij,bjk->bik")
+    if a.dim() == 2 and b.dim() == 1 and a.shape[1] == b.shape[0]:
+        candidates.append("ij,j->i")
+    if candidates:
+        return f"torch.einsum({rng.choice(candidates)!r}, {{0}}, {{1}})"
+    if a.dim() == 2:
+        square = a.shape[0] == a.shape[1]
+        return f"torch.einsum({rng.choice(['ij->ji', 'ij->j', 'ii->i' if square else 'ij->i'])!r}, {{0}})"
+    unary = {3: ["bij->bji", "bij->b"]}
+    if a.dim() in unary:
+        return f"torch.einsum({rng.choice(unary[a.dim()])!r}, {{0}})"
+    return None
+
+
+WIDE_ELEMENTWISE_OPS: list[Op] = [
+    Op("shift_left", 2, shift("<<")),
+    Op("shift_right", 2, shift(">>")),
+    Op("shift_left_scalar", 1, shift("<<")),
+    Op("shift_right_scalar", 1, shift(">>")),
+    Op("gcd", 2, fixed("torch.gcd({0}, {1})")),
+    Op("lcm", 2, fixed("torch.lcm({0}, {1})")),
+    Op("copysign", 2, fixed("torch.copysign({0}, {1})"), discontinuous=True),
+    Op("hypot", 2, fixed("torch.hypot({0}, {1})"), inexact=True),
+    Op("lerp", 2, lerp, inexact=True),
+    Op("lerp_tensor", 3, fixed("torch.lerp({0}, {1}, {2})"), inexact=True),
+    Op("logaddexp", 2, fixed("torch.logaddexp({0}, {1})"), inexact=True),
+    Op("logaddexp2", 2, fixed("torch.logaddexp2({0}, {1})"), inexact=True),
+    Op("float_power", 2, fixed("torch.float_power({0}, {1})"), inexact=True),
+    Op("float_power_scalar", 1, with_scalar("torch.float_power({0}, {s})"), inexact=True),
+    Op("clamp_tensor", 3, clamp_tensor),
+    Op("clamp_tensor_min", 2, fixed("torch.clamp({0}, min={1})")),
+]
+WIDE_OTHER_OPS: list[Op] = [
+    Op("gather", 1, gather),
+    Op("scatter", 1, scatter("scatter")),
+    Op("scatter_add", 1, scatter("scatter_add")),
+    Op("scatter_reduce", 1, scatter("scatter_reduce"), inexact=True),
+    Op("index_put", 1, index_put),
+    Op("index_put_mask", 2, index_put_mask),
+    Op("index_add", 1, index_update("index_add")),
+    Op("index_copy", 1, index_update("index_copy")),
+    Op("masked_scatter", 2, masked_scatter),
+    Op("cummax", 1, scan("cummax", ".values")),
+    Op("cummin", 1, scan("cummin", ".values")),
+    Op("cummax_indices", 1, scan("cummax", ".indices"), discontinuous=True),
+    Op("cummin_indices", 1, scan("cummin", ".indices"), discontinuous=True),
+    Op("logcumsumexp", 1, scan("logcumsumexp"), inexact=True),
+    Op("diff", 1, diff),
+    Op("roll", 1, roll),
+    Op("narrow", 1, narrow),
+    Op("pad", 1, pad),
+    Op("interpolate", 1, interpolate, inexact=True),
+    Op("conv", 1, convolution),
+    Op("avg_pool", 1, pooling("avg"), inexact=True),
+    Op("max_pool", 1, pooling("max")),
+    Op("max_pool_indices", 1, pooling("max_indices"), discontinuous=True),
+    Op("layer_norm", 1, layer_norm, inexact=True),
+    Op("group_norm", 1, group_norm, inexact=True),
+    Op("batch_norm", 1, batch_norm, inexact=True),
+    Op("softmax_dim", 1, softmax_family("softmax"), inexact=True),
+    Op("log_softmax", 1, softmax_family("log_softmax"), inexact=True),
+    Op("bucketize", 1, bucketize, discontinuous=True),
+    Op("searchsorted", 1, searchsorted, discontinuous=True),
+    Op("unique", 1, unique, discontinuous=True),
+    Op("nonzero", 1, nonzero, discontinuous=True),
+    Op("argsort_stable", 1, argsort, discontinuous=True),
+    Op("kthvalue", 1, order_statistic("kthvalue")),
+    Op("median", 1, order_statistic("median")),
+    Op("nanmedian", 1, order_statistic("nanmedian")),
+    Op("mode", 1, order_statistic("mode"), discontinuous=True),
+    Op("histc", 1, histc, discontinuous=True),
+    Op("one_hot", 1, one_hot, discontinuous=True),
+    Op("embedding", 2, embedding, discontinuous=True),
+    Op("tril_offset", 1, tril_offset),
+    Op("einsum", 2, einsum),
+]
+WIDE_OPS = WIDE_ELEMENTWISE_OPS + WIDE_OTHER_OPS
+OPS_BY_NAME.update({op.name: op for op in WIDE_OPS})
+ELEMENTWISE = ELEMENTWISE | frozenset(op.name for op in WIDE_ELEMENTWISE_OPS)
+# The share of a wide program's steps drawn from the new families (the first catalogue's ops chain them).
+WIDE_SHARE = 0.6
+
+
 # --- programs ----------------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Step:
@@ -562,7 +1097,7 @@ def _nudged(result: torch.Tensor, direction: float, ulps: int) -> torch.Tensor:
 # the result's own rounding: a summation step's result is moved to the exact sum (float64) plus or minus that bound,
 # and the move is propagated through the later steps as the ulps of the inexact ops are. A result beyond the float
 # range becomes an infinity there, as an order that overflows gives.
-SUMMATIONS = frozenset({"sum", "mean", "cumsum", "matmul"})
+SUMMATIONS = frozenset({"sum", "mean", "cumsum", "matmul", "conv", "avg_pool", "einsum"})
 
 
 def _terms(op: str, operands: Sequence[torch.Tensor], result: torch.Tensor) -> int:
@@ -571,6 +1106,12 @@ def _terms(op: str, operands: Sequence[torch.Tensor], result: torch.Tensor) -> i
         return operands[0].shape[-1] if operands[0].dim() else 1
     if op == "cumsum":
         return max(operands[0].shape, default=1)
+    if op == "conv":  # input channels times a kernel of at most 3x3
+        return 9 * operands[0].shape[1]
+    if op == "avg_pool":
+        return 9
+    if op == "einsum":
+        return max(1, *(t.numel() for t in operands))
     return max(1, operands[0].numel() // max(1, result.numel()))
 
 
@@ -687,7 +1228,8 @@ def related_shape(rng: random.Random, shape: tuple[int, ...]) -> tuple[int, ...]
     return draw_shape(rng)
 
 
-def draw_values(rng: random.Random, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+def draw_values(rng: random.Random, dtype: torch.dtype, shape: tuple[int, ...], wide: bool = False) -> torch.Tensor:
+    """Small exact numbers, with the dtype's extremes now and then (subnormals too in a wide program)."""
     generator = torch.Generator().manual_seed(rng.randrange(2**31))
     numel = math.prod(shape)
     if dtype == torch.bool:
@@ -697,6 +1239,8 @@ def draw_values(rng: random.Random, dtype: torch.dtype, shape: tuple[int, ...]) 
         if numel and rng.random() < 0.3:
             info = torch.finfo(dtype)
             specials = [math.nan, math.inf, -math.inf, -0.0, info.max, -info.max, info.tiny, 1000.0, -1e-3]
+            if wide:
+                specials += [info.smallest_normal / 4, -info.smallest_normal / 2, info.min]
             flat = values.reshape(-1)
             for _ in range(rng.randint(1, max(1, numel // 3))):
                 flat[rng.randrange(numel)] = rng.choice(specials)
@@ -707,7 +1251,10 @@ def draw_values(rng: random.Random, dtype: torch.dtype, shape: tuple[int, ...]) 
     if numel and rng.random() < 0.2:
         flat = values.reshape(-1)
         for _ in range(rng.randint(1, max(1, numel // 3))):
-            flat[rng.randrange(numel)] = rng.choice([info.min, info.max, info.max - 1, 100, -100 if low < 0 else 200])
+            extremes = [info.min, info.max, info.max - 1, 100, -100 if low < 0 else 200]
+            if wide:
+                extremes += [info.min + 1, 64, 31, -1 if low < 0 else 255]
+            flat[rng.randrange(numel)] = rng.choice(extremes)
     return values
 
 
@@ -726,14 +1273,15 @@ def _eager_step(expression: str, operands: Sequence[torch.Tensor]) -> torch.Tens
 
 
 def draw_program(seed: int) -> Program:
-    """A valid program (eager runs every step) drawn from `seed`."""
+    """A valid program (eager runs every step) drawn from `seed` (from WIDE_FIRST_SEED on, with the wide catalogue)."""
     rng = random.Random(seed)
+    wide = seed >= WIDE_FIRST_SEED
     base = draw_shape(rng)
     inputs = []
     for k in range(rng.choice([1, 2, 2, 3])):
         shape = base if k == 0 else related_shape(rng, base)
         dtype = rng.choice(DTYPES) if k == 0 or rng.random() < 0.5 else inputs[0].dtype
-        inputs.append(draw_values(rng, dtype, shape))
+        inputs.append(draw_values(rng, dtype, shape, wide))
     values = list(inputs)
     exact = [True] * len(inputs)
     steps: list[Step] = []
@@ -741,7 +1289,7 @@ def draw_program(seed: int) -> Program:
     attempts = 0
     while len(steps) < target and attempts < 200:
         attempts += 1
-        op = rng.choice(OPS)
+        op = rng.choice(WIDE_OPS if wide and rng.random() < WIDE_SHARE else OPS)
         # Prefer recent values: chains, not only independent ops on the inputs.
         indices = tuple(
             max(0, len(values) - 1 - int(rng.expovariate(0.7))) if rng.random() < 0.8 else rng.randrange(len(values))

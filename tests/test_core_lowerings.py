@@ -219,3 +219,51 @@ def test_upsample_with_scale_factors() -> None:
     assert_exports_and_matches(
         Call(lambda t: torch.nn.functional.interpolate(t, size=(3, 7), mode="bilinear", align_corners=True)), (x,)
     )
+
+
+# Seed 10000622 (tests/fuzzing.py's wide catalogue): the median of no element is NaN in eager (NaN cast for an
+# integer dtype: int32's minimum, int8's 0); the lowering's k-th smallest of an empty axis failed the checker.
+@pytest.mark.parametrize("function", [torch.median, torch.nanmedian])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64, torch.int32, torch.int64, torch.int8])
+def test_median_of_an_empty_tensor(function: Callable[..., Any], dtype: torch.dtype) -> None:
+    if function is torch.nanmedian and not dtype.is_floating_point:
+        pytest.skip("nanmedian of an integer tensor is median")
+    assert_exports_and_matches(Call(function), (torch.empty(0, 3, dtype=dtype),))
+
+
+NAN, INF = float("nan"), float("inf")
+FLOAT_EXTREMES = [NAN, INF, -INF, -0.0, 0.0, 1.5, NAN, 1.5, -2.5, 0.0, NAN, 1e-40]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_unique_with_nans(dtype: torch.dtype) -> None:
+    """Eager's unique keeps each NaN apart, after the sorted distinct values; ONNX Runtime's Unique keys a sorted map
+    by value, which a NaN breaks ([nan, inf, -inf, ...] gave one entry, NaN, counted 12 times)."""
+    x = torch.tensor(FLOAT_EXTREMES, dtype=dtype).reshape(3, 4)
+    unique = Call(lambda x: torch.unique(x, return_inverse=True, return_counts=True))
+    assert_exports_and_matches(unique, (x,))
+    assert_exports_and_matches(unique, (x.nan_to_num(),))  # no NaN
+    assert_exports_and_matches(Call(lambda x: torch.unique(x, return_counts=True)), (x[:, :0],))  # empty
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_lerp_chooses_its_form_by_the_weight_magnitude(dtype: torch.dtype) -> None:
+    """Eager computes end - (end - self) * (1 - weight) where |weight| >= 0.5: lerp(-0.0, inf, -1) is NaN (torchlib
+    tested weight < 0.5 and gave -inf)."""
+    big = torch.finfo(dtype).max
+    x = torch.tensor([NAN, INF, -INF, -0.0, 0.0, big, -big, 1e-3, 1.5, -2.5, -0.0, 3.0], dtype=dtype)
+    end = torch.tensor([-0.0, NAN, 1.0, INF, -INF, -big, big, -1.0, 0.0, -1e-3, -0.0, 3.3], dtype=dtype)
+    weight = torch.tensor([0.0, 0.5, 1.0, -1.0, 2.0, NAN, INF, 0.25, 0.75, -0.0, -0.25, -0.5], dtype=dtype)
+    assert_exports_and_matches(Call(torch.lerp), (x, end, weight))
+    for scalar in (-1.0, -0.5, 0.3, 0.5, 2.0):
+        assert_exports_and_matches(Call(lambda x, end, scalar=scalar: torch.lerp(x, end, scalar)), (x, end))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_mode_of_a_slice_holding_nan(dtype: torch.dtype) -> None:
+    """A NaN counts for nothing; it was also the filler of the non-modes (the slice's ReduceMax), so the mode came
+    out NaN where eager's is the most frequent value (ties with NaN are left out: eager sorts NaNs with std::sort,
+    whose order is then undefined)."""
+    x = torch.tensor([NAN, INF, -INF, -0.0, 0.0, 1.5, NAN, 1.5, -2.5, 0.0, NAN, -0.0], dtype=dtype)
+    assert_exports_and_matches(Call(lambda x: torch.mode(x).values), (x,))
+    assert_exports_and_matches(Call(lambda x: torch.mode(x, 0).values), (x.reshape(12, 1).expand(12, 2).contiguous(),))

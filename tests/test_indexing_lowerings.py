@@ -246,3 +246,83 @@ def test_repeat_interleave_by_a_tensor_of_repeats(dtype: torch.dtype) -> None:
     repeats = torch.tensor([2, 0, 3, 1])
     runs = [((x, repeats), {}), ((x, torch.tensor([0, 0, 0, 5])), {}), ((x, torch.zeros(4, dtype=torch.int64)), {})]
     assert_exports_and_matches(RepeatInterleaveByTensor(), (x, repeats), run_with=runs)
+
+
+# --- found by the fuzzer's wide catalogue (tests/fuzzing.py, seeds from WIDE_FIRST_SEED) ----------------------------
+NAN, INF = math.nan, math.inf
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int8, torch.bool])
+def test_scatter_writes_only_the_leading_part_of_a_larger_source(dtype: torch.dtype) -> None:
+    """Seed 10000000: an index [1, 4] with a [3, 4] source ran in ONNX Runtime's ScatterElements, which takes
+    updates of the index's shape only (eager writes src's leading part)."""
+    x = torch.tensor([[1.0, -0.0, INF, -4.0], [1.0, 4.0, NAN, 3.5], [-3.75, -3.5, 3.0, 1.0]]).to(dtype)
+    index = torch.tensor([[0, 1, 2, 0]])
+    assert_exports_and_matches(Call(lambda x, index: x.scatter(0, index, x.flip(0))), (x, index))
+    assert_exports_and_matches(Call(lambda x, index: x.scatter(1, index[:, :2], x.flip(1))), (x, index))
+    assert_exports_and_matches(Call(lambda x, index: x.scatter(1, index[:, :2], -0.0)), (x, index))
+
+
+def test_scatter_into_a_0d_tensor() -> None:
+    x = torch.tensor(torch.iinfo(torch.int8).min, dtype=torch.int8)
+    assert_exports_and_matches(Call(lambda x, index: x.scatter(0, index, 127)), (x, torch.tensor(0)))
+    assert_exports_and_matches(Call(lambda x, index: x.scatter(0, index, x + 1)), (x, torch.tensor(0)))
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.float64, torch.bool])
+def test_masked_scatter_of_0d_and_bool_tensors(dtype: torch.dtype) -> None:
+    """Seed 10000009: ScatterND refuses 0-d data (eager takes it); torchlib's also Cast a bool mask to bool,
+    which the checker refused."""
+    low = torch.tensor(-32768).to(dtype)
+    assert_exports_and_matches(
+        Call(lambda mask, x: x.masked_scatter(mask.bool(), x + x)), (low, torch.tensor(6).to(dtype))
+    )
+    mask = torch.tensor([[True, False, True], [False, False, True]])
+    x = torch.tensor([[1.0, NAN, -0.0], [INF, -INF, 2.5]]).to(dtype)
+    assert_exports_and_matches(Call(lambda mask, x: x.masked_scatter(mask, x.flip(0))), (mask, x))
+    assert_exports_and_matches(Call(lambda mask, x: x.masked_scatter(mask[0], x)), (mask, x))  # broadcast mask
+    # seeds 10000282, 10000777: a mask of more dims than self widens the result (eager: the broadcast shape)
+    assert_exports_and_matches(Call(lambda mask, x: x[0].masked_scatter(mask, x.flip(1))), (mask, x))
+    assert_exports_and_matches(Call(lambda x: x.masked_scatter(x.reshape(1, 1).bool(), x)), (low,))
+
+
+@pytest.mark.parametrize("alpha", [1, -1, 2])
+def test_index_add_over_every_row_keeps_self(alpha: int) -> None:
+    """Seed 10000116: index_add is index_put(accumulate=True), a ScatterND with reduction add; onnxscript's
+    optimizer replaced a ScatterND whose constant indices cover every row by its updates, ignoring the
+    reduction (the result was alpha * src: -2.75 where eager gives 2.75 - 2.75 = 0)."""
+    x = torch.tensor([2.75, -0.0, torch.finfo(torch.float32).max])
+    model = Call(lambda x: x.index_add(0, torch.tensor([0, 1, 2]), x * 1, alpha=alpha))
+    assert_exports_and_matches(model, (x,))
+    assert_exports_and_matches(Call(lambda x: x.index_put((torch.tensor([0]),), x * 2, accumulate=True)), (x[:1],))
+
+
+def test_index_put_over_every_row_still_becomes_its_values() -> None:
+    """Without a reduction the rewrite holds (and is kept): the model has no ScatterND left."""
+    program = assert_exports_and_matches(
+        Call(lambda x, y: x.index_put((torch.tensor([0, 1]),), y)), (torch.ones(2, 3), torch.full((2, 3), -0.0))
+    )
+    assert "ScatterND" not in {node.op_type for node in program.model_proto.graph.node}
+
+
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_searchsorted_and_bucketize_put_nan_after_every_boundary(right: bool, dtype: torch.dtype) -> None:
+    """Seed 10000103: eager's binary search puts a NaN value after every boundary (bucket len(boundaries)); the
+    lowering's Less count put it in bucket 0."""
+    values = torch.tensor([NAN, -INF, INF, -0.0, 0.0, 1.0, 2.5, -NAN]).to(dtype)
+    boundaries = torch.tensor([-INF, -0.0, 1.0, 1.0, INF]).to(dtype)
+    assert_exports_and_matches(Call(lambda v, b: torch.bucketize(v, b, right=right)), (values, boundaries))
+    assert_exports_and_matches(Call(lambda v, b: torch.searchsorted(b, v, right=right)), (values, boundaries))
+    rows = boundaries.expand(2, 5).contiguous()
+    assert_exports_and_matches(
+        Call(lambda v, b: torch.searchsorted(b, v, side="right" if right else "left")), (values.reshape(2, 4), rows)
+    )
+
+
+@pytest.mark.parametrize(("start", "length"), [(-2, 2), (-3, 1), (-1, 0), (1, 2), (0, 3)])
+def test_narrow_from_a_negative_start(start: int, length: int) -> None:
+    """Seed 10000141: narrow(x, -1, -2, 2) sliced from -2 to 0 (empty: the checker refused the model); a negative
+    start counts from the end."""
+    x = torch.tensor([[-1e-3, 0.5, NAN], [INF, -0.0, 65504.0]], dtype=torch.float16)
+    assert_exports_and_matches(Call(lambda x: torch.narrow(x, -1, start, length)), (x,))

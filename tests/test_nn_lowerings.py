@@ -351,3 +351,51 @@ def test_gelu_is_the_pattern_onnx_runtime_fuses(tmp_path: Any, approximate: str,
     options.optimized_model_filepath = optimized
     onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     assert [node.op_type for node in onnx.load(optimized).graph.node] == [fused, "Mul"]
+
+
+# Seed 10000398 (tests/fuzzing.py's wide catalogue): ONNX's pytorch_half_pixel maps an output of length 1 to source
+# 0 (the first element); eager maps it as any other length, (0 + 0.5) * in / out - 0.5 (2 -> 1: their mean).
+@pytest.mark.parametrize(
+    ("mode", "resize", "shape"),
+    [
+        ("linear", {"scale_factor": 0.5}, (1, 1, 2)),
+        ("linear", {"size": 1}, (2, 1, 3)),
+        ("bilinear", {"size": (1, 3)}, (1, 2, 2, 3)),
+        ("bilinear", {"scale_factor": 0.5}, (1, 1, 2, 4)),
+        ("bicubic", {"size": (1, 1)}, (1, 1, 2, 4)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_interpolate_to_a_length_of_one(
+    mode: str, resize: dict[str, Any], shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    values = torch.tensor([-6.25, 7.5, 1.0, 4.0, -0.0, 3.0, 5.0, -1.0, 1e30, -2.5, 0.25, 8.0])
+    x = values[: math.prod(shape)].reshape(shape).to(dtype)
+    assert_exports_and_matches(Call(lambda x: F.interpolate(x, mode=mode, align_corners=False, **resize)), (x,))
+
+
+# Seed 10000285: eager drops a last ceil-mode window that would start in the right padding, ONNX's MaxPool counts it
+# (the checker refused the model); and eager's max of a window holding a NaN is NaN, where ONNX Runtime's MaxPool
+# skips a NaN after the window's first element.
+@pytest.mark.parametrize(
+    ("function", "shape"),
+    [
+        (lambda x: F.max_pool1d(x, 3, stride=None, padding=1, ceil_mode=True), (1, 1, 2)),
+        (lambda x: F.max_pool1d(x, 2, stride=2, ceil_mode=True), (2, 5)),
+        (lambda x: F.max_pool2d(x, 2, stride=2, padding=1, ceil_mode=True), (1, 2, 4, 5)),
+        (lambda x: F.max_pool2d(x, (3, 2), stride=(2, 1), padding=1, ceil_mode=True), (1, 1, 4, 5)),
+        (lambda x: F.max_pool2d(x, 2, stride=1, padding=1, dilation=2), (1, 4, 5)),
+        (lambda x: F.max_pool3d(x, 2, stride=2, ceil_mode=True), (1, 1, 3, 2, 3)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_max_pool_windows_and_nan_as_eager(
+    function: Callable[..., Any], shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    generator = torch.Generator().manual_seed(0)
+    x = (torch.randint(-16, 17, shape, generator=generator) / 4).to(dtype)
+    flat = x.view(-1)
+    flat[1], flat[-1] = math.nan, -math.inf
+    if flat.numel() > 5:
+        flat[3], flat[4] = torch.finfo(dtype).max, -0.0
+    assert_exports_and_matches(Call(function), (x,))

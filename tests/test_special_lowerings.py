@@ -329,3 +329,15 @@ def test_zeta_far_below_zero() -> None:
     x = torch.tensor([3.0, 4.0, 2.0, 5.0, 3.0, 1.5, 7.0, 2.0], dtype=torch.float64)
     model = Call(lambda a, b: (torch.special.zeta(a, b), torch.special.zeta(a.float(), b.float())))
     check_values(model, (x, q), 1e-13, 0.0)
+
+
+# Seed 10000907 (tests/fuzzing.py's wide catalogue): eager's gcd takes |a| (|min| wraps to min) and C++'s truncated
+# %; ONNX's default Mod is floored, so gcd(int64 min, 1) was -1 (eager 1) and gcd(6, min) 2 (eager -2).
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_gcd_and_lcm_at_the_integer_minimum(dtype: torch.dtype) -> None:
+    info = torch.iinfo(dtype)
+    low = info.min
+    a = torch.tensor([low, 1, low, low, 6, 4, low, 0, info.max, info.max, 12], dtype=dtype)
+    b = torch.tensor([1, low, low, 0, low, low, 2, low, low, info.max - 1, 18], dtype=dtype)
+    assert_exports_and_matches(Call(torch.gcd), (a, b))
+    assert_exports_and_matches(Call(torch.lcm), (a, b))

@@ -32,7 +32,7 @@ import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
 from onnxscript.rewriter import pattern
-from onnxscript.rewriter.rules.common import slice_split_rule
+from onnxscript.rewriter.rules.common import _redundant_scatter_nd, slice_split_rule
 
 from fx2onnx import _weights
 from fx2onnx._constant_arrays import number_attribute_tensor
@@ -83,7 +83,7 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
     if not rules or slice_split_rule not in rules:  # another onnxscript: use its optimizer as it is
         onnxscript.optimizer.optimize_ir(model)
         return
-    rewrite = _Rewrite(_with_exact_no_ops(rules))
+    rewrite = _Rewrite(_with_exact_scatter_nd(_with_exact_no_ops(rules)))
     passes = ir.passes.Sequential(
         _InlineIfAnyFunction(),
         _FoldAndRewrite(_FoldConstants(), rewrite, num_iterations),
@@ -185,6 +185,24 @@ def _with_exact_no_ops(rules: Sequence[pattern.RewriteRule]) -> list[pattern.Rew
     if len(kept) == len(rules):
         return list(rules)  # another onnxscript: leave its rules as they are
     return kept + _EXACT_NO_OP_RULES
+
+
+def _with_exact_scatter_nd(rules: Sequence[pattern.RewriteRule]) -> list[pattern.RewriteRule]:
+    """`rules` with onnxscript's ScatterAllStatic (a ScatterND whose constant indices cover every row of its
+    data -> its updates) made to fire only without a reduction: it ignores the attribute, so it also replaced an
+    accumulating index_put (``x.index_add(0, tensor([0]), y)`` on one row: ``y``, eager ``x + y``)."""
+    static = _redundant_scatter_nd.no_op_static_scatter_nd_rule
+    kept = [r for r in rules if r is not static]
+    if len(kept) == len(rules):
+        return list(rules)  # another onnxscript: leave its rules as they are
+    return [*kept, _ScatterAllStaticWithoutReduction.rule()]
+
+
+class _ScatterAllStaticWithoutReduction(_redundant_scatter_nd.ScatterAllStatic):
+    def check(self, context: Any, data: ir.Value, indices: ir.Value, updates: ir.Value, **_: Any) -> Any:
+        if context.root.attributes.get_string("reduction", "none") != "none":
+            return onnxscript.rewriter.MatchResult().fail("The ScatterND reduces into its data.")
+        return super().check(context, data=data, indices=indices, updates=updates)
 
 
 def _identity(op: Any, x: ir.Value, **_: Any) -> ir.Value:

@@ -1099,3 +1099,25 @@ def masked_fill_float(self: TFloat, mask: BOOL, value: float) -> TFloat:
 @lowering("aten::masked_fill.Tensor", variant="float")
 def masked_fill_tensor_float(self: TFloat, mask: BOOL, value: TFloat) -> TFloat:
     return _select(mask, value, self, self)
+
+
+# --- lerp -------------------------------------------------------------------------------------------------------------
+def _lerp(self: TFloat, end: TFloat, weight: TFloat) -> TFloat:
+    """Eager's formula: self + weight * (end - self) where |weight| < 0.5, else end - (end - self) * (1 - weight),
+    in float32 for float16/bfloat16 (eager's opmath). torchlib tests weight < 0.5: a weight of -1 took the second
+    form (lerp(-0.0, inf, -1): inf - inf * 2 = NaN in eager, -inf there). Zero signs kept through the choice."""
+    start, stop, w = _in_float32(self), _in_float32(end), _in_float32(op.CastLike(weight, self))
+    difference = op.Sub(stop, start)
+    near_start = op.Add(start, op.Mul(w, difference))
+    near_end = op.Sub(stop, op.Mul(difference, op.Sub(_const(1.0, w), w)))
+    return _back(_select(op.Less(op.Abs(w), _const(0.5, w)), near_start, near_end, w), self)
+
+
+@lowering("aten::lerp.Tensor")
+def lerp_tensor(self: TFloat, end: TFloat, weight: TFloat) -> TFloat:
+    return _lerp(self, end, weight)
+
+
+@lowering("aten::lerp.Scalar")
+def lerp_scalar(self: TFloat, end: TFloat, weight: float) -> TFloat:
+    return _lerp(self, end, _const(float(weight), self))

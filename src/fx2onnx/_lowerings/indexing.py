@@ -179,13 +179,16 @@ def copysign_scalar(self: TFloat, other: float) -> TFloat:
 
 # --- searching sorted boundaries -------------------------------------------------------------------------------
 def _count_below(values: TReal, sorted_sequence: TReal, right: bool, out_int32: bool) -> INT64:
-    """For each value, how many sequence entries (last axis) are < it (<= it when `right`)."""
+    """For each value, how many sequence entries (last axis) are < it (<= it when `right`).
+
+    Counted as eager's binary search compares: an entry is below unless it is >= the value (> when `right`), so a
+    NaN value is above every entry (bucket len(sequence), as in eager; Less would put it in bucket 0)."""
     if sorted_sequence.shape is not None and len(sorted_sequence.shape) and sorted_sequence.shape[-1] == 0:
         # ONNX Runtime's ReduceSum over an empty axis keeps the axis: the count is 0 everywhere.
         zeros = op.Expand(op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)), op.Shape(values))
         return op.Cast(zeros, to=INT32.dtype) if out_int32 else zeros
     pairs = op.Unsqueeze(values, op.Constant(value_ints=[-1]))
-    below = op.LessOrEqual(sorted_sequence, pairs) if right else op.Less(sorted_sequence, pairs)
+    below = op.Not(op.Greater(sorted_sequence, pairs) if right else op.GreaterOrEqual(sorted_sequence, pairs))
     counts = op.ReduceSum(op.Cast(below, to=INT64.dtype), op.Constant(value_ints=[-1]), keepdims=False)
     return op.Cast(counts, to=INT32.dtype) if out_int32 else counts
 
@@ -479,15 +482,19 @@ def nonzero_static(self: DOUBLE, size: int, fill_value: int = -1) -> INT64:
     return op.Slice(padded, starts, ends, op.Constant(value_ints=[0, 1]))
 
 
-@lowering("aten::masked_scatter", variant="float64")
-def masked_scatter(self: DOUBLE, mask: BOOL, source: DOUBLE) -> DOUBLE:
+@lowering("aten::masked_scatter")
+def masked_scatter(self: TTensor, mask: BOOL, source: TTensor) -> TTensor:
     """source's leading elements, in order, where the (broadcast) mask is true. The mask stays bool: torchlib's
-    takes it in self's dtype, and NonZero of a float64 mask would run in float32 (exact, but a lossy Cast)."""
-    full_mask = op.Expand(mask, op.Shape(self))
+    takes it in self's dtype (NonZero of a float64 mask would run in float32, a bool mask Cast to bool fails the
+    checker). Scattered into self flattened: ScatterND refuses 0-d data, which eager takes. The result has the
+    broadcast shape of self and mask, as in eager (a mask of more dims than self widens it)."""
+    flat = op.Constant(value_ints=[-1])
+    shape = op.Shape(op.Where(mask, self, self))  # the broadcast shape of self and mask
+    full_mask = op.Reshape(op.Expand(mask, shape), flat)
     indices = op.Transpose(op.NonZero(full_mask), perm=[1, 0])
     count = op.Shape(indices, start=0, end=1)
-    updates = op.Slice(op.Reshape(source, op.Constant(value_ints=[-1])), op.Constant(value_ints=[0]), count)
-    return op.ScatterND(self, indices, updates)
+    updates = op.Slice(op.Reshape(source, flat), op.Constant(value_ints=[0]), count)
+    return op.Reshape(op.ScatterND(op.Reshape(op.Expand(self, shape), flat), indices, updates), shape)
 
 
 _INTEGERS = (*_NARROW_INTS, ir.DataType.INT32, ir.DataType.INT64)
@@ -570,6 +577,28 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
     if scalar:
         result = op.Reshape(result, op.Constant(value_ints=[]))
     return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+@lowering("aten::scatter.src")
+def scatter_src(self: TTensor, dim: int, index: INT64, src: TTensor) -> TTensor:
+    """self with src's elements written at `index` along `dim`. Only src's leading part (index's shape) is
+    written, as in eager: ScatterElements takes updates of index's shape exactly (torchlib passes src whole, which
+    ONNX Runtime refuses when src is larger). A 0-d self is scattered as one element."""
+    scalar = len(self.shape) == 0
+    one = op.Constant(value_ints=[1])
+    if scalar:
+        written = op.ScatterElements(op.Reshape(self, one), op.Reshape(index, one), op.Reshape(src, one), axis=0)
+        return op.Reshape(written, op.Constant(value_ints=[]))
+    rank = len(self.shape)
+    starts, axes = op.Constant(value_ints=[0] * rank), op.Constant(value_ints=list(range(rank)))
+    updates = op.Slice(src, starts, op.Shape(index), axes)
+    return op.ScatterElements(self, index, updates, axis=dim % rank)
+
+
+@lowering("aten::scatter.value")
+def scatter_value(self: TTensor, dim: int, index: INT64, value: float) -> TTensor:
+    """The scalar written at every `index` position along `dim` (in self's dtype)."""
+    return scatter_src(self, dim, index, op.Expand(op.CastLike(value, self), op.Shape(index)))
 
 
 @lowering("aten::scatter_reduce.two")
@@ -893,6 +922,20 @@ def nonzero_static_linalg(self: TReal, size: int, fill_value: int = -1) -> INT64
     padded = op.Concat(indices, padding, axis=0)
     starts, ends = op.Constant(value_ints=[0, 0]), op.Constant(value_ints=[size, rank])
     return op.Slice(padded, starts, ends, op.Constant(value_ints=[0, 1]))
+
+
+@lowering("aten::narrow")
+def narrow(self: TTensor, dim: int, start: INT64, length: INT64) -> TTensor:
+    """`length` elements along `dim` from `start`; a negative start counts from the end, as in eager (torchlib's
+    Slice from start to start + length ends at or before 0 then: an empty or a shorter slice)."""
+    axis = dim % len(self.shape)
+    one = op.Constant(value_ints=[1])
+    begin = op.Constant(value_ints=[start]) if isinstance(start, int) else op.Reshape(start, one)
+    if not isinstance(start, int) or start < 0:
+        size = op.Shape(self, start=axis, end=axis + 1)
+        begin = op.Where(op.Less(begin, op.Constant(value_ints=[0])), op.Add(begin, size), begin)
+    count = op.Constant(value_ints=[length]) if isinstance(length, int) else op.Reshape(length, one)
+    return op.Slice(self, begin, op.Add(begin, count), op.Constant(value_ints=[axis]))
 
 
 @lowering("aten::narrow.Tensor")

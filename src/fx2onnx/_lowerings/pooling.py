@@ -384,6 +384,95 @@ def _max_pool_indexed(
     return values, indices
 
 
+# float max pooling in ceil mode: eager drops a last window that would start in the right padding, ONNX's MaxPool
+# (shape inference, the checker) counts it (max_pool1d(k=3, padding=1, ceil_mode) of 2 elements: 1 window, ONNX 2).
+def _max_pool_float(
+    self: TFloat,
+    spatial: int,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+) -> TFloat:
+    """MaxPool with eager's window count: ceil mode only where a dim needs it, and its extra windows sliced off."""
+    kernel = _per_dim(kernel_size, spatial)
+    strides = _per_dim(stride, spatial) if len(stride) else kernel
+    pads = _per_dim(padding, spatial)
+    dilations = _per_dim(dilation, spatial)
+    sizes = list(self.shape)[len(self.shape) - spatial :]
+    windows: list[int | None] = [None] * spatial
+    if ceil_mode and all(isinstance(size, int) for size in sizes):
+        dims = [_Dim(int(n), k, s, p, d, True) for n, k, s, p, d in zip(sizes, kernel, strides, pads, dilations)]
+        floor = [dataclasses.replace(dim, ceil_mode=False).windows for dim in dims]
+        windows = [dim.windows for dim in dims]
+        ceil_mode = any(count > low for count, low in zip(windows, floor))
+    unbatched = len(self.shape) == spatial + 1  # MaxPool wants (N, C, *spatial)
+    batch_axis = op.Constant(value_ints=[0])
+    batched = op.Unsqueeze(self, batch_axis) if unbatched else self
+
+    def pool(value: TFloat) -> TFloat:
+        pooled, _ = op.MaxPool(
+            value,
+            ceil_mode=int(ceil_mode),
+            dilations=dilations,
+            kernel_shape=kernel,
+            pads=pads + pads,
+            strides=strides,
+        )
+        if not ceil_mode:
+            return pooled
+        # a dim whose last ceil window eager drops: keep eager's count
+        ends = _int64(np.asarray([count for count in windows if count is not None]))
+        return op.Slice(pooled, _int64(np.zeros(spatial, np.int64)), ends, _int64(np.arange(2, 2 + spatial)))
+
+    # Eager's max of a window holding a NaN is NaN, and of a window of -infs -inf; ONNX Runtime's float32 MaxPool
+    # skips a NaN after the window's first element (max_pool1d([1, nan], 2): 1) and starts from the lowest finite
+    # value (a window of -infs: -3.4e38). One pool of an indicator (2: NaN, 1: above -inf, 0: -inf) puts both back.
+    above = op.Cast(op.Greater(batched, _const(-math.inf, self)), to=self.dtype)
+    indicator = op.Add(above, op.Mul(op.Cast(op.IsNaN(batched), to=self.dtype), _const(2.0, self)))
+    seen = pool(indicator)
+    pooled = op.Where(op.Equal(seen, _const(0.0, self)), _const(-math.inf, self), pool(batched))
+    pooled = op.Where(op.Equal(seen, _const(2.0, self)), _const(math.nan, self), pooled)
+    return op.Squeeze(pooled, batch_axis) if unbatched else pooled
+
+
+@lowering("aten::max_pool1d", variant="float")
+def max_pool1d_float(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    dilation: Sequence[int] = (1,),
+    ceil_mode: bool = False,
+) -> TFloat:
+    return _max_pool_float(self, 1, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@lowering("aten::max_pool2d", variant="float")
+def max_pool2d_float(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0, 0),
+    dilation: Sequence[int] = (1, 1),
+    ceil_mode: bool = False,
+) -> TFloat:
+    return _max_pool_float(self, 2, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@lowering("aten::max_pool3d", variant="float")
+def max_pool3d_float(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0, 0, 0),
+    dilation: Sequence[int] = (1, 1, 1),
+    ceil_mode: bool = False,
+) -> TFloat:
+    return _max_pool_float(self, 3, kernel_size, stride, padding, dilation, ceil_mode)
+
+
 @lowering("aten::max_pool1d")
 def max_pool1d_int(
     self: TInt,

@@ -517,6 +517,9 @@ def _median(self: TReal, dim: int | None, keepdim: bool, ignore_nan: bool) -> tu
     else:
         length = x.shape[axis]
     floats = _is_float(x)
+    if dim is None and length == 0:  # eager's median of no element is NaN (and NaN cast for an integer dtype)
+        nan = op.Constant(value=ir.tensor(math.nan, dtype=ir.DataType.FLOAT))
+        return op.Cast(nan, to=self.dtype), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
     if ignore_nan and floats:  # the lower median of the non-NaN values (NaN when there are none)
         count = op.ReduceSum(
             op.Cast(op.Not(op.IsNaN(x)), to=INT64.dtype), op.Constant(value_ints=[axis]), keepdims=True
@@ -582,7 +585,10 @@ def mode(self: TReal, dim: int = -1, keepdim: bool = False) -> tuple[TReal, INT6
         op.Cast(op.Equal(x_i, x_j), to=INT64.dtype), op.Constant(value_ints=[axis + 1]), keepdims=False
     )
     most = op.ReduceMax(counts, op.Constant(value_ints=[axis]), keepdims=True)
-    largest = op.ReduceMax(x, op.Constant(value_ints=[axis]), keepdims=True)
+    if _is_float(x):  # a NaN counts for nothing; as the filler (the ReduceMax of a slice holding one) it won
+        largest = _const(math.inf, x)
+    else:
+        largest = op.ReduceMax(x, op.Constant(value_ints=[axis]), keepdims=True)
     candidates = op.Where(op.Equal(counts, most), x, largest)
     value = op.ReduceMin(candidates, op.Constant(value_ints=[axis]), keepdims=True)
     index = op.ArgMax(op.Cast(op.Equal(x, value), to=INT32.dtype), axis=axis, keepdims=True, select_last_index=1)
@@ -835,6 +841,26 @@ def unique_consecutive(
     return values, inverse, counts
 
 
+def _unique_with_nans(x: TFloat) -> tuple[TFloat, INT64, INT64]:
+    """Unique of a float tensor, flattened: the sorted distinct non-NaN values, then one entry per NaN (eager's
+    NaN equals nothing, itself included), with each element's entry and each entry's count. ONNX Runtime's Unique
+    keys a sorted map by value, which a NaN breaks: [nan, 1, 2] gave one entry, NaN, counted 3 times."""
+    flat = op.Reshape(x, op.Constant(value_ints=[-1]))
+    nan = op.IsNaN(flat)
+    values, _, inverse, counts = op.Unique(op.Compress(flat, op.Not(nan), axis=0), sorted=1)
+    nan_count = op.ReduceSum(op.Cast(nan, to=INT64.dtype), op.Constant(value_ints=[0]), keepdims=True)
+    distinct = op.Shape(values)
+    values = op.Concat(values, op.Expand(op.CastLike(math.nan, x), nan_count), axis=0)
+    counts = op.Concat(counts, op.Expand(op.Constant(value_ints=[1]), nan_count), axis=0)
+    # the k-th NaN (in flat order) is entry distinct + k; the other elements take Unique's inverse, in order
+    kept = op.Reshape(op.NonZero(op.Not(nan)), op.Constant(value_ints=[-1]))
+    placed = op.ScatterElements(op.Expand(op.Constant(value_ints=[0]), op.Shape(flat)), kept, inverse, axis=0)
+    nan_entry = op.Add(
+        op.Sub(op.CumSum(op.Cast(nan, to=INT64.dtype), op.Constant(value_int=0)), op.Constant(value_ints=[1])), distinct
+    )
+    return values, op.Where(nan, nan_entry, placed), counts
+
+
 @lowering("aten::_unique2")
 def unique2(
     self: TReal, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False
@@ -846,7 +872,10 @@ def unique2(
     """
     is_bool = self.dtype == ir.DataType.BOOL
     x = op.Cast(self, to=UINT8.dtype) if is_bool else self
-    values, _, inverse, counts = op.Unique(x, sorted=1)
+    if _is_float(x):
+        values, inverse, counts = _unique_with_nans(x)
+    else:
+        values, _, inverse, counts = op.Unique(x, sorted=1)
     if is_bool:
         values = op.Cast(values, to=BOOL.dtype)
     empty = op.Constant(value=ir.tensor(np.zeros((0,), dtype=np.int64)))

@@ -19,6 +19,21 @@ from fx2onnx._lowerings.rules import lowering
 # --- interpolation with output_size or scale_factors -------------------------------------------------------------
 # torchlib's `.vec` overloads declare both optional arguments without a default, so they bind only when both
 # are given, and eager gives exactly one. Scales, when given, also set the coordinate mapping (as in eager).
+def _resized_lengths(
+    input: TFloat, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None, axes: Sequence[int]
+) -> list[int | None]:
+    """The output's lengths along the resized axes where known at export (None where not)."""
+    if output_size is not None:
+        return [int(output_size[a - 2]) if isinstance(output_size[a - 2], int) else None for a in axes]
+    shape = input.shape
+    lengths: list[int | None] = []
+    for a in axes:
+        size = shape[a] if shape is not None else None
+        known = isinstance(size, int) and scale_factors is not None
+        lengths.append(math.floor(size * float(scale_factors[a - 2])) if known else None)
+    return lengths
+
+
 def _resize(
     input: TFloat,
     output_size: Sequence[int] | None,
@@ -31,6 +46,10 @@ def _resize(
     transformation = "align_corners" if align_corners else "pytorch_half_pixel"
     spatial = range(2, 2 + len(output_size if output_size is not None else scale_factors or []))
     axes = list(spatial) if axis is None else [axis]
+    if not align_corners and 1 in _resized_lengths(input, output_size, scale_factors, axes):
+        # pytorch_half_pixel maps an output of length 1 to source 0; eager maps it as any other, to
+        # (0 + 0.5) * in / out - 0.5 (2 -> 1 averages the two): half_pixel, the same mapping for every other length.
+        transformation = "half_pixel"
     if scale_factors is not None and output_size is None:
         scales = op.Constant(value_floats=[float(scale_factors[a - 2]) for a in axes])
         sizes = None

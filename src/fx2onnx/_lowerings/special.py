@@ -1086,12 +1086,14 @@ _EUCLID_STEPS = {
 
 
 def _gcd(a: ir.Value, b: ir.Value) -> ir.Value:
+    """Eager's Euclid: |a| and |b| (|min| wraps to min), then C++'s truncated % (fmod=1): the floored Mod differs
+    where a magnitude wrapped negative (gcd(int64 min, 1): 1 in eager, -1 with the floored one)."""
     zero = op.CastLike(op.Constant(value_int=0), a)
     one = op.CastLike(op.Constant(value_int=1), a)
     a, b = op.Abs(a), op.Abs(b)
     for _ in range(_EUCLID_STEPS[a.dtype]):
         done = op.Equal(a, zero)
-        remainder = op.Mod(b, op.Where(done, one, a))
+        remainder = op.Mod(b, op.Where(done, one, a), fmod=1)
         a, b = op.Where(done, zero, remainder), op.Where(done, b, a)
     return b
 
