@@ -1,8 +1,12 @@
 """A sweep of model architectures users export: tiny random-weight transformers models built from configs, and
 torchvision and timm models, each exported with fx2onnx the way a user calls torch.onnx.export, run in ONNX
-Runtime (default session options) and compared with eager, output by output (dtype, shape, values), in float32
-and, for the transformers models, in bfloat16 and float16 (``model.to(dtype)``), plus one export with a dynamic
-batch (and sequence) per model.
+Runtime (default session options) and compared with eager, output by output (dtype, shape, values), in float32,
+bfloat16 and float16 (``model.to(dtype)``), plus one export with a dynamic batch (and sequence) per model from a
+batch-2 example (``dynamic``) and one from a batch-1 example (``batch1``: the common call; run at batches 3, 1
+and 2). The causal LMs are also exported as a decoding step (``cache``, ``cache_float16``): one new token after
+a ``DynamicCache`` made by the model's own prefill (registered as a pytree as transformers' exporters register
+it), dynamic batch and past length, run at (batch 2, past 5), (3, 9: beyond the sliding windows of 8) and (1, 1),
+every output compared, the returned cache included.
 
 Every (model, variant) ends in one class: ``ok``, ``eager`` (eager itself fails: nothing to compare),
 ``export`` (fx2onnx.export raised), ``load`` (ONNX Runtime refused the model), ``run`` (ONNX Runtime failed
