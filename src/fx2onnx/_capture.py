@@ -633,7 +633,8 @@ def _pinned_at_example_one(
     """The dims asked dynamic that torch.export's fixes pin to 1 where the example's size is 1: the model's code
     compared the size with 1 (``if batch_size != position_ids.shape[0]`` in transformers' masking), and a size-1
     example took the special branch, so torch.export asks for the example's size. Name -> (input id, dim)s."""
-    named = {fix.split(" = ")[0] for fix in fixes if fix.split(" = ")[1:] == ["1"]}
+    # "batch = 1", or "batch = Dim('batch', max=1)" (Swin: a guard 'batch <= 2' met a size-oblivious range [2, ...])
+    named = {name for name, _, fix in (f.partition(" = ") for f in fixes) if fix == "1" or fix.endswith("max=1)")}
     if not named:
         return {}
     sizes = {id(x): x.shape for x in pytree.tree_leaves((args, dict(kwargs))) if isinstance(x, torch.Tensor)}
