@@ -1,8 +1,12 @@
 """A sweep of model architectures users export: tiny random-weight transformers models built from configs, and
 torchvision and timm models, each exported with fx2onnx the way a user calls torch.onnx.export, run in ONNX
-Runtime (default session options) and compared with eager, output by output (dtype, shape, values), in float32
-and, for the transformers models, in bfloat16 and float16 (``model.to(dtype)``), plus one export with a dynamic
-batch (and sequence) per model.
+Runtime (default session options) and compared with eager, output by output (dtype, shape, values), in float32,
+bfloat16 and float16 (``model.to(dtype)``), plus one export with a dynamic batch (and sequence) per model from a
+batch-2 example (``dynamic``) and one from a batch-1 example (``batch1``: the common call; run at batches 3, 1
+and 2). The causal LMs are also exported as a decoding step (``cache``, ``cache_float16``): one new token after
+a ``DynamicCache`` made by the model's own prefill (registered as a pytree as transformers' exporters register
+it), dynamic batch and past length, run at (batch 2, past 5), (3, 9: beyond the sliding windows of 8) and (1, 1),
+every output compared, the returned cache included.
 
 Every (model, variant) ends in one class: ``ok``, ``eager`` (eager itself fails: nothing to compare),
 ``export`` (fx2onnx.export raised), ``load`` (ONNX Runtime refused the model), ``run`` (ONNX Runtime failed
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import inspect
 import json
 import sys
 import time
@@ -36,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fx2onnx
 
-VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "padded")
+VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "padded", "batch1", "cache", "cache_float16")
+VISION_VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "batch1")
+CACHE_VARIANTS = {"cache": torch.float32, "cache_float16": torch.float16}
 REDUCED = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
@@ -53,6 +60,7 @@ class Case:
     inputs: Callable[[int, int], Inputs]  # (batch, length) -> (args, kwargs)
     dynamic_axes: dict[str, dict[int, str]] | None  # input name -> {axis: dim name}
     variants: tuple[str, ...] = VARIANTS
+    decoder: bool = False  # a causal LM: also exported as a decoding step with a KV cache
 
 
 # --- transformers ----------------------------------------------------------------------------------------------
@@ -148,7 +156,8 @@ MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
 
 
 def _decoder(name: str, model_class: str, config_class: str, **config: Any) -> Case:
-    return Case(name, "transformers", _lm(model_class, config_class, **config), _token_inputs, TOKEN_AXES)
+    build = _lm(model_class, config_class, **config)
+    return Case(name, "transformers", build, _token_inputs, TOKEN_AXES, decoder=True)
 
 
 def _encoder(name: str, model_class: str, config_class: str, **config: Any) -> Case:
@@ -174,6 +183,8 @@ def transformers_cases() -> list[Case]:
     small_vit.pop("max_position_embeddings")
     audio_axes = {"input_values": {0: "batch", 1: "samples"}}
     return [
+        _decoder("gpt2", "GPT2LMHeadModel", "GPT2Config", n_embd=HIDDEN, n_layer=LAYERS, n_head=4, n_positions=128),
+        _decoder("llama", "LlamaForCausalLM", "LlamaConfig", **LLAMA_LIKE),
         _decoder("mistral", "MistralForCausalLM", "MistralConfig", **LLAMA_LIKE, sliding_window=8),
         _decoder("qwen2", "Qwen2ForCausalLM", "Qwen2Config", **LLAMA_LIKE),
         _decoder("qwen3", "Qwen3ForCausalLM", "Qwen3Config", **LLAMA_LIKE, head_dim=16),
@@ -361,7 +372,7 @@ def _torchvision_case(name: str, size: int, video: bool = False, **options: Any)
         shape = (batch, 3, 4, size, size) if video else (batch, 3, size, size)
         return (torch.randn(*shape, generator=generator),), {}
 
-    return Case(f"tv_{name.split('.')[-1]}", "torchvision", build, inputs, {"x": {0: "batch"}}, ("float32", "dynamic"))
+    return Case(f"tv_{name.split('.')[-1]}", "torchvision", build, inputs, {"x": {0: "batch"}}, VISION_VARIANTS)
 
 
 def torchvision_cases() -> list[Case]:
@@ -416,7 +427,7 @@ def _timm_case(name: str, size: int) -> Case:
         generator = torch.Generator().manual_seed(1)
         return (torch.randn(batch, 3, size, size, generator=generator),), {}
 
-    return Case(f"timm_{name}", "timm", build, inputs, {"x": {0: "batch"}}, ("float32", "dynamic"))
+    return Case(f"timm_{name}", "timm", build, inputs, {"x": {0: "batch"}}, VISION_VARIANTS)
 
 
 def timm_cases() -> list[Case]:
@@ -453,18 +464,66 @@ def _dynamic_shapes(case: Case, args: tuple[Any, ...], kwargs: dict[str, Any]) -
 def _output_scale(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
     """The largest magnitude among the eager model's floating-point outputs."""
     with torch.no_grad():
-        outputs = torch.utils._pytree.tree_leaves(model(*args, **kwargs))
+        outputs = torch.utils._pytree.tree_leaves(model(*args, **copy.deepcopy(kwargs)))  # a cache is appended to
     floats = [o for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel()]
     return max((float(o.detach().abs().max()) for o in floats), default=0.0)
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """The KV cache's argument (and output field): `past_key_values` until transformers 5.23, `cache` since."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def cache_step_inputs(model: torch.nn.Module, batch: int, past: int) -> Inputs:
+    """One decoding step as generation runs it: one new token per row after a DynamicCache of `past` tokens, the
+    cache made by the eager model's own prefill of `past` random tokens (its layers as the model builds them:
+    sliding-window layers included), and an attention mask over past + 1 tokens."""
+    from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+
+    register_cache_pytrees_for_model(model)  # as transformers' exporters do: a cache flattens to its tensors
+    generator = torch.Generator().manual_seed(100 * batch + past)
+    name = cache_argument(model)
+    prefix = torch.randint(3, VOCAB, (batch, past), generator=generator)
+    with torch.no_grad():
+        cache = getattr(model(input_ids=prefix, use_cache=True), name)
+    step = {
+        "input_ids": torch.randint(3, VOCAB, (batch, 1), generator=generator),
+        "attention_mask": torch.ones(batch, past + 1, dtype=torch.long),
+        name: cache,
+        "use_cache": True,
+    }
+    return (), step
+
+
+def cache_dynamic_shapes(model: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Dynamic batch and past length for a decoding step: named dims as optimum's exports name them; a
+    sliding-window layer's cache, which stops growing at its window, gets a past length of its own."""
+    batch = torch.export.Dim("batch", min=1, max=64)
+    past = torch.export.Dim("past_sequence", min=1, max=64)
+    window_past = torch.export.Dim("sliding_past_sequence", min=1, max=64)
+    total = torch.export.Dim("total_sequence", min=2, max=65)
+    name = cache_argument(model)
+    cache = kwargs[name]
+    by_tensor: dict[int, dict[int, Any]] = {}
+    for layer in cache.layers:
+        spec = {0: batch, 2: window_past if getattr(layer, "sliding_window", None) else past}
+        by_tensor.update({id(layer.keys): spec, id(layer.values): spec})
+    return {
+        "input_ids": {0: batch},
+        "attention_mask": {0: batch, 1: total},
+        # the cache's flat tensors, in the order its registered flatten gives them
+        name: [by_tensor.get(id(leaf)) for leaf in torch.utils._pytree.tree_leaves(cache)],
+        "use_cache": None,
+    }
 
 
 def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str, Any]:
     """Export `case` as `variant`, run it in ONNX Runtime and compare with eager: one result record."""
     record: dict[str, Any] = {"model": case.name, "group": case.group, "variant": variant}
-    args, kwargs = case.inputs(2, 12)
+    args, kwargs = case.inputs(1 if variant == "batch1" else 2, 12)
     model = model32
-    if variant in REDUCED:
-        dtype = REDUCED[variant]
+    dtype = REDUCED.get(variant, CACHE_VARIANTS.get(variant, torch.float32))
+    if dtype != torch.float32:
         model = copy.deepcopy(model32).to(dtype)
         args = tuple(_to_dtype(a, dtype) for a in args)
         kwargs = {k: _to_dtype(v, dtype) for k, v in kwargs.items()}
@@ -475,12 +534,21 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
         kwargs = {**kwargs, "attention_mask": mask}
     runs = [(args, kwargs)]
     options: dict[str, Any] = {}
-    if variant == "dynamic":
+    if variant in ("dynamic", "batch1"):  # batch1: the common call, a batch of one as the example
         options["dynamic_shapes"] = _dynamic_shapes(case, args, kwargs)
         runs.append(case.inputs(3, 7))
+        if variant == "batch1":
+            runs.append(case.inputs(2, 12))
     try:
+        if variant in CACHE_VARIANTS:
+            model = copy.deepcopy(model)
+            model.config.use_cache = True
+            args, kwargs = cache_step_inputs(model, 2, 5)
+            # past 9 goes beyond the sliding windows (8), past 1 is a cache of one token, batch 1 the usual call
+            runs = [(args, kwargs)] + [cache_step_inputs(model, b, p) for b, p in ((3, 9), (1, 1))]
+            options["dynamic_shapes"] = cache_dynamic_shapes(model, kwargs)
         with torch.no_grad():
-            model(*args, **kwargs)
+            model(*args, **copy.deepcopy(kwargs))
     except Exception as error:
         record.update(outcome="eager", error=_short(error))
         return record
@@ -506,7 +574,7 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
             record.update(outcome="run", error=_short(error), trace=traceback.format_exc()[-3000:])
             return record
         failed = [str(r) for r in results if not r.passed]
-        if failed and variant in ("float32", "dynamic"):
+        if failed and dtype == torch.float32:
             # Random weights without trained batch-norm statistics can grow activations to 1e9 (Inception v3):
             # float32 noise is then far above verify's absolute 1e-4. Judged again at 1e-5 of the outputs' scale.
             scale = _output_scale(model, call_args, call_kwargs)
@@ -515,7 +583,8 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
                 record["note"] = f"within 1e-5 of the outputs' scale {scale:.3g}, not verify's atol: " + failed[0]
                 failed = []
         if failed:
-            shape = [list(v.shape) for v in call_args + tuple(call_kwargs.values()) if isinstance(v, torch.Tensor)]
+            flat = torch.utils._pytree.tree_leaves((call_args, call_kwargs))
+            shape = [list(v.shape) for v in flat if isinstance(v, torch.Tensor)]
             lines.append(f"inputs {shape}: " + " | ".join(failed))
     record["outcome"] = "mismatch" if lines else "ok"
     if lines:
@@ -535,6 +604,10 @@ def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None) -> lis
             return case.dynamic_axes is not None
         if variant == "padded":
             return case.group == "transformers" and case.inputs in (_token_inputs, _seq2seq_inputs)
+        if variant in CACHE_VARIANTS:
+            return case.decoder
+        if variant == "batch1":
+            return case.dynamic_axes is not None and variant in case.variants
         return variant in case.variants
 
     jobs = [(case, [v for v in variants if applies(case, v)]) for case in cases]

@@ -139,6 +139,36 @@ def test_a_nested_input_of_another_structure_is_refused(change: Any, problem: st
         program(change(_nested(a, b, d, e)))
 
 
+class CountingCache:
+    """A library container that counts its tokens in a Python int kept in its pytree context, not a tensor, as
+    transformers' DynamicSlidingWindowLayer does (cumulative_length): the trace builds the count into the graph."""
+
+    def __init__(self, keys: torch.Tensor, seen: int) -> None:
+        self.keys, self.seen = keys, seen
+
+
+torch.utils._pytree.register_pytree_node(
+    CountingCache,
+    lambda cache: ([cache.keys], {"seen": cache.seen}),
+    lambda leaves, context: CountingCache(leaves[0], context["seen"]),
+    flatten_with_keys_fn=lambda cache: ([(torch.utils._pytree.GetAttrKey("keys"), cache.keys)], {"seen": cache.seen}),
+)
+
+
+class AtPosition(torch.nn.Module):
+    def forward(self, x: torch.Tensor, cache: CountingCache) -> torch.Tensor:
+        return x + cache.keys.sum(1, keepdim=True) + cache.seen  # the position, as rotary embeddings read it
+
+
+def test_a_container_whose_python_values_differ_from_the_exported_ones_is_refused() -> None:
+    """Mistral's decoding step exported after 7 tokens and run with a cache of 20 tokens' history (the same 7 kept
+    keys: same shapes) computed the positions of 7, silently: logits off by 0.0056. Now refused, naming the value."""
+    keys = torch.randn(2, 7)
+    program = check(AtPosition(), (torch.randn(2, 1), CountingCache(keys, 7)))
+    with pytest.raises(ValueError, match=r"Python values differ from the exported one's \(seen: 7 exported, 20 given"):
+        program(torch.randn(2, 1), CountingCache(keys, 20))
+
+
 # --- None among the outputs ---------------------------------------------------------------------------------------
 class ReturnsNone(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[Any, ...]:

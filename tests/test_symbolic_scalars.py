@@ -143,6 +143,45 @@ def test_dynamic_shapes_the_model_constrains_get_torchs_fix_applied_with_a_warni
         assert all(r.passed for r in program.verify(torch.randn(size)))
 
 
+class ExpandsPositionsToTheBatch(torch.nn.Module):
+    """transformers' masking (masking_utils._preprocess_mask_arguments): positions made for one row are expanded
+    to the batch where it is not 1; for a batch of 1 the expand does nothing, so either branch is right there."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[1]).unsqueeze(0)
+        if x.shape[0] != positions.shape[0]:
+            positions = positions.expand(x.shape[0], -1)
+        return x * positions + mask
+
+
+def test_a_batch_of_one_as_example_keeps_the_batch_dynamic() -> None:
+    """The common call: a batch of 1 as the example, the batch asked dynamic. The size-1 example takes the model's
+    `batch != 1` branch the other way, and torch.export (as torch.onnx.export's) pins the batch to 1: an ONNX
+    model refusing every other batch. It is captured again at size 2 and serves every batch, with a warning."""
+    batch, seq = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("seq", min=1, max=64)
+    with pytest.warns(UserWarning, match=r"batch: traced at size 2, not the example's 1"):
+        program = check(
+            ExpandsPositionsToTheBatch(),
+            (torch.randn(1, 5), torch.randn(1, 5)),
+            dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+            run_with=[((torch.randn(b, s), torch.randn(b, s)), {}) for b, s in ((3, 7), (1, 5), (1, 1), (2, 4))],
+        )
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["batch", "seq"]
+
+
+class NeedsBatchOne(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[1]) * 2 if x.shape[0] == 1 else x.sum(0)  # the size-2 capture cannot serve 1
+
+
+def test_a_dim_the_model_needs_at_one_stays_pinned_and_the_warning_says_how_to_keep_it_dynamic() -> None:
+    with pytest.warns(UserWarning, match=r"batch = 1 \(the example's size 1 .*give an example of size 2 or more"):
+        program = fx2onnx.export(
+            NeedsBatchOne(), (torch.randn(1, 5),), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=8)},)
+        )
+    assert all(r.passed for r in program.verify(torch.randn(1, 5)))
+
+
 class ReturnsNumbers(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int, int]:
         return x + 1, x.shape[0] * 2, 3

@@ -55,6 +55,21 @@ def test_gpt2_dynamic_batch_and_sequence_with_padding() -> None:
     assert [str(d) for d in program.model.graph.inputs[0].shape] == ["batch", "seq"]
 
 
+def test_gpt2_dynamic_batch_from_a_batch_of_one() -> None:
+    """The usual call: one sentence as the example. transformers' masking compares the batch with its positions'
+    1 and took the size-1 branch: the batch was pinned to 1 (ONNX Runtime refused a batch of 3)."""
+    batch, seq = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("seq", min=1, max=64)
+    ids = torch.randint(0, 300, (1, 9), generator=torch.Generator().manual_seed(0))
+    program = check(
+        gpt2(),
+        (),
+        {"input_ids": ids, "use_cache": False},
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "use_cache": None},
+        run_with=[((), {"input_ids": torch.randint(0, 300, (b, s)), "use_cache": False}) for b, s in ((3, 7), (1, 9))],
+    )
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["batch", "seq"]
+
+
 def cache_argument(model: torch.nn.Module) -> str:
     """The KV cache's argument and output field: `past_key_values` until transformers 5.23, `cache` since."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

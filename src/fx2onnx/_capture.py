@@ -17,6 +17,7 @@ into tensors that may alias others, training-mode batch norm).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import operator
@@ -636,7 +637,118 @@ def _export_with_suggested_fixes(
         except Exception:
             raise error from None
     fixes = [line.strip() for line in message.split("Suggested fixes:")[1].strip().splitlines() if " = " in line]
+    pinned = _pinned_at_example_one(fixes, model, args, kwargs, dynamic_shapes)
+    if pinned:
+        retried = _export_at_size_two(pinned, model, args, kwargs, dynamic_shapes, strict=strict)
+        if retried is not None:
+            return retried
+        fixes = [
+            f"{fix} (the example's size 1 made the model's code branch on it: give an example of size 2 or more "
+            "to keep it dynamic)"
+            if fix.split(" = ")[0] in pinned
+            else fix
+            for fix in fixes
+        ]
     return run(refined), fixes
+
+
+def _pinned_at_example_one(
+    fixes: list[str], model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> dict[str, list[tuple[int, int]]]:
+    """The dims asked dynamic that torch.export's fixes pin to 1 where the example's size is 1: the model's code
+    compared the size with 1 (``if batch_size != position_ids.shape[0]`` in transformers' masking), and a size-1
+    example took the special branch, so torch.export asks for the example's size. Name -> (input id, dim)s."""
+    # "batch = 1", or "batch = Dim('batch', max=1)" (Swin: a guard 'batch <= 2' met a size-oblivious range [2, ...])
+    named = {name for name, _, fix in (f.partition(" = ") for f in fixes) if fix == "1" or fix.endswith("max=1)")}
+    if not named:
+        return {}
+    sizes = {id(x): x.shape for x in pytree.tree_leaves((args, dict(kwargs))) if isinstance(x, torch.Tensor)}
+    pinned: dict[str, list[tuple[int, int]]] = {}
+    for (tensor_id, dim), spec in dynamic_dims(model, args, kwargs, dynamic_shapes).items():
+        name = getattr(spec, "__name__", spec)
+        if name in named and tensor_id in sizes and sizes[tensor_id][dim] == 1:
+            pinned.setdefault(name, []).append((tensor_id, dim))
+    return pinned
+
+
+def _serves_the_example(
+    program: ExportedProgram, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bool:
+    """Whether the graph captured at size 2 gives eager's result on the user's size-1 example, run in torch with its
+    assertions off (a size-2 capture asserts the size is not 1): the branch the code took at 2 is then right at 1
+    too (an `expand` to the batch), where a branch computing otherwise at 1 (``x.view(-1) if n == 1 else x.sum(0)``)
+    keeps the dim pinned to 1. The inputs are copied: a Hugging Face cache is appended to by each run."""
+    try:
+        module = program.module()
+        for node in list(module.graph.nodes):
+            if node.op == "call_function" and node.target in (
+                torch.ops.aten._assert_scalar.default,
+                torch.ops.aten._assert_tensor_metadata.default,
+            ):
+                module.graph.erase_node(node)
+        module.recompile()
+        module._forward_pre_hooks.clear()  # the input check of the captured dims' ranges (size 2 and up)
+        with torch.no_grad():
+            expected = pytree.tree_leaves(model(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
+            got = pytree.tree_leaves(module(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
+    except Exception:
+        return False
+    if len(expected) != len(got):
+        return False
+    return all(_same_result(want, have) for want, have in zip(expected, got))
+
+
+def _same_result(want: Any, have: Any) -> bool:
+    if not isinstance(want, torch.Tensor) or not isinstance(have, torch.Tensor):
+        return type(want) is type(have) and want == have
+    if want.dtype != have.dtype or want.shape != have.shape:
+        return False
+    return torch.allclose(want.double(), have.double(), rtol=1e-3, atol=1e-5, equal_nan=True)
+
+
+def _export_at_size_two(
+    pinned: dict[str, list[tuple[int, int]]],
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    *,
+    strict: bool,
+) -> tuple[ExportedProgram, list[str]] | None:
+    """The capture again with the pinned dims' examples at size 2 (their one slice repeated): the model's code takes
+    its general branch, so the graph serves every size the user asked for, instead of size 1 only. The size-1
+    branch the code then did not take is the general one's special case (an `expand` to the same size...), as for
+    any size-oblivious decision: a lower bound of 2 the model's code implies is not checked at run time unless
+    `dynamic_shapes` asked for it. None when that capture fails (the model needs size 1 there: it is pinned)."""
+    if not isinstance(model, torch.nn.Module):
+        return None
+    dims_by_tensor: dict[int, list[int]] = {}
+    for places in pinned.values():
+        for tensor_id, dim in places:
+            dims_by_tensor.setdefault(tensor_id, []).append(dim)
+
+    def at_size_two(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            for dim in dims_by_tensor.get(id(value), []):
+                value = torch.cat([value, value], dim=dim)
+        return value
+
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    enlarged = [at_size_two(leaf) for leaf in leaves]
+    # a dim spec keyed by tensor: the enlarged inputs are new tensors, at the same places of the same structure
+    try:
+        larger_args, larger_kwargs = pytree.tree_unflatten(enlarged, spec)
+        program, fixes = _export_with_suggested_fixes(model, larger_args, larger_kwargs, dynamic_shapes, strict=strict)
+    except Exception:
+        return None
+    if not _serves_the_example(program, model, args, kwargs):
+        return None
+    notes = [
+        f"{name}: traced at size 2, not the example's 1 (the model's code branches on {name} == 1; its general "
+        "branch serves size 1 too)"
+        for name in pinned
+    ]
+    return program, notes + [fix for fix in fixes if fix.split(" = ")[0] not in pinned]
 
 
 class SymbolicTraceExtractor:

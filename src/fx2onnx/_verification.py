@@ -219,11 +219,35 @@ def _flatten_like(spec: pytree.TreeSpec, value: Any, path: str) -> list[tuple[st
     if keys != value_keys and isinstance(keys, list) and isinstance(value_keys, list) and set(keys) == set(value_keys):
         by_key = dict(zip(value_keys, children))
         children = [by_key[key] for key in keys]
+    elif keys != value_keys:
+        differences = _context_differences(keys, value_keys, "")
+        if differences:
+            raise ValueError(
+                f"input {path} is a {spec.type.__name__} whose Python values differ from the exported one's "
+                f"({'; '.join(differences[:4])}): the graph was traced with the exported values built in (a "
+                "transformers sliding-window cache counts its tokens in a Python int, cumulative_length, which set "
+                "the positions and the window's offset), so it would compute something else than eager here: "
+                "export with an example holding these values"
+            )
     return [
         leaf
         for i, (item, child) in enumerate(zip(children, spec.children()))
         for leaf in _flatten_like(child, item, f"{path}[{i}]")
     ]
+
+
+def _context_differences(exported: Any, given: Any, path: str) -> list[str]:
+    """Where two pytree contexts (a container's non-tensor data) differ: ``layers[0].cumulative_length: 7 -> 20``;
+    dicts and lists are compared item by item, anything else by equality."""
+    if isinstance(exported, Mapping) and isinstance(given, Mapping) and set(exported) == set(given):
+        return [d for key in exported for d in _context_differences(exported[key], given[key], f"{path}.{key}")]
+    if isinstance(exported, (list, tuple)) and isinstance(given, (list, tuple)) and len(exported) == len(given):
+        return [d for i, (a, b) in enumerate(zip(exported, given)) for d in _context_differences(a, b, f"{path}[{i}]")]
+    try:
+        same = bool(exported == given)
+    except Exception:  # values without a truth value for ==: not compared
+        return []
+    return [] if same else [f"{path.lstrip('.') or 'context'}: {exported!r} exported, {given!r} given"]
 
 
 def _describe(value: Any) -> str:
