@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import warnings
 from collections.abc import Callable
@@ -155,3 +156,81 @@ def test_sdpa_with_boolean_mask_becomes_attention_at_opset_23(build: Callable[[]
     if build is llama:  # its rotary embeddings too, their caches expanded to the dynamic batch
         assert op_types.count("RotaryEmbedding") == 2 * model.config.num_hidden_layers
     assert "Softmax" not in op_types
+
+
+def mistral_prefill(model: torch.nn.Module, past: int, cache: object = None) -> tuple[dict, object]:
+    """One decoding step after `past` tokens: its inputs (the new token, the mask over past + 1) and the cache the
+    eager prefill left: eager's own (sliding-window layers, cut to the window) or `cache` filled (every key)."""
+    generator = torch.Generator().manual_seed(past)
+    prefix = torch.randint(0, 300, (1, past), generator=generator)
+    name = cache_argument(model)
+    with torch.no_grad():
+        filled = getattr(model(input_ids=prefix, use_cache=True, **{name: cache}), name)
+    step = {"input_ids": torch.randint(0, 300, (1, 1), generator=generator)}
+    return {**step, "attention_mask": torch.ones(1, past + 1, dtype=torch.long)}, filled
+
+
+def test_mistral_sliding_window_step_is_right_in_onnx_runtime_at_every_history_length(tmp_path: object) -> None:
+    """transformers' DynamicSlidingWindowLayer counts its tokens in a Python int (cumulative_length), which a trace
+    builds in (positions, the window's offset), and cuts its keys to the window: a step exported after 3 tokens
+    and run in ONNX Runtime after 10 (the same 3 kept keys, the same shapes) gave other logits, silently, and with a
+    dynamic past the past was pinned to 3. The layer is traced as transformers' exporter traces it, as a plain
+    DynamicLayer: the cache input holds the whole history (its length the graph's past dim, the window applied by
+    the mask), as optimum's decoders. Checked in a plain ONNX Runtime session against eager's sliding-window model."""
+    import onnxruntime
+    from transformers.cache_utils import DynamicCache
+    from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+
+    import fx2onnx
+
+    config = transformers.MistralConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+        sliding_window=4,
+        use_cache=True,
+    )
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(config).eval()
+    register_cache_pytrees_for_model(model)  # as transformers' exporters do: a cache flattens to its tensors
+    name = cache_argument(model)
+    step, cache = mistral_prefill(model, 3)
+    past, total = torch.export.Dim("past", min=1, max=32), torch.export.Dim("total", min=2, max=33)
+    leaves = torch.utils._pytree.tree_leaves(cache)
+    dynamic_shapes = {
+        "input_ids": None,
+        "attention_mask": {1: total},
+        name: [{2: past} if leaf.dim() == 4 else None for leaf in leaves],
+    }
+    path = str(tmp_path) + "/mistral.onnx"  # type: ignore[operator]
+    with pytest.warns(UserWarning, match="DynamicSlidingWindowLayer .* traced as the plain DynamicLayer"):
+        fx2onnx.export(model, (), {**step, name: cache}, dynamic_shapes=dynamic_shapes).save(path)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [value.name for value in session.get_inputs()]
+    window = config.sliding_window - 1  # the keys eager's layer keeps
+    for history in (3, 10):  # 10: beyond the window
+        step, eager_cache = mistral_prefill(model, history)
+        with torch.no_grad():
+            expected = model(**step, **{name: eager_cache})
+        _, full = mistral_prefill(model, history, DynamicCache())
+        whole = copy.deepcopy(getattr(expected, name))  # eager's layers, given every key
+        for layer, full_layer in zip(whole.layers, full.layers):
+            layer.keys, layer.values = full_layer.keys, full_layer.values
+        feed = [step["input_ids"], step["attention_mask"], *torch.utils._pytree.tree_leaves(whole)]
+        logits, *present = session.run(None, {n: t.numpy() for n, t in zip(names, feed)})
+        torch.testing.assert_close(torch.from_numpy(logits), expected.logits, rtol=1e-4, atol=1e-5)
+        kept = getattr(expected, name).layers[0].keys  # eager's window after the step
+        assert present[0].shape[2] == history + 1
+        torch.testing.assert_close(torch.from_numpy(present[0][:, :, -window:]), kept, rtol=1e-4, atol=1e-5)
+    # eager's own cache after 10 tokens, cut to the window, with the mask over the history: refused at run time
+    step, eager_cache = mistral_prefill(model, 10)
+    feed = [step["input_ids"], step["attention_mask"], *torch.utils._pytree.tree_leaves(eager_cache)]
+    with pytest.raises(Exception, match="fx2onnx_check"):
+        session.run(None, {n: t.numpy() for n, t in zip(names, feed)})
+    # an example past the window (its keys already cut) would be traced with the wrong positions: refused
+    step, eager_cache = mistral_prefill(model, 10)
+    with pytest.raises(fx2onnx.CaptureError, match=r"has seen 10 tokens but keeps only the last 3"):
+        fx2onnx.export(model, (), {**step, name: eager_cache}, dynamic_shapes=dynamic_shapes)

@@ -37,7 +37,7 @@ from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
 from fx2onnx._capture_functionalize import PROVENANCE_META, NeedsFullDecomposition, functionalize_locally
 from fx2onnx._fake_kernels import static_fake_kernels
-from fx2onnx._library_stand_ins import library_stand_ins
+from fx2onnx._library_stand_ins import library_stand_ins, refuse_windowed_caches
 from fx2onnx._records import DecompositionRecord, qualified_name, schema_arguments, schema_facts, target_name
 from fx2onnx.errors import CaptureError, source_line, user_frame
 
@@ -470,6 +470,7 @@ class TorchExportExtractor:
             program = model
         else:
             register_library_pytrees(model)
+            refuse_windowed_caches(args, kwargs)  # its example would be traced wrong (see the stand-in)
             dynamic_shapes = torch_compat.axis_names_to_dims(dynamic_shapes)
             dynamic_shapes = complete_dynamic_shapes(model, args, kwargs, dynamic_shapes)
             try:

@@ -25,6 +25,14 @@ and is installed only when its library is already imported. Those used are recor
   masked out of it), with torch's bicubic weights (A = -0.75, clamped taps) as interpolation matrices; the argmax
   over the masked, row-major grid keeps torch's first-maximum order. Its memory is detections x keypoints x the
   largest box's area, where eager's is one box at a time.
+- ``transformers.cache_utils.DynamicSlidingWindowLayer``'s ``update``, ``get_mask_sizes`` and
+  ``get_seq_length``: the plain ``DynamicLayer``'s, as transformers' exporter patches them
+  (``exporter_dynamo._patch_sliding_window_layer``). The sliding layer counts its tokens in a Python int
+  (``cumulative_length``, in the cache's pytree context) and cuts its keys to the window, so a trace builds the
+  example's count in: Mistral's step exported after 7 tokens gave other logits after 20 (the same 7 kept keys,
+  the same shapes), silently. Traced as a plain layer, the count is the keys' length, a dim of the graph's
+  input: the cache input holds the whole history, and the sliding mask (from the positions) applies the window.
+  Not a vectorization: recorded as a warning (:data:`SLIDING_WINDOW_CACHE_NOTE`) instead of in the stand-ins.
 """
 
 from __future__ import annotations
@@ -32,12 +40,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-__all__ = ["library_stand_ins"]
+from fx2onnx.errors import CaptureError
+
+__all__ = ["library_stand_ins", "refuse_windowed_caches"]
 
 
 def _one_hot(source_index: torch.Tensor, size: int) -> torch.Tensor:
@@ -181,11 +192,58 @@ def _multiscale_roi_align(
 
 
 # (module, attribute, stand-in taking the original first)
+SLIDING_WINDOW_CACHE_NOTE = (
+    "transformers' DynamicSlidingWindowLayer (the cache of sliding-window attention layers: Mistral, Gemma 2/3, "
+    "Starcoder2...) was traced as the plain DynamicLayer, as transformers' own exporter traces it: it counts its "
+    "tokens in a Python int (cumulative_length), which a trace would build into the graph (positions, the "
+    "window's offset). In the exported graph these layers' cache inputs hold the whole history (their length is "
+    "the number of past tokens; the mask applies the window) and their cache outputs grow by the new tokens, as "
+    "optimum's ONNX decoders. Eager's own cache past sliding_window - 1 tokens keeps only the window: it is not a "
+    "valid input (with an attention mask over the history, the graph refuses it at run time)"
+)
+
+
+def refuse_windowed_caches(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """A sliding-window cache in the example that already dropped keys (more than ``sliding_window - 1`` past
+    tokens) cannot be traced as a plain layer: its keys' length is not the history's, so the graph would take the
+    wrong positions and mask for every input. Refused, with the example that works."""
+    if "transformers" not in sys.modules:
+        return
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    for name, value in [*((f"args[{i}]", a) for i, a in enumerate(args)), *kwargs.items()]:
+        for index, layer in enumerate(getattr(value, "layers", None) or ()):
+            if not isinstance(layer, DynamicSlidingWindowLayer) or not layer.is_initialized:
+                continue
+            kept = layer.keys.shape[-2]
+            if isinstance(layer.cumulative_length, int) and layer.cumulative_length > kept:
+                raise CaptureError(
+                    f"{name}.layers[{index}] is a transformers DynamicSlidingWindowLayer that has seen "
+                    f"{layer.cumulative_length} tokens but keeps only the last {kept} (its window): fx2onnx traces "
+                    "it as transformers' exporter does, as a plain DynamicLayer whose keys are the whole history, "
+                    "so this example would give the wrong positions and mask. Export with a shorter past "
+                    f"(at most {kept} tokens, the window minus one) and mark its length dynamic; the exported "
+                    "graph then takes the whole history as its cache input"
+                )
+
+
+def _as_full_dynamic_layer(original: Callable[..., Any], layer: Any, *args: Any, **kwargs: Any) -> Any:
+    """transformers' ``DynamicSlidingWindowLayer`` method traced as the plain ``DynamicLayer``'s (see the module's
+    docstring): the layer keeps every key, and its length, a dim of the graph's input, is the history's."""
+    from transformers.cache_utils import DynamicLayer
+
+    return getattr(DynamicLayer, original.__name__)(layer, *args, **kwargs)
+
+
 _STAND_INS: tuple[tuple[str, str, Callable[..., Any]], ...] = (
     ("torchvision.ops.poolers", "_multiscale_roi_align", _multiscale_roi_align),
     ("torchvision.models.detection.roi_heads", "paste_masks_in_image", _paste_masks_in_image),
     ("torchvision.models.detection.transform", "paste_masks_in_image", _paste_masks_in_image),  # imported there
     ("torchvision.models.detection.roi_heads", "heatmaps_to_keypoints", _heatmaps_to_keypoints),
+    *(
+        ("transformers.cache_utils", f"DynamicSlidingWindowLayer.{method}", _as_full_dynamic_layer)
+        for method in ("update", "get_mask_sizes", "get_seq_length")
+    ),
 )
 
 
@@ -197,16 +255,23 @@ def library_stand_ins(used: list[str]) -> Iterator[None]:
         for module_name, attribute, stand_in in _STAND_INS:
             if module_name.split(".")[0] not in sys.modules:
                 continue  # the model cannot be using it
-            module = importlib.import_module(module_name)
-            original = getattr(module, attribute, None)
+            owner: Any = importlib.import_module(module_name)
+            *owners, name = attribute.split(".")  # a class's method: "Class.method"
+            for part in owners:
+                owner = getattr(owner, part, None)
+            original = vars(owner).get(name) if owner is not None else None
             if original is None:
                 continue
-            saved.append((module, attribute, original))
-            setattr(module, attribute, _recording(stand_in, original, f"{module_name}.{attribute}", used))
+            saved.append((owner, name, original))
+            setattr(owner, name, _recording(stand_in, original, f"{module_name}.{attribute}", used))
         yield
+        sliding = [name for name in used if name.startswith("transformers.cache_utils.DynamicSlidingWindowLayer.")]
+        if sliding:  # not a vectorized stand-in: the graph's cache contract changes, which the user must know
+            used[:] = [name for name in used if name not in sliding]
+            warnings.warn(SLIDING_WINDOW_CACHE_NOTE, stacklevel=5)
     finally:
-        for module, attribute, original in reversed(saved):
-            setattr(module, attribute, original)
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
 
 
 def _recording(
