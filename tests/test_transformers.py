@@ -10,6 +10,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
+import fx2onnx
+
 from conftest import assert_exports_and_matches as check
 
 transformers = pytest.importorskip("transformers")
@@ -126,6 +128,34 @@ def test_llama_decoding_step_with_cache_input_and_dynamic_sizes(dtype: torch.dty
             ((), llama_step_inputs(config, cache_name, b, n, p, dtype)) for b, n, p in [(3, 1, 7), (1, 4, 4), (2, 3, 5)]
         ],
     )
+
+
+def test_llama_cache_dynamic_shapes_in_executorchs_nested_layout() -> None:
+    """transformers' executorch helper registers DynamicCache as [[keys], [values]], its exporters (as fx2onnx) as
+    one flat list: the first registration in the process wins, and the other layout failed ("Node arity mismatch;
+    expected 4, but got 2"). Either layout is accepted; another is refused naming both."""
+    model = llama()
+    config = model.config
+    batch, past = torch.export.Dim("batch", min=1, max=32), torch.export.Dim("past", min=1, max=32)
+    total = torch.export.Dim("total", min=2, max=64)
+    name = cache_argument(model)
+    per_tensor = {0: batch, 2: past}
+    layers = config.num_hidden_layers
+
+    def shapes(cache_shapes: list) -> dict:
+        return {"input_ids": {0: batch}, "attention_mask": {0: batch, 1: total}, name: cache_shapes, "use_cache": None}
+
+    check(
+        model,
+        (),
+        llama_step_inputs(config, name, 2, 1, 5, torch.float32),
+        dynamic_shapes=shapes([[per_tensor] * layers, [per_tensor] * layers]),
+        run_with=[((), llama_step_inputs(config, name, 3, 1, 9, torch.float32))],
+    )
+    with pytest.raises(fx2onnx.CaptureError, match=r"has 3 entries, which fits neither layout .* 2 layers"):
+        fx2onnx.export(
+            model, (), llama_step_inputs(config, name, 2, 1, 5, torch.float32), dynamic_shapes=shapes([per_tensor] * 3)
+        )
 
 
 @pytest.mark.parametrize("build", [gpt2, llama], ids=["gpt2", "llama"])

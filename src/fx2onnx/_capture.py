@@ -23,7 +23,7 @@ import inspect
 import operator
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import sympy
@@ -473,6 +473,7 @@ class TorchExportExtractor:
             refuse_windowed_caches(args, kwargs)  # its example would be traced wrong (see the stand-in)
             dynamic_shapes = torch_compat.axis_names_to_dims(dynamic_shapes)
             dynamic_shapes = complete_dynamic_shapes(model, args, kwargs, dynamic_shapes)
+            dynamic_shapes = cache_shapes_in_registered_layout(model, args, kwargs, dynamic_shapes)
             try:
                 with (
                     static_fake_kernels(),
@@ -842,6 +843,73 @@ def register_library_pytrees(model: torch.nn.Module) -> None:
         except ImportError:  # older transformers: ModelOutput is a pytree already; caches stay unsupported
             return
         register_cache_pytrees_for_model(model)
+
+
+def cache_shapes_in_registered_layout(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> Any:
+    """A transformers cache's `dynamic_shapes` in the layout its class is registered with. Two registrations of
+    ``DynamicCache`` exist and the first made in the process wins: transformers' exporters' (every tensor of the
+    layers in one flat list: keys, values... per layer), which fx2onnx makes, and its executorch helper's
+    (``[[keys...], [values...]]``). Either layout is accepted and rewritten to the registered one (by tensor); any
+    other is refused naming the layout expected (torch.export said "Node arity mismatch")."""
+    if not isinstance(dynamic_shapes, Mapping) or not isinstance(model, torch.nn.Module):
+        return dynamic_shapes
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return dynamic_shapes
+    adapted = dict(dynamic_shapes)
+    for name, shapes in dynamic_shapes.items():
+        cache = bound.get(name)
+        node = pytree.SUPPORTED_NODES.get(type(cache))
+        layers = [layer for layer in getattr(cache, "layers", None) or () if getattr(layer, "keys", None) is not None]
+        if node is None or not layers or not isinstance(shapes, (list, tuple)):
+            continue
+        children = node.flatten_fn(cache)[0]
+        if _fits(shapes, children):
+            continue
+        flat_leaves = _exporter_layout_leaves(cache)
+        by_tensor: dict[int, Any] = {}
+        if len(shapes) == 2 and all(isinstance(s, (list, tuple)) and len(s) == len(layers) for s in shapes):
+            for layer, key_shape, value_shape in zip(layers, shapes[0], shapes[1]):  # executorch's [[keys], [values]]
+                by_tensor.update({id(layer.keys): key_shape, id(layer.values): value_shape})
+        elif flat_leaves is not None and len(shapes) == len(flat_leaves):  # transformers exporters' flat list
+            by_tensor.update({id(leaf): shape for leaf, shape in zip(flat_leaves, shapes)})
+        else:
+            expected = [
+                type(child).__name__ if not isinstance(child, list) else f"[{len(child)} tensors]" for child in children
+            ]
+            raise CaptureError(
+                f"dynamic_shapes[{name!r}] has {len(shapes)} entries, which fits neither layout of a "
+                f"{type(cache).__name__} of {len(layers)} layers: give one entry per tensor in the order the cache's "
+                f"registered pytree flattens it ({len(children)} children: {', '.join(expected)}), or "
+                f"[[one per layer's keys], [one per layer's values]]"
+            )
+        adapted[name] = [
+            [by_tensor.get(id(t)) for t in child] if isinstance(child, list) else by_tensor.get(id(child))
+            for child in children
+        ]
+    return adapted
+
+
+def _fits(shapes: Sequence[Any], children: Sequence[Any]) -> bool:
+    """Whether `shapes` has the structure of a pytree node's `children` (a list child: a list of as many)."""
+    if len(shapes) != len(children):
+        return False
+    return all(
+        isinstance(shape, (list, tuple)) and len(shape) == len(child) if isinstance(child, list) else True
+        for shape, child in zip(shapes, children)
+    )
+
+
+def _exporter_layout_leaves(cache: Any) -> list[Any] | None:
+    """The tensors of `cache` in the order transformers' exporters' registration flattens it (None: unavailable)."""
+    try:
+        from transformers.exporters.exporter_dynamo import _pytree_flatten
+    except ImportError:
+        return None
+    return list(_pytree_flatten(cache)[0])
 
 
 def complete_dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> Any:
