@@ -237,7 +237,8 @@ def test_mistral_sliding_window_step_is_right_in_onnx_runtime_at_every_history_l
     }
     path = str(tmp_path) + "/mistral.onnx"  # type: ignore[operator]
     with pytest.warns(UserWarning, match="DynamicSlidingWindowLayer .* traced as the plain DynamicLayer"):
-        fx2onnx.export(model, (), {**step, name: cache}, dynamic_shapes=dynamic_shapes).save(path)
+        program = fx2onnx.export(model, (), {**step, name: cache}, dynamic_shapes=dynamic_shapes)
+    program.save(path)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = [value.name for value in session.get_inputs()]
     window = config.sliding_window - 1  # the keys eager's layer keeps
@@ -255,11 +256,16 @@ def test_mistral_sliding_window_step_is_right_in_onnx_runtime_at_every_history_l
         kept = getattr(expected, name).layers[0].keys  # eager's window after the step
         assert present[0].shape[2] == history + 1
         torch.testing.assert_close(torch.from_numpy(present[0][:, :, -window:]), kept, rtol=1e-4, atol=1e-5)
+        for layer in whole.layers:  # program.run takes the whole history too, counted by its length
+            layer.cumulative_length = history
+        torch.testing.assert_close(program(**step, **{name: whole})[0], expected.logits, rtol=1e-4, atol=1e-5)
     # eager's own cache after 10 tokens, cut to the window, with the mask over the history: refused at run time
     step, eager_cache = mistral_prefill(model, 10)
     feed = [step["input_ids"], step["attention_mask"], *torch.utils._pytree.tree_leaves(eager_cache)]
     with pytest.raises(Exception, match="fx2onnx_check"):
         session.run(None, {n: t.numpy() for n, t in zip(names, feed)})
+    with pytest.raises(ValueError, match=r"token counts differ .* keeps only the window"):
+        program(**step, **{name: eager_cache})
     # an example past the window (its keys already cut) would be traced with the wrong positions: refused
     step, eager_cache = mistral_prefill(model, 10)
     with pytest.raises(fx2onnx.CaptureError, match=r"has seen 10 tokens but keeps only the last 3"):

@@ -221,6 +221,18 @@ def _flatten_like(spec: pytree.TreeSpec, value: Any, path: str) -> list[tuple[st
         children = [by_key[key] for key in keys]
     elif keys != value_keys:
         differences = _context_differences(keys, value_keys, "")
+        counts_only = all(difference.split(":")[0].endswith("cumulative_length") for difference in differences)
+        if differences and counts_only and _holds_whole_history(value):
+            differences = []  # the graph reads the count from the keys' length (traced as plain layers)
+        if differences and any("cumulative_length" in difference for difference in differences):
+            raise ValueError(
+                f"input {path} is a {spec.type.__name__} whose token counts differ from the exported one's "
+                f"({'; '.join(differences[:4])}): its sliding-window layers were traced as plain layers (as "
+                "transformers' exporter traces them), so the graph takes the whole history as the cache and reads "
+                "the count from its length; eager's own cache past sliding_window - 1 tokens keeps only the window, "
+                "which the graph cannot tell from a shorter history. Give the whole history (every key, "
+                "cumulative_length their count), as the cache the graph returns"
+            )
         if differences:
             raise ValueError(
                 f"input {path} is a {spec.type.__name__} whose Python values differ from the exported one's "
@@ -234,6 +246,14 @@ def _flatten_like(spec: pytree.TreeSpec, value: Any, path: str) -> list[tuple[st
         for i, (item, child) in enumerate(zip(children, spec.children()))
         for leaf in _flatten_like(child, item, f"{path}[{i}]")
     ]
+
+
+def _holds_whole_history(cache: Any) -> bool:
+    """Whether every transformers sliding-window layer of `cache` keeps every key it has seen (none cut)."""
+    layers = [layer for layer in getattr(cache, "layers", None) or () if hasattr(layer, "cumulative_length")]
+    return bool(layers) and all(
+        getattr(layer, "keys", None) is not None and layer.cumulative_length == layer.keys.shape[-2] for layer in layers
+    )
 
 
 def _context_differences(exported: Any, given: Any, path: str) -> list[str]:
