@@ -66,17 +66,66 @@ class BranchesOnOne(torch.nn.Module):
         return x * 3
 
 
-def test_a_branch_on_a_dynamic_size_of_one_is_reported_as_not_checked(tmp_path: Path) -> None:
-    """A dim traced size-obliviously takes the general branch of ``size == 1``: not checked (a decoding step's
-    one-token query needs it: Hugging Face's sdpa_attention), said in the warning and the report."""
+def test_a_branch_on_a_dynamic_size_of_one_whose_general_branch_differs_refuses_one(tmp_path: Path) -> None:
+    """A dim traced size-obliviously takes the general branch of ``size == 1``; compared with eager at size 1 at
+    export, it differs there (x * 3, not x * 2): size 1 fails at run time naming the model's line, never computing
+    the general branch's result silently (it did: 3 where eager says 2)."""
     model = BranchesOnOne()
-    with pytest.warns(UserWarning, match=r"not checked at run time \(the general branch.*Ne\(n, 1\)"):
+    with pytest.warns(UserWarning, match=r"checked at run time \(ONNX node.*Ne\(n, 1\).*differs from eager at size 1"):
         program = fx2onnx.export(model, (torch.ones(3),), dynamic_shapes=({0: Dim("n")},))
     note = next(note for note in program.report.dynamic_dims if "Ne(n, 1)" in note)
-    assert note.startswith("not checked at run time") and "if x.shape[0] == 1" in note
+    assert note.startswith("checked at run time") and "if x.shape[0] == 1" in note
     session = _session(program, tmp_path)
     for size in (0, 2, 5):
         _matches_eager(session, model, torch.arange(size, dtype=torch.float32))
+    _fails_naming(session, r"Ne\(n, 1\).*if x.shape\[0\] == 1", torch.ones(1))
+
+
+class FlattensOneRow(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(-1) * 2 if x.shape[0] == 1 else x.sum(0)
+
+
+def test_a_general_branch_with_the_special_shape_at_one_is_not_silently_wrong(tmp_path: Path) -> None:
+    """The sum's [3] and the flattened row's [3] coincide at batch 1: ONNX Runtime computed the sum there, silently
+    (eager doubles the row). Batch 1 is now refused naming the model's line; batch 3 matches eager."""
+    model = FlattensOneRow()
+    program = _export(model, (torch.randn(2, 3),), dynamic_shapes=({0: Dim("batch")},))
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.tensor([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0], [2.0, 2.0, 2.0]]))
+    _fails_naming(session, r"Ne\(batch, 1\).*x.view\(-1\) \* 2 if x.shape\[0\] == 1", torch.ones(1, 3))
+
+
+class OneTokenAttention(torch.nn.Module):
+    """A decoding step's shortcut, as LLaMA's attention takes it: one query token needs no causal mask. The general
+    branch (the mask) gives the same result at one token, so it serves size 1 too."""
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        scores = query @ keys.transpose(-1, -2)
+        length, total = query.shape[1], keys.shape[1]
+        if length == 1:
+            return scores.softmax(-1)
+        allowed = torch.ones(length, total, dtype=torch.bool).tril(total - length)
+        return scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+
+
+def test_a_branch_on_one_whose_general_branch_is_right_at_one_stays_unchecked(tmp_path: Path) -> None:
+    """Compared at export with eager at one token, the general branch is the same: no check, no If, size 1 served."""
+    model = OneTokenAttention()
+    example, batch = (torch.randn(2, 4, 8), torch.randn(2, 6, 8)), Dim("batch")
+    same_at_one = r"not checked at run time \(the general branch.*at size 1 at export: the same"
+    with pytest.warns(UserWarning, match=same_at_one):
+        program = fx2onnx.export(
+            model, example, dynamic_shapes=({0: batch, 1: Dim("length")}, {0: batch, 1: Dim("total")})
+        )
+    assert not [node for node in program.model.graph if node.op_type == "If"]
+    assert not any("Ne(length, 1)" in note for note in program.report.dynamic_dims if note.startswith("checked"))
+    session = _session(program, tmp_path)
+    for length, total in ((1, 5), (3, 7), (1, 1)):
+        query, keys = torch.randn(3, length, 8), torch.randn(3, total, 8)
+        with torch.no_grad():
+            want = model(query, keys).numpy()
+        np.testing.assert_allclose(_run(session, query, keys)[0], want, rtol=1e-5, atol=1e-6)
 
 
 class EvenLength(torch.nn.Module):
