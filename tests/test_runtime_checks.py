@@ -66,19 +66,21 @@ class BranchesOnOne(torch.nn.Module):
         return x * 3
 
 
-def test_a_branch_on_a_dynamic_size_of_one_whose_general_branch_differs_refuses_one(tmp_path: Path) -> None:
+def test_a_branch_on_a_dynamic_size_of_one_whose_general_branch_differs_is_joined_in_an_if(tmp_path: Path) -> None:
     """A dim traced size-obliviously takes the general branch of ``size == 1``; compared with eager at size 1 at
-    export, it differs there (x * 3, not x * 2): size 1 fails at run time naming the model's line, never computing
-    the general branch's result silently (it did: 3 where eager says 2)."""
+    export, it differs there (x * 3, not x * 2): the model is captured at size 1 too and an If chooses at run time
+    (the general branch alone computed 3 where eager says 2, silently). Said in the report."""
     model = BranchesOnOne()
-    with pytest.warns(UserWarning, match=r"checked at run time \(ONNX node.*Ne\(n, 1\).*differs from eager at size 1"):
+    with pytest.warns(
+        UserWarning, match=r"not checked at run time \(the general branch differs.*If chooses.*Ne\(n, 1\)"
+    ):
         program = fx2onnx.export(model, (torch.ones(3),), dynamic_shapes=({0: Dim("n")},))
     note = next(note for note in program.report.dynamic_dims if "Ne(n, 1)" in note)
-    assert note.startswith("checked at run time") and "if x.shape[0] == 1" in note
+    assert "If chooses at run time" in note and "if x.shape[0] == 1" in note
+    assert [node.op_type for node in program.model.graph].count("If") == 1
     session = _session(program, tmp_path)
-    for size in (0, 2, 5):
+    for size in (0, 1, 2, 5):
         _matches_eager(session, model, torch.arange(size, dtype=torch.float32))
-    _fails_naming(session, r"Ne\(n, 1\).*if x.shape\[0\] == 1", torch.ones(1))
 
 
 class FlattensOneRow(torch.nn.Module):
@@ -88,12 +90,33 @@ class FlattensOneRow(torch.nn.Module):
 
 def test_a_general_branch_with_the_special_shape_at_one_is_not_silently_wrong(tmp_path: Path) -> None:
     """The sum's [3] and the flattened row's [3] coincide at batch 1: ONNX Runtime computed the sum there, silently
-    (eager doubles the row). Batch 1 is now refused naming the model's line; batch 3 matches eager."""
+    (eager doubles the row). Both branches are now in the model: batch 1 and 3 match eager."""
     model = FlattensOneRow()
     program = _export(model, (torch.randn(2, 3),), dynamic_shapes=({0: Dim("batch")},))
     session = _session(program, tmp_path)
     _matches_eager(session, model, torch.tensor([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0], [2.0, 2.0, 2.0]]))
-    _fails_naming(session, r"Ne\(batch, 1\).*x.view\(-1\) \* 2 if x.shape\[0\] == 1", torch.ones(1, 3))
+    _matches_eager(session, model, torch.tensor([[1.0, -2.0, 3.0e38]]))
+    _matches_eager(session, model, torch.tensor([[-3.0e38, 3.0e38, 1.0], [-3.0e38, 3.0e38, 1.0]]))
+
+
+class FlattensOneRowToAnotherRank(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(-1) if x.shape[0] == 1 else x * 2
+
+
+def test_a_special_branch_of_another_rank_refuses_size_one_naming_the_line(tmp_path: Path) -> None:
+    """No If can join outputs of two ranks: size 1 fails at run time naming the model's line (it computed x * 2,
+    silently), said in a warning at export; other sizes match eager."""
+    model = FlattensOneRowToAnotherRank()
+    with pytest.warns(
+        UserWarning, match=r"differs from eager at size 1.*cannot be joined in an If \(output 0 has rank"
+    ):
+        program = fx2onnx.export(model, (torch.randn(2, 3),), dynamic_shapes=({0: Dim("batch")},))
+    note = next(note for note in program.report.dynamic_dims if "Ne(batch, 1)" in note)
+    assert note.startswith("checked at run time") and "size 1 is refused" in note
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.ones(3, 3))
+    _fails_naming(session, r"Ne\(batch, 1\).*x.view\(-1\) if x.shape\[0\] == 1", torch.ones(1, 3))
 
 
 class OneTokenAttention(torch.nn.Module):

@@ -512,7 +512,9 @@ class TorchExportExtractor:
                     frame=frame,
                 ) from error
             if dynamic_shapes is not None and special_branch is None:
-                size_one_verdicts = general_branch_at_size_one(program, model, args, kwargs, assertion_lines)
+                size_one_verdicts = general_branch_at_size_one(
+                    program, model, args, kwargs, assertion_lines, dynamic_shapes
+                )
             if decisions and special_branch is None:
                 # the export may capture the special branch too, and then says so: it warns once it knows
                 pending_warning = (attempts, stand_ins_used)
@@ -717,6 +719,10 @@ class SizeOneVerdict:
     same: bool
     dim: str  # the symbol, as the graph names it (s77)
     seconds: float = 0.0
+    # the example at size 1 and `dynamic_shapes` with that dim static: what captures the special branch
+    example: tuple[tuple[Any, ...], dict[str, Any]] | None = dataclasses.field(default=None, repr=False)
+    static_shapes: Any = dataclasses.field(default=None, repr=False)
+    joined: bool = False  # the export captured the special branch too, and an If chooses at run time
 
 
 _ASSERTED = re.compile(r"expression (.*) on node")
@@ -754,6 +760,7 @@ def general_branch_at_size_one(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     assertion_lines: Mapping[str, str],
+    dynamic_shapes: Any = None,
 ) -> dict[tuple[str, int], SizeOneVerdict]:
     """For each size-oblivious decision of the model's code on a backed input dim compared with 1 (``if
     x.shape[0] == 1``, decided for the general branch and not checked at run time), whether the graph gives eager's
@@ -767,11 +774,13 @@ def general_branch_at_size_one(
     user = set(program.graph_signature.user_inputs)
     placeholders = [node for node in program.graph.nodes if node.op == "placeholder" and node.name in user]
     leaves = flatten_inputs(program.call_spec.in_spec, args, kwargs)
+    asked = dynamic_dims(model, args, kwargs, dynamic_shapes)
     verdicts: dict[tuple[str, int], SizeOneVerdict] = {}
     for symbol in sorted(decisions, key=str):
         started = time.perf_counter()
         sliced: dict[int, torch.Tensor] = {}
         places: list[tuple[str, int]] = []
+        specs: list[Any] = []
         comparable = len(placeholders) == len(leaves)
         for node, leaf in zip(placeholders, leaves) if comparable else ():
             val = node.meta.get("val")
@@ -784,6 +793,7 @@ def general_branch_at_size_one(
                 if str(expression) == str(symbol) and leaf.shape[dim] >= 1:
                     leaf = sliced[id(example)] = leaf.detach().narrow(dim, 0, 1).clone()
                     places.append((node.name, dim))
+                    specs.append(asked.get((id(example), dim)))
                 elif expression is not None and str(symbol) in map(str, expression.free_symbols):
                     comparable = False  # a derived dim: no slicing gives its value at size 1
         if comparable and sliced:
@@ -792,10 +802,33 @@ def general_branch_at_size_one(
             )
             same = _serves_the_example(program, model, at_one_args, at_one_kwargs)
         else:
-            same = False
+            same, at_one_args, at_one_kwargs = False, None, None
         verdict = SizeOneVerdict(same, str(symbol), time.perf_counter() - started)
+        if not same and at_one_args is not None and specs and None not in specs:
+            verdict.example = (at_one_args, at_one_kwargs)
+            verdict.static_shapes = _made_static(dynamic_shapes, specs)
         verdicts.update(dict.fromkeys(places, verdict))
     return verdicts
+
+
+def _made_static(dynamic_shapes: Any, specs: list[Any]) -> Any:
+    """`dynamic_shapes` with the dims asked as one of `specs` (a Dim, or the same name) given as static."""
+    names = {spec if isinstance(spec, str) else getattr(spec, "__name__", None) for spec in specs} - {None}
+
+    def static(spec: Any) -> bool:
+        if isinstance(spec, (dict, list, tuple)):
+            return False
+        name = spec if isinstance(spec, str) else getattr(spec, "__name__", None)
+        return any(spec is one for one in specs) or name in names
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: torch.export.Dim.STATIC if static(spec) else walk(spec) for key, spec in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(torch.export.Dim.STATIC if static(spec) else walk(spec) for spec in value)
+        return value
+
+    return walk(dynamic_shapes)
 
 
 def _same_result(want: Any, have: Any) -> bool:

@@ -210,6 +210,10 @@ def asked_minimums(
 # (capture.general_branch_at_size_one): the same as eager there, it stays unchecked; otherwise size 1 is refused at
 # run time, naming the model's line, rather than computing the general branch's result.
 GENERAL_BRANCH_SAME = "compared with eager at size 1 at export: the same"
+GENERAL_BRANCH_JOINED = (
+    "the general branch differs from eager at size 1 (compared at export): the special branch captured at size 1 too, "
+    "the ONNX model's If chooses at run time"
+)
 GENERAL_BRANCH_DIFFERS = (
     "the general branch differs from eager at size 1, or could not be compared there, at export: size 1 is refused"
 )
@@ -391,6 +395,9 @@ def _assertion_checks(
             f", assumed by the model's code at {_short_line(line)}" if line else ", assumed by the model's code"
         )
         verdict = _size_one_verdict(captured, expression)
+        if verdict is not None and verdict.joined:  # the If runs the special branch at size 1
+            found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH_JOINED}): {assumption}")
+            continue
         if verdict is not None and not verdict.same:  # the general branch is wrong at 1: refuse 1 rather than lie
             assumption += f" ({GENERAL_BRANCH_DIFFERS})"
         elif _general_branch(expression):
