@@ -99,6 +99,32 @@ def test_a_general_branch_with_the_special_shape_at_one_is_not_silently_wrong(tm
     _matches_eager(session, model, torch.tensor([[-3.0e38, 3.0e38, 1.0], [-3.0e38, 3.0e38, 1.0]]))
 
 
+class ProjectsThenFlattensOneRow(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.projection = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.projection(x)
+        return y.view(-1) * 2 if x.shape[0] == 1 else y.sum(0)
+
+
+def test_a_weightless_model_whose_branch_on_one_cannot_be_compared_gets_both_branches(tmp_path: Path) -> None:
+    """Meta weights (bound by weights=) compute no values to compare at size 1: the special branch is captured too."""
+    torch.manual_seed(0)
+    model = ProjectsThenFlattensOneRow()
+    with torch.device("meta"):
+        weightless = ProjectsThenFlattensOneRow()
+    example = (torch.empty(2, 3, device="meta"),)
+    program = _export(weightless, example, dynamic_shapes=({0: Dim("batch")},), weights=model.state_dict())
+    session = _session(program, tmp_path)
+    for batch in (1, 3):
+        inputs = torch.randn(batch, 3)
+        with torch.no_grad():
+            want = model(inputs).numpy()
+        np.testing.assert_allclose(_run(session, inputs)[0], want, rtol=1e-5, atol=1e-6)
+
+
 class FlattensOneRowToAnotherRank(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(-1) if x.shape[0] == 1 else x * 2

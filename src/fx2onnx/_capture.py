@@ -771,9 +771,22 @@ def general_branch_at_size_one(
     decisions = _size_one_decisions(program, assertion_lines)
     if not decisions or not isinstance(model, torch.nn.Module):
         return {}
+    # weights or inputs without data (meta: weights= binds them later) compute no values to compare
+    valueless = any(
+        tensor.is_meta or isinstance(tensor, torch._subclasses.FakeTensor)
+        for tensor in [*model.parameters(), *model.buffers(), *pytree.tree_leaves((args, kwargs))]
+        if isinstance(tensor, torch.Tensor)
+    )
     user = set(program.graph_signature.user_inputs)
-    placeholders = [node for node in program.graph.nodes if node.op == "placeholder" and node.name in user]
-    leaves = flatten_inputs(program.call_spec.in_spec, args, kwargs)
+    # tensors only: a constant input (``use_cache=True``) is a leaf of the inputs but no placeholder of the graph
+    placeholders = [
+        node
+        for node in program.graph.nodes
+        if node.op == "placeholder" and node.name in user and isinstance(node.meta.get("val"), torch.Tensor)
+    ]
+    leaves = [
+        leaf for leaf in flatten_inputs(program.call_spec.in_spec, args, kwargs) if isinstance(leaf, torch.Tensor)
+    ]
     asked = dynamic_dims(model, args, kwargs, dynamic_shapes)
     verdicts: dict[tuple[str, int], SizeOneVerdict] = {}
     for symbol in sorted(decisions, key=str):
@@ -796,11 +809,24 @@ def general_branch_at_size_one(
                     specs.append(asked.get((id(example), dim)))
                 elif expression is not None and str(symbol) in map(str, expression.free_symbols):
                     comparable = False  # a derived dim: no slicing gives its value at size 1
-        if comparable and sliced:
+        if comparable and sliced and not valueless:
             at_one_args, at_one_kwargs = pytree.tree_map(
                 lambda value, sliced=sliced: sliced.get(id(value), value), (tuple(args), dict(kwargs))
             )
-            same = _serves_the_example(program, model, at_one_args, at_one_kwargs)
+            # the extra eager run leaves the user's model as it was: a module in training mode updates its buffers
+            # (BatchNorm's running statistics), and dropout draws from the global generator
+            buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+            with torch.random.fork_rng(devices=[]):
+                same = _serves_the_example(program, model, at_one_args, at_one_kwargs)
+            with torch.no_grad():
+                for name, buffer in model.named_buffers():
+                    if name in buffers and buffer.shape == buffers[name].shape:
+                        buffer.copy_(buffers[name])
+        elif comparable and sliced:  # not comparable by values: the special branch is captured (an If joins it)
+            same = False
+            at_one_args, at_one_kwargs = pytree.tree_map(
+                lambda value, sliced=sliced: sliced.get(id(value), value), (tuple(args), dict(kwargs))
+            )
         else:
             same, at_one_args, at_one_kwargs = False, None, None
         verdict = SizeOneVerdict(same, str(symbol), time.perf_counter() - started)

@@ -211,8 +211,8 @@ def asked_minimums(
 # run time, naming the model's line, rather than computing the general branch's result.
 GENERAL_BRANCH_SAME = "compared with eager at size 1 at export: the same"
 GENERAL_BRANCH_JOINED = (
-    "the general branch differs from eager at size 1 (compared at export): the special branch captured at size 1 too, "
-    "the ONNX model's If chooses at run time"
+    "the general branch differs from eager at size 1, or could not be compared there, at export: the special branch "
+    "captured at size 1 too, the ONNX model's If chooses at run time"
 )
 GENERAL_BRANCH_DIFFERS = (
     "the general branch differs from eager at size 1, or could not be compared there, at export: size 1 is refused"
