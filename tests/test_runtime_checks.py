@@ -168,6 +168,7 @@ def test_a_branch_on_one_whose_general_branch_is_right_at_one_stays_unchecked(tm
             model, example, dynamic_shapes=({0: batch, 1: Dim("length")}, {0: batch, 1: Dim("total")})
         )
     assert not [node for node in program.model.graph if node.op_type == "If"]
+    assert program.report.capture_seconds["size-1 comparison"] > 0.0  # measured: one eager run at one token
     assert not any("Ne(length, 1)" in note for note in program.report.dynamic_dims if note.startswith("checked"))
     session = _session(program, tmp_path)
     for length, total in ((1, 5), (3, 7), (1, 1)):
@@ -186,6 +187,7 @@ class EvenLength(torch.nn.Module):
 def test_torch_check_on_a_dynamic_size_is_checked_before_the_reshape_that_needs_it(tmp_path: Path) -> None:
     model = EvenLength()
     program = _export(model, (torch.ones(4),), dynamic_shapes=({0: Dim("n")},))
+    assert "size-1 comparison" not in program.report.capture_seconds  # no `if n == 1` in the model: no extra run
     session = _session(program, tmp_path)
     for size in (0, 2, 6):
         _matches_eager(session, model, torch.arange(float(size)))

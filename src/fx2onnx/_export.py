@@ -219,6 +219,9 @@ def _export(
         captured.strategy.split("(")[0]: captured.trace_seconds,
         "decomposition": captured.decomposition_seconds,
     }
+    if captured.size_one_verdicts:  # the eager and graph runs at size 1 of the model's `if batch == 1` (one per dim)
+        compared = {id(verdict): verdict.seconds for verdict in captured.size_one_verdicts.values()}
+        export_report.capture_seconds["size-1 comparison"] = sum(compared.values())
     export_report.decomposed = captured.decomposed
     export_report.decomposition = captured.decomposition
     export_report.capture_assumptions = captured.assumptions
@@ -257,8 +260,7 @@ def _export(
         _value_decision_in_graph_symbols(captured)
         asked = [symbol for decision in captured.branch_decisions for symbol in decision.condition.free_symbols]
         branches.drop_checks_of_a_side(model_ir, branches.value_symbols(captured) + asked)
-    # what the graph was captured under (torch.export's assertions, the input dims' ranges and relations) is checked
-    # at run time: an input breaking it fails in ONNX Runtime naming the assumption
+    # the model's `if batch == 1` whose general branch differs from eager at 1: the size-1 capture, joined below
     size_one_branch = None
     if not captured.branch_decisions and any(not v.same for v in captured.size_one_verdicts.values()):
         with timer("special branch"):
@@ -281,6 +283,8 @@ def _export(
                     flat_inputs=flat_inputs,
                 ),
             )
+    # what the graph was captured under (torch.export's assertions, the input dims' ranges and relations) is checked
+    # at run time: an input breaking it fails in ONNX Runtime naming the assumption
     requested = capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes)
     checks = runtime_checks.add_runtime_checks(
         model_ir, captured, emitter.symbol_names, runtime_checks.asked_minimums(captured, requested, flat_inputs)
@@ -288,9 +292,8 @@ def _export(
     _warn_about_dynamic_dims(captured, requested, flat_inputs, export_report, checks)
     if size_one_branch is not None:
         with timer("special branch"):
-            branches.join(
-                model_ir, *size_one_branch[:1], len(model_ir.graph.outputs) - checks.pending, *size_one_branch[1:]
-            )
+            special_model, condition, sources = size_one_branch
+            branches.join(model_ir, special_model, len(model_ir.graph.outputs) - checks.pending, condition, sources)
     if captured.branch_decisions:
         with timer("special branch"):
             _join_special_branch(
