@@ -830,7 +830,11 @@ def general_branch_at_size_one(
         else:
             same, at_one_args, at_one_kwargs = False, None, None
         verdict = SizeOneVerdict(same, str(symbol), time.perf_counter() - started)
-        if not same and at_one_args is not None and specs and None not in specs:
+        # named dims only: Dim.DYNAMIC/AUTO have no name telling this dim from the others, which must stay dynamic
+        named = specs and all(
+            isinstance(spec, str) or isinstance(getattr(spec, "__name__", None), str) for spec in specs
+        )
+        if not same and at_one_args is not None and named:
             verdict.example = (at_one_args, at_one_kwargs)
             verdict.static_shapes = _made_static(dynamic_shapes, specs)
         verdicts.update(dict.fromkeys(places, verdict))
