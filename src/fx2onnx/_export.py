@@ -437,7 +437,10 @@ def _size_one_special_branch(
     refused = "size 1 is refused at run time"
     if verdict.example is None or symbol is None:
         warnings.warn(
-            f"the general branch of Ne({verdict.dim}, 1) differs from eager at size 1: {refused}", stacklevel=4
+            f"the general branch of the model's Ne({verdict.dim}, 1) differs from eager at size 1 or could not be "
+            "compared there, and its size-1 branch cannot be captured (the dim is derived from another, or asked "
+            f"without a name: Dim.DYNAMIC/AUTO; give it a Dim of its own to capture size 1 too): {refused}",
+            stacklevel=4,
         )
         return None
     sources = branches.size_sources(captured, emitter.env, [symbol])
