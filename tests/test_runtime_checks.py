@@ -99,6 +99,17 @@ def test_a_general_branch_with_the_special_shape_at_one_is_not_silently_wrong(tm
     _matches_eager(session, model, torch.tensor([[-3.0e38, 3.0e38, 1.0], [-3.0e38, 3.0e38, 1.0]]))
 
 
+def test_an_unnamed_dynamic_dim_whose_branch_on_one_differs_refuses_one(tmp_path: Path) -> None:
+    """Dim.DYNAMIC names no dim to make static for a size-1 capture (every such dim would be): size 1 is refused at run
+    time naming the model's line, and the warning says to give the dim a Dim of its own."""
+    model = FlattensOneRow()
+    with pytest.warns(UserWarning, match=r"cannot be captured .*Dim.DYNAMIC/AUTO"):
+        program = fx2onnx.export(model, (torch.randn(2, 3),), dynamic_shapes=({0: Dim.DYNAMIC},))
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.ones(3, 3))
+    _fails_naming(session, r"Ne\(\w+, 1\).*x.view\(-1\) \* 2 if x.shape\[0\] == 1", torch.ones(1, 3))
+
+
 class ProjectsThenFlattensOneRow(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
