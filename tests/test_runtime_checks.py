@@ -66,17 +66,127 @@ class BranchesOnOne(torch.nn.Module):
         return x * 3
 
 
-def test_a_branch_on_a_dynamic_size_of_one_is_reported_as_not_checked(tmp_path: Path) -> None:
-    """A dim traced size-obliviously takes the general branch of ``size == 1``: not checked (a decoding step's
-    one-token query needs it: Hugging Face's sdpa_attention), said in the warning and the report."""
+def test_a_branch_on_a_dynamic_size_of_one_whose_general_branch_differs_is_joined_in_an_if(tmp_path: Path) -> None:
+    """A dim traced size-obliviously takes the general branch of ``size == 1``; compared with eager at size 1 at
+    export, it differs there (x * 3, not x * 2): the model is captured at size 1 too and an If chooses at run time
+    (the general branch alone computed 3 where eager says 2, silently). Said in the report."""
     model = BranchesOnOne()
-    with pytest.warns(UserWarning, match=r"not checked at run time \(the general branch.*Ne\(n, 1\)"):
+    with pytest.warns(
+        UserWarning, match=r"not checked at run time \(the general branch differs.*If chooses.*Ne\(n, 1\)"
+    ):
         program = fx2onnx.export(model, (torch.ones(3),), dynamic_shapes=({0: Dim("n")},))
     note = next(note for note in program.report.dynamic_dims if "Ne(n, 1)" in note)
-    assert note.startswith("not checked at run time") and "if x.shape[0] == 1" in note
+    assert "If chooses at run time" in note and "if x.shape[0] == 1" in note
+    assert [node.op_type for node in program.model.graph].count("If") == 1
     session = _session(program, tmp_path)
-    for size in (0, 2, 5):
+    for size in (0, 1, 2, 5):
         _matches_eager(session, model, torch.arange(size, dtype=torch.float32))
+
+
+class FlattensOneRow(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(-1) * 2 if x.shape[0] == 1 else x.sum(0)
+
+
+def test_a_general_branch_with_the_special_shape_at_one_is_not_silently_wrong(tmp_path: Path) -> None:
+    """The sum's [3] and the flattened row's [3] coincide at batch 1: ONNX Runtime computed the sum there, silently
+    (eager doubles the row). Both branches are now in the model: batch 1 and 3 match eager."""
+    model = FlattensOneRow()
+    program = _export(model, (torch.randn(2, 3),), dynamic_shapes=({0: Dim("batch")},))
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.tensor([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0], [2.0, 2.0, 2.0]]))
+    _matches_eager(session, model, torch.tensor([[1.0, -2.0, 3.0e38]]))
+    _matches_eager(session, model, torch.tensor([[-3.0e38, 3.0e38, 1.0], [-3.0e38, 3.0e38, 1.0]]))
+
+
+def test_an_unnamed_dynamic_dim_whose_branch_on_one_differs_refuses_one(tmp_path: Path) -> None:
+    """Dim.DYNAMIC names no dim to make static for a size-1 capture (every such dim would be): size 1 is refused at run
+    time naming the model's line, and the warning says to give the dim a Dim of its own."""
+    model = FlattensOneRow()
+    with pytest.warns(UserWarning, match=r"cannot be captured .*Dim.DYNAMIC/AUTO"):
+        program = fx2onnx.export(model, (torch.randn(2, 3),), dynamic_shapes=({0: Dim.DYNAMIC},))
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.ones(3, 3))
+    _fails_naming(session, r"Ne\(\w+, 1\).*x.view\(-1\) \* 2 if x.shape\[0\] == 1", torch.ones(1, 3))
+
+
+class ProjectsThenFlattensOneRow(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.projection = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.projection(x)
+        return y.view(-1) * 2 if x.shape[0] == 1 else y.sum(0)
+
+
+def test_a_weightless_model_whose_branch_on_one_cannot_be_compared_gets_both_branches(tmp_path: Path) -> None:
+    """Meta weights (bound by weights=) compute no values to compare at size 1: the special branch is captured too."""
+    torch.manual_seed(0)
+    model = ProjectsThenFlattensOneRow()
+    with torch.device("meta"):
+        weightless = ProjectsThenFlattensOneRow()
+    example = (torch.empty(2, 3, device="meta"),)
+    program = _export(weightless, example, dynamic_shapes=({0: Dim("batch")},), weights=model.state_dict())
+    session = _session(program, tmp_path)
+    for batch in (1, 3):
+        inputs = torch.randn(batch, 3)
+        with torch.no_grad():
+            want = model(inputs).numpy()
+        np.testing.assert_allclose(_run(session, inputs)[0], want, rtol=1e-5, atol=1e-6)
+
+
+class FlattensOneRowToAnotherRank(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(-1) if x.shape[0] == 1 else x * 2
+
+
+def test_a_special_branch_of_another_rank_refuses_size_one_naming_the_line(tmp_path: Path) -> None:
+    """No If can join outputs of two ranks: size 1 fails at run time naming the model's line (it computed x * 2,
+    silently), said in a warning at export; other sizes match eager."""
+    model = FlattensOneRowToAnotherRank()
+    with pytest.warns(
+        UserWarning, match=r"differs from eager at size 1.*cannot be joined in an If \(output 0 has rank"
+    ):
+        program = fx2onnx.export(model, (torch.randn(2, 3),), dynamic_shapes=({0: Dim("batch")},))
+    note = next(note for note in program.report.dynamic_dims if "Ne(batch, 1)" in note)
+    assert note.startswith("checked at run time") and "size 1 is refused" in note
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.ones(3, 3))
+    _fails_naming(session, r"Ne\(batch, 1\).*x.view\(-1\) if x.shape\[0\] == 1", torch.ones(1, 3))
+
+
+class OneTokenAttention(torch.nn.Module):
+    """A decoding step's shortcut, as LLaMA's attention takes it: one query token needs no causal mask. The general
+    branch (the mask) gives the same result at one token, so it serves size 1 too."""
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        scores = query @ keys.transpose(-1, -2)
+        length, total = query.shape[1], keys.shape[1]
+        if length == 1:
+            return scores.softmax(-1)
+        allowed = torch.ones(length, total, dtype=torch.bool).tril(total - length)
+        return scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+
+
+def test_a_branch_on_one_whose_general_branch_is_right_at_one_stays_unchecked(tmp_path: Path) -> None:
+    """Compared at export with eager at one token, the general branch is the same: no check, no If, size 1 served."""
+    model = OneTokenAttention()
+    example, batch = (torch.randn(2, 4, 8), torch.randn(2, 6, 8)), Dim("batch")
+    same_at_one = r"not checked at run time \(the general branch.*at size 1 at export: the same"
+    with pytest.warns(UserWarning, match=same_at_one):
+        program = fx2onnx.export(
+            model, example, dynamic_shapes=({0: batch, 1: Dim("length")}, {0: batch, 1: Dim("total")})
+        )
+    assert not [node for node in program.model.graph if node.op_type == "If"]
+    assert program.report.capture_seconds["size-1 comparison"] > 0.0  # measured: one eager run at one token
+    assert not any("Ne(length, 1)" in note for note in program.report.dynamic_dims if note.startswith("checked"))
+    session = _session(program, tmp_path)
+    for length, total in ((1, 5), (3, 7), (1, 1)):
+        query, keys = torch.randn(3, length, 8), torch.randn(3, total, 8)
+        with torch.no_grad():
+            want = model(query, keys).numpy()
+        np.testing.assert_allclose(_run(session, query, keys)[0], want, rtol=1e-5, atol=1e-6)
 
 
 class EvenLength(torch.nn.Module):
@@ -88,6 +198,7 @@ class EvenLength(torch.nn.Module):
 def test_torch_check_on_a_dynamic_size_is_checked_before_the_reshape_that_needs_it(tmp_path: Path) -> None:
     model = EvenLength()
     program = _export(model, (torch.ones(4),), dynamic_shapes=({0: Dim("n")},))
+    assert "size-1 comparison" not in program.report.capture_seconds  # no `if n == 1` in the model: no extra run
     session = _session(program, tmp_path)
     for size in (0, 2, 6):
         _matches_eager(session, model, torch.arange(float(size)))

@@ -219,6 +219,9 @@ def _export(
         captured.strategy.split("(")[0]: captured.trace_seconds,
         "decomposition": captured.decomposition_seconds,
     }
+    if captured.size_one_verdicts:  # the eager and graph runs at size 1 of the model's `if batch == 1` (one per dim)
+        compared = {id(verdict): verdict.seconds for verdict in captured.size_one_verdicts.values()}
+        export_report.capture_seconds["size-1 comparison"] = sum(compared.values())
     export_report.decomposed = captured.decomposed
     export_report.decomposition = captured.decomposition
     export_report.capture_assumptions = captured.assumptions
@@ -257,6 +260,29 @@ def _export(
         _value_decision_in_graph_symbols(captured)
         asked = [symbol for decision in captured.branch_decisions for symbol in decision.condition.free_symbols]
         branches.drop_checks_of_a_side(model_ir, branches.value_symbols(captured) + asked)
+    # the model's `if batch == 1` whose general branch differs from eager at 1: the size-1 capture, joined below
+    size_one_branch = None
+    if not captured.branch_decisions and any(not v.same for v in captured.size_one_verdicts.values()):
+        with timer("special branch"):
+            size_one_branch = _size_one_special_branch(
+                model_ir,
+                captured,
+                emitter,
+                lambda verdict: _emit_special_branch(
+                    extractor,
+                    model,
+                    *verdict.example,
+                    verdict.static_shapes,
+                    decompositions,
+                    registry,
+                    opset_version,
+                    None,
+                    input_names=input_names,
+                    output_names=output_names,
+                    user_dims=user_dims,
+                    flat_inputs=flat_inputs,
+                ),
+            )
     # what the graph was captured under (torch.export's assertions, the input dims' ranges and relations) is checked
     # at run time: an input breaking it fails in ONNX Runtime naming the assumption
     requested = capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes)
@@ -264,6 +290,10 @@ def _export(
         model_ir, captured, emitter.symbol_names, runtime_checks.asked_minimums(captured, requested, flat_inputs)
     )
     _warn_about_dynamic_dims(captured, requested, flat_inputs, export_report, checks)
+    if size_one_branch is not None:
+        with timer("special branch"):
+            special_model, condition, sources = size_one_branch
+            branches.join(model_ir, special_model, len(model_ir.graph.outputs) - checks.pending, condition, sources)
     if captured.branch_decisions:
         with timer("special branch"):
             _join_special_branch(
@@ -354,15 +384,19 @@ def _emit_special_branch(
     decompositions: Any,
     registry: Registry,
     opset_version: int,
-    decision: capture_strategies.BranchDecision,
+    decision: capture_strategies.BranchDecision | None,
     *,
     input_names: Sequence[str] | None,
     output_names: Sequence[str] | None,
     user_dims: Mapping[Any, str],
     flat_inputs: list[Any],
 ) -> tuple[capture_stage.CapturedGraph, Any]:
-    """The model captured with `decision` taken the other way (its special branch), through FX passes and emission."""
-    special = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions, special_branch=decision)  # type: ignore[call-arg]
+    """The model captured with `decision` taken the other way (its special branch), through FX passes and emission;
+    without `decision`, captured as it is on `args` (a backed dim's special size, static in `dynamic_shapes`)."""
+    if decision is None:
+        special = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions)
+    else:
+        special = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions, special_branch=decision)  # type: ignore[call-arg]
     passes.run_fx_passes(special, registry)
     emitter = GraphEmitter(
         special,
@@ -374,12 +408,61 @@ def _emit_special_branch(
         fold_weights=False,  # the general graph's weights are the ones kept: no weight view of the special's own
     )
     emitted = emitter.run()
-    if decision.on_value:
+    if decision is not None and decision.on_value:
         asked = [symbol for decision in special.branch_decisions for symbol in decision.condition.free_symbols]
         branches.drop_checks_of_a_side(
             emitted.model, branches.value_symbols(special) + asked + [*decision.condition.free_symbols]
         )
     return special, emitted
+
+
+def _size_one_special_branch(
+    model_ir: Any, captured: capture_stage.CapturedGraph, emitter: GraphEmitter, emit_special: Any
+) -> tuple[Any, Any, Any] | None:
+    """Where the general branch of the model's ``if batch == 1`` differs from eager at size 1 (compared at capture:
+    ``capture.general_branch_at_size_one``), the model captured at size 1 too, that dim static: (its emitted model,
+    the If's condition ``Eq(batch, 1)``, where the graph has that size) for ``branches.join``, the verdict marked
+    joined (not checked at run time then). None, with a warning saying why, where it cannot be done: size 1 is then
+    refused at run time (``runtime_checks``). One dim only: with more, each is refused at size 1."""
+    verdicts = {id(verdict): verdict for verdict in captured.size_one_verdicts.values() if not verdict.same}
+    if len(verdicts) != 1:
+        return None
+    (verdict,) = verdicts.values()
+    symbol = None
+    for node in captured.user_inputs:
+        val = node.meta.get("val")
+        for dim, size in enumerate(val.shape if isinstance(val, torch.Tensor) else ()):
+            if captured.size_one_verdicts.get((node.name, dim)) is verdict and isinstance(size, torch.SymInt):
+                symbol = symbol if symbol is not None else size.node.expr
+    refused = "size 1 is refused at run time"
+    if verdict.example is None or symbol is None:
+        warnings.warn(
+            f"the general branch of the model's Ne({verdict.dim}, 1) differs from eager at size 1 or could not be "
+            "compared there, and its size-1 branch cannot be captured (the dim is derived from another, or asked "
+            f"without a name: Dim.DYNAMIC/AUTO; give it a Dim of its own to capture size 1 too): {refused}",
+            stacklevel=4,
+        )
+        return None
+    sources = branches.size_sources(captured, emitter.env, [symbol])
+    why = None if symbol in sources else f"no value of the graph has the size {symbol}"
+    if why is None:
+        try:
+            special, emitted = emit_special(verdict)
+        except Exception as error:
+            why = f"its capture at size 1 failed: {type(error).__name__}: {str(error).splitlines()[0]}"
+        else:
+            why = branches.disagreement(model_ir, emitted.model, len(model_ir.graph.outputs))
+            if why is None and special.out_spec != captured.out_spec:
+                why = "the special branch returns another structure of outputs"
+    if why is not None:
+        warnings.warn(
+            f"the general branch of a size-oblivious decision on {symbol} differs from eager at size 1, and the "
+            f"special branch cannot be joined in an If ({why}): {refused}",
+            stacklevel=4,
+        )
+        return None
+    verdict.joined = True
+    return emitted.model, sympy.Eq(symbol, 1), sources
 
 
 def _join_special_branch(

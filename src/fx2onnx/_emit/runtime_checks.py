@@ -33,7 +33,7 @@ import sympy
 import torch
 from torch.utils._sympy import functions as sympy_functions
 
-from fx2onnx._capture import CapturedGraph
+from fx2onnx._capture import CapturedGraph, SizeOneVerdict
 from fx2onnx._capture_strategies import GENERAL_BRANCH, LOWERED_WHOLE, assertion_key
 from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK, STACK_TRACE
 
@@ -206,6 +206,40 @@ def asked_minimums(
 # a decoding step), and checking it would refuse those sizes, which the exported model is meant to take.
 
 
+# Where the model's code compares a backed input dim with 1, the capture ran the general branch at size 1 at export
+# (capture.general_branch_at_size_one): the same as eager there, it stays unchecked; otherwise size 1 is refused at
+# run time, naming the model's line, rather than computing the general branch's result.
+GENERAL_BRANCH_SAME = "compared with eager at size 1 at export: the same"
+GENERAL_BRANCH_JOINED = (
+    "the general branch differs from eager at size 1, or could not be compared there, at export: the special branch "
+    "captured at size 1 too, the ONNX model's If chooses at run time"
+)
+GENERAL_BRANCH_DIFFERS = (
+    "the general branch differs from eager at size 1, or could not be compared there, at export: size 1 is refused"
+)
+
+
+def _size_one_verdict(captured: CapturedGraph, expression: str) -> SizeOneVerdict | None:
+    """The export's comparison with eager at size 1 of the general branch of ``Ne(s, 1)``, on an input dim `s`."""
+    if not captured.size_one_verdicts:
+        return None
+    try:
+        parsed = sympy.sympify(expression)
+    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+        return None
+    if not isinstance(parsed, sympy.Ne) or sympy.Integer(1) not in parsed.args:
+        return None
+    sides = {str(side) for side in parsed.args}  # sympify's symbols lack torch's assumptions (integer, positive)
+    for node in captured.user_inputs:
+        val = node.meta.get("val")
+        for dim, size in enumerate(val.shape if isinstance(val, torch.Tensor) else ()):
+            if isinstance(size, torch.SymInt) and str(size.node.expr) in sides:
+                verdict = captured.size_one_verdicts.get((node.name, dim))
+                if verdict is not None:
+                    return verdict
+    return None
+
+
 def _general_branch(expression: str) -> bool:
     try:
         parsed = sympy.sympify(expression)
@@ -360,8 +394,15 @@ def _assertion_checks(
         assumption = _named(expression, symbol_names) + (
             f", assumed by the model's code at {_short_line(line)}" if line else ", assumed by the model's code"
         )
-        if _general_branch(expression):
-            found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH}): {assumption}")
+        verdict = _size_one_verdict(captured, expression)
+        if verdict is not None and verdict.joined:  # the If runs the special branch at size 1
+            found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH_JOINED}): {assumption}")
+            continue
+        if verdict is not None and not verdict.same:  # the general branch is wrong at 1: refuse 1 rather than lie
+            assumption += f" ({GENERAL_BRANCH_DIFFERS})"
+        elif _general_branch(expression):
+            same = f"; {GENERAL_BRANCH_SAME}" if verdict is not None else ""
+            found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH}{same}): {assumption}")
             continue
         if node.graph is not graph:  # inside a control-flow body: no output of the main graph can read it
             found.unchecked.append(f"not checked at run time (inside a control-flow body): {assumption}")
