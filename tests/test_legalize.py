@@ -10,6 +10,8 @@ import copy
 import json
 import math
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -183,6 +185,24 @@ def test_table_is_generated_when_missing_then_read_from_the_cache(tmp_path: Any,
     monkeypatch.setattr(tables, "generate_onnxruntime_cpu", no_generation)
     cached = tables.load_onnxruntime_cpu()
     assert cached.kernels == table.kernels and cached.float16_via_float32 == table.float16_via_float32
+
+
+def test_an_export_and_save_do_not_load_onnxruntime(tmp_path: Any) -> None:
+    """The cached table is named by onnxruntime's version, read without importing it (the import loads its native
+    library): a fresh process exports and saves with onnxruntime absent from sys.modules, and the version read is
+    the one the import reports."""
+    script = (
+        "import sys, torch, fx2onnx\n"
+        "from fx2onnx.legalize import tables\n"
+        "program = fx2onnx.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))\n"
+        f"program.save({str(tmp_path / 'linear.onnx')!r})\n"
+        "assert 'onnxruntime' not in sys.modules, 'onnxruntime was imported'\n"
+        "read = tables.onnxruntime_version()\n"
+        "import onnxruntime\n"
+        "assert read == onnxruntime.__version__, (read, onnxruntime.__version__)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
 
 
 def test_table_command_regenerates_the_cache(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:

@@ -17,8 +17,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import importlib.util
 import json
 import os
+import re
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -203,9 +206,30 @@ def cache_dir() -> Path:
 
 
 def table_path() -> Path:
+    return cache_dir() / f"types-onnxruntime-cpu-{onnxruntime_version()}-onnx-{onnx.__version__}.json"
+
+
+_BUILT_VERSION = re.compile(r"""^__version__ = ['"]([^'"]+)['"]""", re.MULTILINE)
+
+
+def onnxruntime_version() -> str:
+    """The installed onnxruntime's version, read from the build information it ships
+    (``onnxruntime/capi/build_and_package_info.py``, what its ``__version__`` is set from) without importing it: the
+    import loads its native library, 0.05-0.2 s of an export that only needs the cached table's name. The import
+    answers when the file is missing or does not say."""
+    loaded = sys.modules.get("onnxruntime")
+    if loaded is not None:
+        return str(loaded.__version__)
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            with contextlib.suppress(OSError):
+                found = _BUILT_VERSION.search((Path(folder) / "capi" / "build_and_package_info.py").read_text())
+                if found:
+                    return found[1]
     import onnxruntime
 
-    return cache_dir() / f"types-onnxruntime-cpu-{onnxruntime.__version__}-onnx-{onnx.__version__}.json"
+    return str(onnxruntime.__version__)
 
 
 def load_onnxruntime_cpu(*, regenerate: bool = False) -> KernelTable:
