@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fx2onnx._dispatch",),
     ("fx2onnx._emit.graph_builder", "fx2onnx._emit.control_flow", "fx2onnx._emit.runtime_checks"),
     ("fx2onnx._emit.branches",),  # joins two emitted graphs, the If's condition from runtime_checks
+    ("fx2onnx._branch_join",),  # captures and emits a decision's special branch again, joined by branches
     ("fx2onnx._finalize",),
     ("fx2onnx.legalize",),
     ("fx2onnx._intermediates", "fx2onnx.report"),

@@ -16,7 +16,7 @@ a size (torchvision's ``if boxes.numel() == 0: return empty``) makes torch.expor
    joins the two graphs in an ONNX ``If`` on the condition computed at run time (``_emit/branches.py``). One such
    decision per model; with several, or branches whose outputs' count or dtypes differ, the general branch alone,
    with a warning saying why. torchvision's batched NMS (``if boxes.numel() == 0: return empty``) is known to
-   return what the general branch does: no second capture (``_export._SPECIAL_BRANCH_SAVES_WORK``).
+   return what the general branch does: no second capture (``_branch_join.SPECIAL_BRANCH_SAVES_WORK``).
    A branch on a value (``if x.sum() > 0``: ``Eq(u0, 1)`` of an ``item()``) is taken as True and torch told so (a
    deferred assertion, which also keeps the value in the graph); the export captures the other side and joins them
    in an If, or fails naming the line: there is no general branch to fall back to.

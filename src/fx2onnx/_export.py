@@ -6,19 +6,18 @@ Each stage is a module of its own; this file only wires them together and times 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
-import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir.passes.common as common_passes
-import sympy
 import torch
 
+from fx2onnx import _branch_join as branch_join
 from fx2onnx import _capture as capture_stage
-from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _dtypes as dtypes
 from fx2onnx import _finalize as finalize_stage
 from fx2onnx import _passes as passes
@@ -26,13 +25,13 @@ from fx2onnx import _torch_compat as torch_compat
 from fx2onnx import _weights as checkpoint_weights
 from fx2onnx import legalize
 from fx2onnx._dispatch import ArgumentBinding, Dispatcher
-from fx2onnx._emit import branches, control_flow, runtime_checks
+from fx2onnx._emit import control_flow, runtime_checks
 from fx2onnx._emit.graph_builder import GraphEmitter, symbol_names_for
 from fx2onnx._progress import ExportProgress, StageClock
 from fx2onnx._progress import wanted as progress_wanted
 from fx2onnx._records import BASE_OPSET
 from fx2onnx._registry import Registry, apply_translation_table, global_registry
-from fx2onnx.errors import CaptureError, ExportError, SourceFrame, source_line
+from fx2onnx.errors import ExportError, source_line
 from fx2onnx.program import ONNXProgram
 from fx2onnx.report import ExportReport, casts_inserted_by_passes
 
@@ -152,7 +151,7 @@ def export(
     except Exception as error:
         shown.close()
         for captured in captures:
-            _issue_capture_warning(captured)
+            branch_join.issue_capture_warning(captured)
         export_report.error = f"{type(error).__name__}: {error}"
         export_report.exception = error
         if report is not None:
@@ -219,9 +218,9 @@ def _export(
         captured.strategy.split("(")[0]: captured.trace_seconds,
         "decomposition": captured.decomposition_seconds,
     }
-    if captured.size_one_verdicts:  # the eager and graph runs at size 1 of the model's `if batch == 1` (one per dim)
-        compared = {id(verdict): verdict.seconds for verdict in captured.size_one_verdicts.values()}
-        export_report.capture_seconds["size-1 comparison"] = sum(compared.values())
+    size_one_seconds = branch_join.size_one_comparison_seconds(captured)
+    if size_one_seconds is not None:
+        export_report.capture_seconds["size-1 comparison"] = size_one_seconds
     export_report.decomposed = captured.decomposed
     export_report.decomposition = captured.decomposition
     export_report.capture_assumptions = captured.assumptions
@@ -256,33 +255,25 @@ def _export(
     export_report.decisions = result.decisions
     export_report.casts = result.casts
     model_ir = result.model
-    if any(decision.on_value for decision in captured.branch_decisions):
-        _value_decision_in_graph_symbols(captured)
-        asked = [symbol for decision in captured.branch_decisions for symbol in decision.condition.free_symbols]
-        branches.drop_checks_of_a_side(model_ir, branches.value_symbols(captured) + asked)
+    branch_join.drop_checks_of_value_sides(model_ir, captured)
+    # a decision's special branch: the model captured again (through passes and emission), joined in an If below
+    emit_special = functools.partial(
+        branch_join.emit_special_branch,
+        extractor=extractor,
+        model=model,
+        decompositions=decompositions,
+        registry=registry,
+        opset_version=opset_version,
+        input_names=input_names,
+        output_names=output_names,
+        user_dims=user_dims,
+        flat_inputs=flat_inputs,
+    )
     # the model's `if batch == 1` whose general branch differs from eager at 1: the size-1 capture, joined below
     size_one_branch = None
-    if not captured.branch_decisions and any(not v.same for v in captured.size_one_verdicts.values()):
+    if branch_join.needs_size_one_branch(captured):
         with timer("special branch"):
-            size_one_branch = _size_one_special_branch(
-                model_ir,
-                captured,
-                emitter,
-                lambda verdict: _emit_special_branch(
-                    extractor,
-                    model,
-                    *verdict.example,
-                    verdict.static_shapes,
-                    decompositions,
-                    registry,
-                    opset_version,
-                    None,
-                    input_names=input_names,
-                    output_names=output_names,
-                    user_dims=user_dims,
-                    flat_inputs=flat_inputs,
-                ),
-            )
+            size_one_branch = branch_join.size_one_special_branch(model_ir, captured, emitter, emit_special)
     # what the graph was captured under (torch.export's assertions, the input dims' ranges and relations) is checked
     # at run time: an input breaking it fails in ONNX Runtime naming the assumption
     requested = capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes)
@@ -292,33 +283,18 @@ def _export(
     _warn_about_dynamic_dims(captured, requested, flat_inputs, export_report, checks)
     if size_one_branch is not None:
         with timer("special branch"):
-            special_model, condition, sources = size_one_branch
-            branches.join(model_ir, special_model, len(model_ir.graph.outputs) - checks.pending, condition, sources)
+            branch_join.join_size_one_branch(model_ir, size_one_branch, len(model_ir.graph.outputs) - checks.pending)
     if captured.branch_decisions:
         with timer("special branch"):
-            _join_special_branch(
+            branch_join.join_special_branch(
                 model_ir,
                 captured,
                 emitter,
-                export_report,
                 len(model_ir.graph.outputs) - checks.pending,
                 capture_stage.describe_inputs(args, kwargs),
-                lambda decision: _emit_special_branch(
-                    extractor,
-                    model,
-                    args,
-                    kwargs,
-                    dynamic_shapes,
-                    decompositions,
-                    registry,
-                    opset_version,
-                    decision,
-                    input_names=input_names,
-                    output_names=output_names,
-                    user_dims=user_dims,
-                    flat_inputs=flat_inputs,
-                ),
+                lambda decision: emit_special(args, kwargs, dynamic_shapes, decision),
             )
+        export_report.capture_assumptions = captured.assumptions  # a joined decision's assumption says so
     if bound is not None:
         checkpoint_weights.attach(model_ir, bound)
 
@@ -367,240 +343,6 @@ def _export(
                 where = f"\n  first differing node: {first}" if first is not None else ""
             raise VerificationError("ONNX Runtime differs from eager:\n  " + "\n  ".join(failed) + where)
     return program
-
-
-# Size-oblivious decisions whose special branch returns what the general branch computes too, on the sizes it is
-# taken for: torchvision's batched NMS returns an empty index tensor for no boxes, which NMS itself returns. A second
-# capture of a detection model (half its export time) would only add an If whose branches agree.
-_SPECIAL_BRANCH_SAVES_WORK = ("in _batched_nms_coordinate_trick: if boxes.numel() == 0",)
-
-
-def _emit_special_branch(
-    extractor: capture_stage.Extractor,
-    model: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    dynamic_shapes: Any,
-    decompositions: Any,
-    registry: Registry,
-    opset_version: int,
-    decision: capture_strategies.BranchDecision | None,
-    *,
-    input_names: Sequence[str] | None,
-    output_names: Sequence[str] | None,
-    user_dims: Mapping[Any, str],
-    flat_inputs: list[Any],
-) -> tuple[capture_stage.CapturedGraph, Any]:
-    """The model captured with `decision` taken the other way (its special branch), through FX passes and emission;
-    without `decision`, captured as it is on `args` (a backed dim's special size, static in `dynamic_shapes`)."""
-    if decision is None:
-        special = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions)
-    else:
-        special = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions, special_branch=decision)  # type: ignore[call-arg]
-    passes.run_fx_passes(special, registry)
-    emitter = GraphEmitter(
-        special,
-        Dispatcher(registry, opset_version),
-        input_names=input_names,
-        output_names=output_names,
-        dim_names=symbol_names_for(special, user_dims, flat_inputs),
-        higher_order=control_flow.EMITTERS,
-        fold_weights=False,  # the general graph's weights are the ones kept: no weight view of the special's own
-    )
-    emitted = emitter.run()
-    if decision is not None and decision.on_value:
-        asked = [symbol for decision in special.branch_decisions for symbol in decision.condition.free_symbols]
-        branches.drop_checks_of_a_side(
-            emitted.model, branches.value_symbols(special) + asked + [*decision.condition.free_symbols]
-        )
-    return special, emitted
-
-
-def _size_one_special_branch(
-    model_ir: Any, captured: capture_stage.CapturedGraph, emitter: GraphEmitter, emit_special: Any
-) -> tuple[Any, Any, Any] | None:
-    """Where the general branch of the model's ``if batch == 1`` differs from eager at size 1 (compared at capture:
-    ``capture.general_branch_at_size_one``), the model captured at size 1 too, that dim static: (its emitted model,
-    the If's condition ``Eq(batch, 1)``, where the graph has that size) for ``branches.join``, the verdict marked
-    joined (not checked at run time then). None, with a warning saying why, where it cannot be done: size 1 is then
-    refused at run time (``runtime_checks``). One dim only: with more, each is refused at size 1."""
-    verdicts = {id(verdict): verdict for verdict in captured.size_one_verdicts.values() if not verdict.same}
-    if len(verdicts) != 1:
-        return None
-    (verdict,) = verdicts.values()
-    symbol = None
-    for node in captured.user_inputs:
-        val = node.meta.get("val")
-        for dim, size in enumerate(val.shape if isinstance(val, torch.Tensor) else ()):
-            if captured.size_one_verdicts.get((node.name, dim)) is verdict and isinstance(size, torch.SymInt):
-                symbol = symbol if symbol is not None else size.node.expr
-    refused = "size 1 is refused at run time"
-    if verdict.example is None or symbol is None:
-        warnings.warn(
-            f"the general branch of the model's Ne({verdict.dim}, 1) differs from eager at size 1 or could not be "
-            "compared there, and its size-1 branch cannot be captured (the dim is derived from another, or asked "
-            f"without a name: Dim.DYNAMIC/AUTO; give it a Dim of its own to capture size 1 too): {refused}",
-            stacklevel=4,
-        )
-        return None
-    sources = branches.size_sources(captured, emitter.env, [symbol])
-    why = None if symbol in sources else f"no value of the graph has the size {symbol}"
-    if why is None:
-        try:
-            special, emitted = emit_special(verdict)
-        except Exception as error:
-            why = f"its capture at size 1 failed: {type(error).__name__}: {str(error).splitlines()[0]}"
-        else:
-            why = branches.disagreement(model_ir, emitted.model, len(model_ir.graph.outputs))
-            if why is None and special.out_spec != captured.out_spec:
-                why = "the special branch returns another structure of outputs"
-    if why is not None:
-        warnings.warn(
-            f"the general branch of a size-oblivious decision on {symbol} differs from eager at size 1, and the "
-            f"special branch cannot be joined in an If ({why}): {refused}",
-            stacklevel=4,
-        )
-        return None
-    verdict.joined = True
-    return emitted.model, sympy.Eq(symbol, 1), sources
-
-
-def _join_special_branch(
-    model_ir: Any,
-    captured: capture_stage.CapturedGraph,
-    emitter: GraphEmitter,
-    export_report: ExportReport,
-    outputs: int,
-    inputs: str,
-    emit_special: Any,
-) -> None:
-    """Where the capture took a size-oblivious decision for the general branch (``numel() == 0`` taken as False),
-    capture the special branch too and let an ONNX If choose between them at run time (``_emit/branches.py``).
-    Falls back to the general branch alone, with a warning saying why, where that cannot be done."""
-    try:
-        _join_if_worth_it(model_ir, captured, emitter, export_report, outputs, inputs, emit_special)
-    finally:
-        _issue_capture_warning(captured)
-
-
-def _value_decision_in_graph_symbols(captured: capture_stage.CapturedGraph) -> None:
-    """A branch on a value decided at trace time on ``Eq(u0, 1)`` reads, in the final graph, the bool of the one
-    ``item()`` whose symbol may be numbered otherwise (u1): the decision is renamed to it. Left as is (and the If
-    then fails, naming the line) unless there is exactly one such value and one such decision."""
-    symbols = branches.value_symbols(captured)
-    on_value = [decision for decision in captured.branch_decisions if decision.on_value]
-    if len(symbols) != 1 or len(on_value) != 1 or len(on_value[0].condition.free_symbols) != 1:
-        return
-    (old,) = on_value[0].condition.free_symbols
-    on_value[0].in_graph = on_value[0].condition.xreplace({old: symbols[0]})
-
-
-def _no_branch_on_a_value(decision: capture_strategies.BranchDecision, why: str, inputs: str) -> CaptureError:
-    """A branch on a value whose two sides cannot be joined: no side is right for every input, so no model."""
-    found = re.match(r"(.*):(\d+) in (\S+): (.*)$", decision.source_line)
-    frame = SourceFrame(found[1], int(found[2]), found[3], found[4]) if found else None
-    return CaptureError(
-        f"the model branches on a value read from a tensor at {decision.source_line} ({decision.condition}), and "
-        f"fx2onnx could not capture both sides into an ONNX If: {why}\n"
-        f"  inputs: {inputs}\n"
-        "  remedy: make the branch a graph op: torch.where(...) for an elementwise choice, torch.cond(pred, true_fn, "
-        "false_fn, operands) for a branch (exported as an ONNX If), or state the side with torch._check(...)",
-        frame=frame,
-    )
-
-
-def _issue_capture_warning(captured: capture_stage.CapturedGraph) -> None:
-    """The capture's warning (what it assumed), held back until the export knew whether it joined both branches of
-    a size-oblivious decision; issued once."""
-    if captured.pending_warning is None:
-        return
-    attempts, stand_ins = captured.pending_warning
-    captured.pending_warning = None
-    message = capture_strategies.assumed_message(attempts, captured.assumptions, stand_ins)
-    if message is not None:
-        warnings.warn(message, stacklevel=5)
-
-
-def _join_if_worth_it(
-    model_ir: Any,
-    captured: capture_stage.CapturedGraph,
-    emitter: GraphEmitter,
-    export_report: ExportReport,
-    outputs: int,
-    inputs: str,
-    emit_special: Any,
-) -> None:
-    decisions = [
-        decision
-        for decision in captured.branch_decisions
-        if not any(known in decision.source_line for known in _SPECIAL_BRANCH_SAVES_WORK)
-    ]
-    if not decisions:
-        return
-    general_only = f"the ONNX model computes the general branch only ({capture_strategies.GENERAL_BRANCH})"
-    if len(decisions) > 1 and any(decision.on_value for decision in decisions):
-        raise _no_branch_on_a_value(
-            next(decision for decision in decisions if decision.on_value),
-            f"{len(decisions)} data-dependent branches in the model (fx2onnx joins the two sides of one): "
-            + "; ".join(decision.text() for decision in decisions),
-            inputs,
-        )
-    if len(decisions) > 1:
-        warnings.warn(
-            f"{len(decisions)} size-oblivious decisions of the model's code (fx2onnx joins the branches of one): "
-            + "; ".join(decision.text() for decision in decisions)
-            + f"\n  {general_only}",
-            stacklevel=5,
-        )
-        return
-    (decision,) = decisions
-    condition = decision.in_graph if decision.in_graph is not None else decision.condition
-    symbols = sorted(condition.free_symbols, key=str)
-    # where the If runs the special capture: the condition, or its negation for a decision taken as True (u0 > 1)
-    special_side = sympy.Not(condition) if decision.general else condition
-    sources = branches.size_sources(captured, emitter.env, symbols)
-    why = None
-    joined = capture_strategies.BOTH_BRANCHES
-    if len(sources) != len(symbols):
-        missing = ", ".join(str(symbol) for symbol in symbols if symbol not in sources)
-        why = f"no value of the graph has the size {missing}"
-    else:
-        try:
-            special, emitted = emit_special(decision)
-        except Exception as error:  # the general graph stands, as before this existed
-            why = f"the special branch could not be exported: {type(error).__name__}: {str(error).splitlines()[0]}"
-        else:
-            values = [inner for inner in special.branch_decisions if inner.on_value]
-            if values:  # a side taken there without an If: no model rather than a silent choice
-                raise _no_branch_on_a_value(
-                    values[0],
-                    f"the special branch of {decision.text()} branches on a value too: "
-                    + "; ".join(inner.text() for inner in values),
-                    inputs,
-                )
-            why = branches.disagreement(model_ir, emitted.model, outputs)
-            if why is None and special.out_spec != captured.out_spec:
-                why = "the special branch returns another structure of outputs"
-            if why is None and branches.same_empty_results(captured, special, condition, decision.general):
-                joined = capture_strategies.SAME_EMPTY_RESULTS
-            elif why is None:
-                try:
-                    branches.join(model_ir, emitted.model, outputs, special_side, sources)
-                except ValueError as error:
-                    why = f"its condition has no ONNX translation here: {error}"
-    line = decision.text()
-    if why is not None and decision.on_value:
-        raise _no_branch_on_a_value(decision, why, inputs)
-    if why is not None:
-        warnings.warn(f"size-oblivious decision {line}: {why}\n  {general_only}", stacklevel=5)
-        return
-    export_report.capture_assumptions = [
-        assumption.replace(f"not checked at run time: {capture_strategies.GENERAL_BRANCH}", joined)
-        if assumption.startswith(f"{decision.condition} taken as")
-        else assumption
-        for assumption in export_report.capture_assumptions
-    ]
-    captured.assumptions = export_report.capture_assumptions
 
 
 def _bind_weights(
