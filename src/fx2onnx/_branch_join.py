@@ -67,8 +67,8 @@ def emit_special_branch(
 ) -> tuple[capture_stage.CapturedGraph, Any]:
     """The model captured with `decision` taken the other way (its special branch), through FX passes and emission;
     without `decision`, captured as it is on `args` (a backed dim's special size, static in `dynamic_shapes`)."""
-    if decision is None:
-        special = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions)
+    if decision is None:  # the size-1 capture: not compared at size 1 again, its warning the general capture's
+        special = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions, size_one_branch=True)  # type: ignore[call-arg]
     else:
         special = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions, special_branch=decision)  # type: ignore[call-arg]
     passes.run_fx_passes(special, registry)

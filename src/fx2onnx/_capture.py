@@ -460,8 +460,11 @@ class TorchExportExtractor:
         dynamic_shapes: Any,
         decompositions: Mapping[Any, Callable[..., Any]],
         special_branch: capture_strategies.BranchDecision | None = None,
+        size_one_branch: bool = False,
     ) -> CapturedGraph:
-        """`special_branch`: one of a previous capture's `branch_decisions`, taken the other way this time."""
+        """`special_branch`: one of a previous capture's `branch_decisions`, taken the other way this time.
+        `size_one_branch`: the size-1 capture of a dim the general capture compared at size 1: neither the
+        comparison nor the capture's warning again (the general capture's stand for both)."""
         start = time.perf_counter()
         trace_seconds = 0.0
         shape_fixes: list[str] = []
@@ -513,14 +516,14 @@ class TorchExportExtractor:
                     + "".join(f"\n  {note}" for note in getattr(error, "__notes__", [])),
                     frame=frame,
                 ) from error
-            if dynamic_shapes is not None and special_branch is None:
+            if dynamic_shapes is not None and special_branch is None and not size_one_branch:
                 size_one_verdicts = general_branch_at_size_one(
                     program, model, args, kwargs, assertion_lines, dynamic_shapes
                 )
             if decisions and special_branch is None:
                 # the export may capture the special branch too, and then says so: it warns once it knows
                 pending_warning = (attempts, stand_ins_used)
-            elif special_branch is None:  # the special branch's capture is reported with the general one's
+            elif special_branch is None and not size_one_branch:  # a special capture is reported with the general one
                 capture_strategies.warn_if_assumed(attempts, assumptions, stand_ins_used)
         if self.registry is not None:
             flatten_sparse_inputs(program, flatten_inputs(program.call_spec.in_spec, args, kwargs), self.registry)
