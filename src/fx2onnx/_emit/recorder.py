@@ -1090,6 +1090,9 @@ def _inference_key(node: ir.Node, version: int, opset_imports: Mapping[str, int]
     )
 
 
+_NOT_LOOKED_UP = object()
+
+
 class LazyTracedOnnxFunction(TracedOnnxFunction):
     """A traced function whose signature (its type constraints, read from its annotations) is computed when first
     asked for, not when it is defined: the registry holds ~1,000 of them and an export looks up a few dozen.
@@ -1099,9 +1102,21 @@ class LazyTracedOnnxFunction(TracedOnnxFunction):
     """
 
     def __init__(self, opset: onnxscript.values.Opset, func: Callable[..., Any]) -> None:
-        onnxscript.values.Op.__init__(self, opset, func.__name__)  # what TracedOnnxFunction does, minus the signature
+        # What TracedOnnxFunction (Op.__init__) sets, minus the signature and the ONNX schema lookup by the function's
+        # name (onnx.defs.get_schema, which raises for a lowering's name): both are looked up when first asked for.
+        self._opset = opset
+        self._name = func.__name__
+        self._op_schema: Any = _NOT_LOOKED_UP
+        self._signature = None
         self.func = func
         functools.update_wrapper(self, func)
+
+    @property
+    def op_schema(self) -> Any:
+        if self._op_schema is _NOT_LOOKED_UP:
+            found = self.opset[self.name]  # what Op.__init__ looks up
+            self._op_schema = found.op_schema if found is not None else None
+        return self._op_schema
 
     @property
     def op_signature(self) -> Any:

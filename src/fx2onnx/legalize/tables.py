@@ -51,22 +51,33 @@ class KernelTable:
         *,
         description: str = "",
     ) -> None:
-        self.kernels = {
-            key: [
-                (start, end, {name: frozenset(types) for name, types in constraints.items()})
-                for start, end, constraints in entries
-            ]
-            for key, entries in kernels.items()
-        }
+        # Each op's entries are converted (frozensets of types) on its first lookup: the table holds ~300 ops and an
+        # export asks about a few dozen, so converting all of them was most of legalize's cost in a fresh process.
+        self._given = dict(kernels)
+        self._converted: dict[str, list[tuple[int, int, dict[str, frozenset[str]]]]] = {}
         self.float16_via_float32 = frozenset((key, since) for key, since in float16_via_float32)
         self.description = description
+
+    @property
+    def kernels(self) -> dict[str, list[tuple[int, int, dict[str, frozenset[str]]]]]:
+        """Every op's kernels (converts the whole table: for listings, not for lookups)."""
+        return {key: self._entries(key) for key in self._given}
+
+    def _entries(self, key: str) -> list[tuple[int, int, dict[str, frozenset[str]]]]:
+        entries = self._converted.get(key)
+        if entries is None:
+            entries = self._converted[key] = [
+                (int(start), int(end), {name: frozenset(types) for name, types in constraints.items()})
+                for start, end, constraints in self._given.get(key, ())
+            ]
+        return entries
 
     @staticmethod
     def key(domain: str, op_type: str) -> str:
         return f"{_normal_domain(domain)}::{op_type}"
 
     def knows(self, domain: str, op_type: str) -> bool:
-        return self.key(domain, op_type) in self.kernels
+        return self.key(domain, op_type) in self._given
 
     def has_kernel(self, domain: str, op_type: str, since_version: int, binding: Mapping[str, str]) -> bool:
         """A registered kernel matches the node's schema version and bound types.
@@ -75,7 +86,7 @@ class KernelTable:
         starts before it and has a closed end at or after it. A kernel lists only the constraints it
         dispatches on; the others take whatever the spec allows.
         """
-        for start, end, constraints in self.kernels.get(self.key(domain, op_type), ()):
+        for start, end, constraints in self._entries(self.key(domain, op_type)):
             if not (start == since_version or (start < since_version <= end and end != _OPEN_END)):
                 continue
             if all(bound in constraints[name] for name, bound in binding.items() if name in constraints):
@@ -107,8 +118,7 @@ class KernelTable:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], description: str = "") -> KernelTable:
-        kernels = {key: [(int(s), int(e), c) for s, e, c in entries] for key, entries in data["kernels"].items()}
-        return cls(kernels, [(k, int(v)) for k, v in data["float16_via_float32"]], description=description)
+        return cls(data["kernels"], [(k, int(v)) for k, v in data["float16_via_float32"]], description=description)
 
 
 def _normal_domain(domain: str) -> str:
