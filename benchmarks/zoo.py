@@ -6,7 +6,10 @@ batch-2 example (``dynamic``) and one from a batch-1 example (``batch1``: the co
 and 2). The causal LMs are also exported as a decoding step (``cache``, ``cache_float16``): one new token after
 a ``DynamicCache`` made by the model's own prefill (registered as a pytree as transformers' exporters register
 it), dynamic batch and past length, run at (batch 2, past 5), (3, 9: beyond the sliding windows of 8) and (1, 1),
-every output compared, the returned cache included.
+every output compared, the returned cache included. A sliding-window model (Mistral, Gemma 2/3, Starcoder2) is
+fed the whole history, as transformers' exporter contract has it (the mask applies the window, the returned cache
+grows by the new token): its logits are compared with eager's sliding-window step, its returned cache's last
+positions with the window eager keeps.
 
 Every (model, variant) ends in one class: ``ok``, ``eager`` (eager itself fails: nothing to compare),
 ``export`` (fx2onnx.export raised), ``load`` (ONNX Runtime refused the model), ``run`` (ONNX Runtime failed
@@ -44,6 +47,9 @@ import fx2onnx
 VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "padded", "batch1", "cache", "cache_float16")
 VISION_VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "batch1")
 CACHE_VARIANTS = {"cache": torch.float32, "cache_float16": torch.float16}
+# (batch, past) of the decoding steps run: the first is the export's example (within the sliding windows of 8),
+# past 9 goes beyond them (a sliding-window model is then fed the whole history), past 1 is a cache of one token
+CACHE_RUNS = ((2, 5), (3, 9), (1, 1))
 REDUCED = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
@@ -495,18 +501,70 @@ def cache_step_inputs(model: torch.nn.Module, batch: int, past: int) -> Inputs:
     return (), step
 
 
+def sliding_layers(cache: Any) -> list[Any]:
+    """The cache's sliding-window layers (transformers' DynamicSlidingWindowLayer: Mistral, Gemma 2/3, Starcoder2)."""
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    return [layer for layer in getattr(cache, "layers", ()) if isinstance(layer, DynamicSlidingWindowLayer)]
+
+
+def whole_history_step(model: torch.nn.Module, batch: int, past: int) -> Inputs:
+    """The step of `cache_step_inputs(model, batch, past)` with the cache an exported sliding-window model takes
+    (transformers' exporter contract, as optimum's ONNX decoders are fed): eager's layers holding every key of the
+    history, not only the window eager keeps; the same prefix, so the same keys."""
+    from transformers.cache_utils import DynamicCache
+
+    args, step = cache_step_inputs(model, batch, past)
+    name = cache_argument(model)
+    generator = torch.Generator().manual_seed(100 * batch + past)  # cache_step_inputs' prefix again
+    prefix = torch.randint(3, VOCAB, (batch, past), generator=generator)
+    with torch.no_grad():
+        full = getattr(model(input_ids=prefix, use_cache=True, **{name: DynamicCache()}), name)
+    whole = copy.deepcopy(step[name])
+    for layer, full_layer in zip(whole.layers, full.layers, strict=True):
+        layer.keys, layer.values = full_layer.keys, full_layer.values
+    return args, {**step, name: whole}
+
+
+def verify_whole_history(program: Any, model: torch.nn.Module, batch: int, past: int) -> list[Any]:
+    """A sliding-window model's step run in ONNX Runtime on the whole history, judged against eager's own step
+    (its sliding-window cache cut to the window): the logits, and each returned cache tensor, of which a
+    sliding-window layer's is compared on the window eager keeps (the graph's grows by the new token)."""
+    from fx2onnx._verification import compare
+
+    _, eager_step = cache_step_inputs(model, batch, past)
+    _, whole_step = whole_history_step(model, batch, past)
+    name = cache_argument(model)
+    with torch.no_grad():
+        expected = model(**copy.deepcopy(eager_step))
+    kept = {id(t) for layer in sliding_layers(getattr(expected, name)) for t in (layer.keys, layer.values)}
+    expected_flat = [leaf for leaf in torch.utils._pytree.tree_leaves(expected) if isinstance(leaf, torch.Tensor)]
+    actual_flat = [value for value in program(**whole_step) if value is not None]
+    if len(actual_flat) != len(expected_flat):
+        raise AssertionError(f"ONNX gives {len(actual_flat)} outputs, eager {len(expected_flat)}")
+    results = []
+    for index, (want, got) in enumerate(zip(expected_flat, actual_flat)):
+        output = f"output {index}"
+        if id(want) in kept:  # the graph's cache holds the whole history: past + 1 keys
+            if got.shape[-2] != past + 1:
+                raise AssertionError(f"{output} holds {got.shape[-2]} positions, not the history's {past + 1}")
+            got, output = got[..., got.shape[-2] - want.shape[-2] :, :], f"{output} (last {want.shape[-2]})"
+        results.append(compare(output, want, got))
+    return results
+
+
 def cache_dynamic_shapes(model: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Dynamic batch and past length for a decoding step: named dims as optimum's exports name them; a
-    sliding-window layer's cache, which stops growing at its window, gets a past length of its own."""
+    sliding-window layer's cache holds the whole history in the exported graph (transformers' exporter
+    contract), so every layer's past is the same dim."""
     batch = torch.export.Dim("batch", min=1, max=64)
     past = torch.export.Dim("past_sequence", min=1, max=64)
-    window_past = torch.export.Dim("sliding_past_sequence", min=1, max=64)
     total = torch.export.Dim("total_sequence", min=2, max=65)
     name = cache_argument(model)
     cache = kwargs[name]
     by_tensor: dict[int, dict[int, Any]] = {}
     for layer in cache.layers:
-        spec = {0: batch, 2: window_past if getattr(layer, "sliding_window", None) else past}
+        spec = {0: batch, 2: past}
         by_tensor.update({id(layer.keys): spec, id(layer.values): spec})
     return {
         "input_ids": {0: batch},
@@ -543,9 +601,8 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
         if variant in CACHE_VARIANTS:
             model = copy.deepcopy(model)
             model.config.use_cache = True
-            args, kwargs = cache_step_inputs(model, 2, 5)
-            # past 9 goes beyond the sliding windows (8), past 1 is a cache of one token, batch 1 the usual call
-            runs = [(args, kwargs)] + [cache_step_inputs(model, b, p) for b, p in ((3, 9), (1, 1))]
+            runs = [cache_step_inputs(model, batch, past) for batch, past in CACHE_RUNS]
+            args, kwargs = runs[0]
             options["dynamic_shapes"] = cache_dynamic_shapes(model, kwargs)
         with torch.no_grad():
             model(*args, **copy.deepcopy(kwargs))
@@ -567,14 +624,20 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
         record.update(outcome="load", error=_short(error))
         return record
     lines = []
-    for call_args, call_kwargs in runs:
+    whole_history = variant in CACHE_VARIANTS and bool(sliding_layers(kwargs[cache_argument(model)]))
+    for run, (call_args, call_kwargs) in enumerate(runs):
         try:
-            results = program.verify(*call_args, **call_kwargs)
+            if whole_history:
+                # fed the whole history (the graph's contract), judged against eager's sliding-window step
+                batch, past = CACHE_RUNS[run]
+                results = verify_whole_history(program, model, batch, past)
+            else:
+                results = program.verify(*call_args, **call_kwargs)
         except Exception as error:
             record.update(outcome="run", error=_short(error), trace=traceback.format_exc()[-3000:])
             return record
         failed = [str(r) for r in results if not r.passed]
-        if failed and dtype == torch.float32:
+        if failed and dtype == torch.float32 and not whole_history:
             # Random weights without trained batch-norm statistics can grow activations to 1e9 (Inception v3):
             # float32 noise is then far above verify's absolute 1e-4. Judged again at 1e-5 of the outputs' scale.
             scale = _output_scale(model, call_args, call_kwargs)
