@@ -525,6 +525,21 @@ class TorchExportExtractor:
                 pending_warning = (attempts, stand_ins_used)
             elif special_branch is None and not size_one_branch:  # a special capture is reported with the general one
                 capture_strategies.warn_if_assumed(attempts, assumptions, stand_ins_used)
+
+        def finished(exported: ExportedProgram) -> CapturedGraph:
+            """The captured graph of `exported`, with what this capture recorded on the way (one place for the
+            three ways it ends: as captured, decomposed locally, decomposed whole)."""
+            made = from_exported_program(exported, self.name)
+            made.seconds = time.perf_counter() - start
+            made.trace_seconds = trace_seconds
+            made.shape_fixes = shape_fixes
+            made.assumptions = [str(assumption) for assumption in assumptions]
+            made.assertion_lines = assertion_lines
+            made.branch_decisions = decisions
+            made.size_one_verdicts = size_one_verdicts
+            made.pending_warning = pending_warning
+            return made
+
         if self.registry is not None:
             flatten_sparse_inputs(program, flatten_inputs(program.call_spec.in_spec, args, kwargs), self.registry)
         refuse_sparse_tensors(program.graph_module)
@@ -532,15 +547,7 @@ class TorchExportExtractor:
         if self.registry is not None and lowerable_as_captured(program, self.registry):
             # Decomposing would keep every op (the table leaves out what the registry lowers) and only
             # retrace the graph, which costs more than torch.export itself on large models.
-            captured = from_exported_program(program, self.name)
-            captured.seconds = time.perf_counter() - start
-            captured.trace_seconds = trace_seconds
-            captured.shape_fixes = shape_fixes
-            captured.assumptions = [str(assumption) for assumption in assumptions]
-            captured.assertion_lines = assertion_lines
-            captured.branch_decisions = decisions
-            captured.size_one_verdicts = size_one_verdicts
-            captured.pending_warning = pending_warning
+            captured = finished(program)
             captured.decomposition = DecompositionRecord("none", "the registry lowers every captured op")
             return captured
         decomposed_at = time.perf_counter()
@@ -555,17 +562,9 @@ class TorchExportExtractor:
                 # Only the nodes the registry cannot lower were replaced; retracing the whole program
                 # (run_decompositions) would cost more than torch.export itself on large models.
                 record.reason = "only the nodes the registry cannot lower"
-                captured = from_exported_program(program, self.name)
-                captured.seconds = time.perf_counter() - start
-                captured.trace_seconds = trace_seconds
+                captured = finished(program)
                 captured.decomposition_seconds = time.perf_counter() - decomposed_at
                 captured.decomposed = sorted({target for _, target in record.nodes})
-                captured.shape_fixes = shape_fixes
-                captured.assumptions = [str(assumption) for assumption in assumptions]
-                captured.assertion_lines = assertion_lines
-                captured.branch_decisions = decisions
-                captured.size_one_verdicts = size_one_verdicts
-                captured.pending_warning = pending_warning
                 captured.decomposition = record
                 return captured
         with static_fake_kernels():
@@ -577,17 +576,9 @@ class TorchExportExtractor:
                     program = program.run_decompositions(extra)
         decomposition_seconds = time.perf_counter() - decomposed_at
         after = _overloads(program.graph_module)
-        captured = from_exported_program(program, self.name)
-        captured.seconds = time.perf_counter() - start
-        captured.trace_seconds = trace_seconds
+        captured = finished(program)
         captured.decomposition_seconds = decomposition_seconds
         captured.decomposed = sorted(before - after)
-        captured.shape_fixes = shape_fixes
-        captured.assumptions = [str(assumption) for assumption in assumptions]
-        captured.assertion_lines = assertion_lines
-        captured.branch_decisions = decisions
-        captured.size_one_verdicts = size_one_verdicts
-        captured.pending_warning = pending_warning
         captured.decomposition = DecompositionRecord("full", reason)
         return captured
 
@@ -814,24 +805,21 @@ def general_branch_at_size_one(
                     specs.append(asked.get((id(example), dim)))
                 elif expression is not None and str(symbol) in map(str, expression.free_symbols):
                     comparable = False  # a derived dim: no slicing gives its value at size 1
-        if comparable and sliced and not valueless:
+        if comparable and sliced:
             at_one_args, at_one_kwargs = pytree.tree_map(
                 lambda value, sliced=sliced: sliced.get(id(value), value), (tuple(args), dict(kwargs))
             )
-            # the extra eager run leaves the user's model as it was: a module in training mode updates its buffers
-            # (BatchNorm's running statistics), and dropout draws from the global generator
-            buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
-            with torch.random.fork_rng(devices=[]):
-                same = _serves_the_example(program, model, at_one_args, at_one_kwargs)
-            with torch.no_grad():
-                for name, buffer in model.named_buffers():
-                    if name in buffers and buffer.shape == buffers[name].shape:
-                        buffer.copy_(buffers[name])
-        elif comparable and sliced:  # not comparable by values: the special branch is captured (an If joins it)
-            same = False
-            at_one_args, at_one_kwargs = pytree.tree_map(
-                lambda value, sliced=sliced: sliced.get(id(value), value), (tuple(args), dict(kwargs))
-            )
+            same = False  # not comparable by values: the special branch is captured (an If joins it)
+            if not valueless:
+                # the extra eager run leaves the user's model as it was: a module in training mode updates its
+                # buffers (BatchNorm's running statistics), and dropout draws from the global generator
+                buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+                with torch.random.fork_rng(devices=[]):
+                    same = _serves_the_example(program, model, at_one_args, at_one_kwargs)
+                with torch.no_grad():
+                    for name, buffer in model.named_buffers():
+                        if name in buffers and buffer.shape == buffers[name].shape:
+                            buffer.copy_(buffers[name])
         else:
             same, at_one_args, at_one_kwargs = False, None, None
         verdict = SizeOneVerdict(same, str(symbol), time.perf_counter() - started)
@@ -1011,6 +999,18 @@ def register_library_pytrees(model: torch.nn.Module) -> None:
         register_cache_pytrees_for_model(model)
 
 
+def _forward_arguments(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> Mapping[str, Any] | None:
+    """`forward`'s arguments by name, where a dict `dynamic_shapes` is to be read against them; else None."""
+    if not isinstance(dynamic_shapes, Mapping) or not isinstance(model, torch.nn.Module):
+        return None
+    try:
+        return inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return None
+
+
 def cache_shapes_in_registered_layout(
     model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
 ) -> Any:
@@ -1019,11 +1019,8 @@ def cache_shapes_in_registered_layout(
     layers in one flat list: keys, values... per layer), which fx2onnx makes, and its executorch helper's
     (``[[keys...], [values...]]``). Either layout is accepted and rewritten to the registered one (by tensor); any
     other is refused naming the layout expected (torch.export said "Node arity mismatch")."""
-    if not isinstance(dynamic_shapes, Mapping) or not isinstance(model, torch.nn.Module):
-        return dynamic_shapes
-    try:
-        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
-    except (TypeError, ValueError):
+    bound = _forward_arguments(model, args, kwargs, dynamic_shapes)
+    if bound is None:
         return dynamic_shapes
     adapted = dict(dynamic_shapes)
     for name, shapes in dynamic_shapes.items():
@@ -1080,11 +1077,8 @@ def _exporter_layout_leaves(cache: Any) -> list[Any] | None:
 
 def complete_dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> Any:
     """torch.export wants a key for every argument in a dict `dynamic_shapes`; the rest are static."""
-    if not isinstance(dynamic_shapes, Mapping) or not isinstance(model, torch.nn.Module):
-        return dynamic_shapes
-    try:
-        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
-    except (TypeError, ValueError):
+    bound = _forward_arguments(model, args, kwargs, dynamic_shapes)
+    if bound is None:
         return dynamic_shapes
     if not set(dynamic_shapes) <= set(bound):
         return dynamic_shapes  # let torch.export name the unknown keys in its error
