@@ -556,10 +556,12 @@ def verify_whole_history(program: Any, model: torch.nn.Module, batch: int, past:
 def cache_dynamic_shapes(model: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Dynamic batch and past length for a decoding step: named dims as optimum's exports name them; a
     sliding-window layer's cache holds the whole history in the exported graph (transformers' exporter
-    contract), so every layer's past is the same dim."""
+    contract), so every layer's past is the same dim. The attention mask covers the past and the new token:
+    ``past + 1``, the relation torch.export suggests for a mask length given as a dim of its own (and infers for
+    transformers' exporter, whose dims are Dim.AUTO); OPT's positions (the mask's cumsum after the past) need it."""
     batch = torch.export.Dim("batch", min=1, max=64)
     past = torch.export.Dim("past_sequence", min=1, max=64)
-    total = torch.export.Dim("total_sequence", min=2, max=65)
+    total = past + 1
     name = cache_argument(model)
     cache = kwargs[name]
     by_tensor: dict[int, dict[int, Any]] = {}

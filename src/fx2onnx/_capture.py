@@ -624,7 +624,7 @@ def _export_with_suggested_fixes(
     from torch.fx.experimental import _config as symbolic_config
 
     def run(shapes: Any) -> ExportedProgram:
-        with symbolic_config.patch(backed_size_oblivious=dynamic_shapes is not None):
+        with symbolic_config.patch(backed_size_oblivious=dynamic_shapes is not None), declared_dim_relations():
             return torch.export.export(
                 model,
                 args,
@@ -659,6 +659,56 @@ def _export_with_suggested_fixes(
             for fix in fixes
         ]
     return run(refined), fixes
+
+
+@contextlib.contextmanager
+def declared_dim_relations() -> Iterator[None]:
+    """The relations `dynamic_shapes` declares between input dims (one ``Dim`` on several inputs, a derived
+    ``Dim("past") + 1``) are known to the trace from its start, as replacements of its shape environment.
+
+    torch.export (non-strict) makes one symbol per input dim and checks the declared relations only after tracing
+    (``produce_guards``): a hinted trace learns ``mask = past + 1`` on the way, from a guard the example's sizes
+    decide (a slice's bounds), but a size-oblivious one never decides it, so expressions of both stay
+    unsimplified (OPT's query length ``Max(0, s53 - Min(s53, s84))`` instead of 1) and a Python branch on them
+    (transformers' SDPA ``is_causal = q_length > 1 and ...``) is left a SymBool. Each declared equation replaces
+    its symbol once the fake inputs exist, as the shape environment does for an equality the model's code
+    asserts; torch.export's check afterwards holds by construction, and the ONNX model checks the inputs' relations
+    at run time (the input checks, ``mask == past + 1 (as exported)``). Non-strict only (strict: Dynamo fakifies).
+    """
+    from torch.export import _trace
+
+    make_fake_inputs = _trace.make_fake_inputs
+
+    def with_relations(*args: Any, **kwargs: Any) -> Any:
+        made = make_fake_inputs(*args, **kwargs)
+        shape_env, equalities = made[0].shape_env, made[3]
+        symbol_of = {source.name: symbol for symbol, sources in shape_env.var_to_sources.items() for source in sources}
+        replaced: dict[sympy.Symbol, sympy.Expr] = {}
+
+        def resolved(symbol: sympy.Symbol) -> sympy.Expr:
+            while symbol in replaced and isinstance(replaced[symbol], sympy.Symbol):
+                symbol = replaced[symbol]
+            return symbol
+
+        def replace(symbol: sympy.Expr, target: sympy.Expr) -> None:
+            if isinstance(symbol, sympy.Symbol) and symbol != target and symbol not in target.free_symbols:
+                replaced[symbol] = target
+                shape_env._set_replacement(symbol, target, "declared by dynamic_shapes")
+
+        for first, second in equalities.source_pairs:  # one Dim on several inputs
+            if first.name in symbol_of and second.name in symbol_of:
+                replace(resolved(symbol_of[first.name]), resolved(symbol_of[second.name]))
+        for source, root, derive in equalities.derived_equalities:  # source = derive(root)
+            base = root if isinstance(root, sympy.Expr) else symbol_of.get(root.name)
+            if source.name in symbol_of and base is not None:
+                replace(resolved(symbol_of[source.name]), derive(resolved(base)))
+        return made
+
+    _trace.make_fake_inputs = with_relations
+    try:
+        yield
+    finally:
+        _trace.make_fake_inputs = make_fake_inputs
 
 
 def _pinned_at_example_one(
@@ -1283,7 +1333,9 @@ def static_dynamic_dims(
                 continue
             if not isinstance(size, torch.SymInt):
                 found.append(f"static (the model's code specializes it): {path} dim {index} = {size}")
-            elif not isinstance(size.node.expr, sympy.Symbol):  # tied to other dims: an expression of them
+            elif not isinstance(size.node.expr, sympy.Symbol) and not isinstance(
+                requested[(id(example), index)], torch.export.dynamic_shapes._DerivedDim
+            ):  # tied to other dims by the model's code (not by a derived Dim of `dynamic_shapes`): an expression
                 found.append(f"derived from other dims by the model's code: {path} dim {index} = {size.node.expr}")
     return found
 
