@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import fx2onnx
+from fx2onnx.errors import CaptureError
 
 from conftest import assert_exports_and_matches as check
 
@@ -64,6 +65,36 @@ def test_one_dim_on_several_inputs_is_one_symbol() -> None:
             dynamic_shapes=({0: batch, 2: past}, {0: batch, 1: past + 1}),
         )
     assert not [node for node in program.model.graph if "assumed by the model's code" in (node.name or "")]
+
+
+def test_an_independent_dim_gets_torchs_suggested_relation_with_a_warning() -> None:
+    """The mask length asked as a dim of its own: torch.export (hinted) refuses it and suggests ``mask = past + 1``;
+    the size-oblivious trace failed before it got there (the SymBool). As for every suggested fix: applied, and
+    said once, in the fix's own words."""
+    batch, past = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("past", min=1, max=32)
+    mask = torch.export.Dim("mask", min=2, max=33)
+    with pytest.warns(UserWarning, match=r"suggested fix applied\): mask = past \+ 1") as caught:
+        program = check(
+            AttendFromMaskPositions().eval(),
+            step_inputs(2, 5),
+            dynamic_shapes=({0: batch, 2: past}, {0: batch, 1: mask}),
+            run_with=[(step_inputs(b, p), {}) for b, p in ((3, 9), (1, 1))],
+        )
+    assert not [w for w in caught if "derived from other dims" in str(w.message)]
+    assert [str(d) for d in program.model.graph.inputs[1].shape] == ["batch", "past + 1"]
+
+
+def test_an_error_no_relation_fixes_stays_the_error() -> None:
+    """A failure of the size-oblivious trace that the hinted one does not turn into suggested fixes is the export's
+    error, as before."""
+
+    class PassesASymBool(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            flag = x.shape[1] > 100 and True  # a SymBool for any dynamic size: no fix of dynamic_shapes helps
+            return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=flag)
+
+    with pytest.raises(CaptureError, match="must be bool, not SymBool"):
+        fx2onnx.export(PassesASymBool(), (torch.randn(1, 6, 4),), dynamic_shapes=({1: torch.export.Dim("n")},))
 
 
 transformers = pytest.importorskip("transformers")

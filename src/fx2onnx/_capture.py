@@ -636,7 +636,7 @@ def _export_with_suggested_fixes(
             )
 
     try:
-        return run(dynamic_shapes), []
+        return _run_or_hinted_fixes(run, model, args, kwargs, dynamic_shapes, strict=strict), []
     except torch._dynamo.exc.UserError as error:
         message = str(getattr(error, "msg", error))
         if dynamic_shapes is None or "Suggested fixes:" not in message:
@@ -659,6 +659,46 @@ def _export_with_suggested_fixes(
             for fix in fixes
         ]
     return run(refined), fixes
+
+
+def _run_or_hinted_fixes(
+    run: Callable[[Any], ExportedProgram],
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    *,
+    strict: bool,
+) -> ExportedProgram:
+    """``run(dynamic_shapes)``, the size-oblivious trace; where it fails otherwise than with torch.export's suggested
+    fixes (or on a data-dependent size, which other capture strategies take), the fixes a hinted trace suggests are
+    raised in its place, for the caller to apply: a relation the model's code needs between dims `dynamic_shapes`
+    gives independently (OPT's attention mask of ``past + 1``, asked as a dim of its own) is decided by a hinted
+    trace from the example's sizes, and refused with the fix ``total = past + 1``; the size-oblivious trace never
+    decides it, and failed further on (a Python test of ``p + 1 - p > 1`` left a SymBool). The failure stands where
+    the hinted trace suggests nothing. Costs one more trace, on the way to an error only."""
+    try:
+        return run(dynamic_shapes)
+    except Exception as error:
+        if dynamic_shapes is None or isinstance(error, torch._dynamo.exc.UserError):
+            raise
+        if capture_strategies.is_data_dependent(error):
+            raise
+        try:
+            torch.export.export(
+                model,
+                args,
+                kwargs,
+                dynamic_shapes=dynamic_shapes,
+                strict=strict,
+                prefer_deferred_runtime_asserts_over_guards=True,
+            )
+        except torch._dynamo.exc.UserError as hinted:
+            if "Suggested fixes:" in str(getattr(hinted, "msg", hinted)):
+                raise hinted from error
+        except Exception:
+            pass
+        raise
 
 
 @contextlib.contextmanager
@@ -1333,11 +1373,20 @@ def static_dynamic_dims(
                 continue
             if not isinstance(size, torch.SymInt):
                 found.append(f"static (the model's code specializes it): {path} dim {index} = {size}")
-            elif not isinstance(size.node.expr, sympy.Symbol) and not isinstance(
-                requested[(id(example), index)], torch.export.dynamic_shapes._DerivedDim
-            ):  # tied to other dims by the model's code (not by a derived Dim of `dynamic_shapes`): an expression
+            elif not isinstance(size.node.expr, sympy.Symbol) and not _declared_or_fixed(
+                requested[(id(example), index)], captured.shape_fixes
+            ):  # tied to other dims by the model's code: an expression of them
                 found.append(f"derived from other dims by the model's code: {path} dim {index} = {size.node.expr}")
     return found
+
+
+def _declared_or_fixed(spec: Any, shape_fixes: Sequence[str]) -> bool:
+    """Whether a dim's relation to others is `dynamic_shapes`' own (a derived ``Dim("past") + 1``) or one of
+    torch.export's suggested fixes applied (``total = past + 1``, said in its own line)."""
+    if isinstance(spec, torch.export.dynamic_shapes._DerivedDim):
+        return True
+    name = getattr(spec, "__name__", None)
+    return name is not None and any(fix.split(" = ")[0] == name for fix in shape_fixes)
 
 
 def _input_paths(in_spec: pytree.TreeSpec | None, count: int) -> list[str]:
