@@ -166,3 +166,22 @@ def test_exports_a_derived_dim_with_fx2onnx_export_directly() -> None:
         AttendFromMaskPositions().eval(), step_inputs(2, 5), dynamic_shapes=({2: past}, {1: past + 1})
     )
     assert [str(d) for d in program.model.graph.inputs[1].shape] == ["2", "past + 1"]
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [("n", r"L\['y'\].size\(\)\[0\] = 6 is not equal to"), ("n + 1", r"to be equal to n \+ 1, where n = 5, but got 7")],
+)
+def test_an_example_breaking_the_declared_relation_is_refused_by_torchs_check(second: str, message: str) -> None:
+    """The relation is made a fact of the trace only where the example holds it; otherwise torch.export's own check
+    names the inputs, as before."""
+
+    class Adds(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x.sum() + y.sum()
+
+    n = torch.export.Dim("n", max=40)
+    shapes = ({0: n}, {0: n if second == "n" else n + 1})
+    y = torch.randn(6 if second == "n" else 7)  # neither n nor n + 1
+    with pytest.raises(CaptureError, match=message):
+        fx2onnx.export(Adds(), (torch.randn(5), y), dynamic_shapes=shapes)

@@ -731,9 +731,13 @@ def declared_dim_relations() -> Iterator[None]:
             return symbol
 
         def replace(symbol: sympy.Expr, target: sympy.Expr) -> None:
-            if isinstance(symbol, sympy.Symbol) and symbol != target and symbol not in target.free_symbols:
-                replaced[symbol] = target
-                shape_env._set_replacement(symbol, target, "declared by dynamic_shapes")
+            if not isinstance(symbol, sympy.Symbol) or symbol == target or symbol in target.free_symbols:
+                return
+            hints = shape_env.backed_var_to_val
+            if symbol not in hints or target.xreplace(hints) != hints[symbol]:
+                return  # an example that breaks the declared relation: torch.export's check names it
+            replaced[symbol] = target
+            shape_env._set_replacement(symbol, target, "declared by dynamic_shapes")
 
         for first, second in equalities.source_pairs:  # one Dim on several inputs
             if first.name in symbol_of and second.name in symbol_of:
