@@ -53,18 +53,26 @@ def test_derived_dim_is_known_to_the_trace() -> None:
     assert [str(d) for d in program.model.graph.outputs[0].shape] == ["batch", "1", "1", "8"]
 
 
+class AddsRows(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y  # the size-oblivious broadcast asserts the rows' equality
+
+
 def test_one_dim_on_several_inputs_is_one_symbol() -> None:
-    """`batch` on both inputs: the model's code asserting their equality is no assumption of its own (no warning,
-    no check node named for the model's line), the ONNX model checks the inputs' relation as exported."""
-    batch, past = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("past", min=1, max=32)
+    """`n` on both inputs: the model's code asserting their equality is no assumption of its own (it was: a
+    warning, a check node named for the model's line), the ONNX model checks the inputs' relation as exported."""
+    n = torch.export.Dim("n", min=1, max=16)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         program = check(
-            AttendFromMaskPositions().eval(),
-            step_inputs(2, 5),
-            dynamic_shapes=({0: batch, 2: past}, {0: batch, 1: past + 1}),
+            AddsRows(),
+            (torch.randn(3, 4), torch.randn(3, 4)),
+            dynamic_shapes=({0: n}, {0: n}),
+            run_with=[((torch.randn(b, 4), torch.randn(b, 4)), {}) for b in (1, 7)],
         )
     assert not [node for node in program.model.graph if "assumed by the model's code" in (node.name or "")]
+    assert [str(d) for d in program.model.graph.inputs[1].shape] == ["n", "4"]
+    assert any("input 'y' dim 0 == n (as exported)" in note for note in program.report.dynamic_dims)
 
 
 def test_an_independent_dim_gets_torchs_suggested_relation_with_a_warning() -> None:
