@@ -680,9 +680,8 @@ def _run_or_hinted_fixes(
     try:
         return run(dynamic_shapes)
     except Exception as error:
-        if dynamic_shapes is None or isinstance(error, torch._dynamo.exc.UserError):
-            raise
-        if capture_strategies.is_data_dependent(error):
+        own_fixes = isinstance(error, torch._dynamo.exc.UserError)  # torch.export's, suggested fixes or not
+        if dynamic_shapes is None or own_fixes or capture_strategies.is_data_dependent(error):
             raise
         try:
             torch.export.export(
@@ -697,8 +696,8 @@ def _run_or_hinted_fixes(
             if "Suggested fixes:" in str(getattr(hinted, "msg", hinted)):
                 raise hinted from error
         except Exception:
-            pass
-        raise
+            pass  # the hinted trace fails too, otherwise: the size-oblivious trace's error is the one to show
+        raise error
 
 
 @contextlib.contextmanager
