@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from typing import Any
 
 import onnx
 import onnxruntime
@@ -277,3 +280,21 @@ def test_intermediates_of_a_bfloat16_model_include_folded_constants() -> None:
     compared = {n.node: n for n in verification.intermediates if n.result is not None}
     assert "sin" in compared and compared["sin"].result.passed
     assert verification.first_mismatch is None
+
+
+def test_an_export_and_save_import_no_verification_modules(tmp_path: Any) -> None:
+    """What only `verify` needs (the intermediates' comparison, the rounding-noise judge) is imported when verifying,
+    not by a first export: a fresh process exports and saves without them, then verifies with both."""
+    script = (
+        "import sys, torch, fx2onnx\n"
+        "model, x = torch.nn.Linear(4, 3).eval(), torch.randn(2, 4)\n"
+        "program = fx2onnx.export(model, (x,))\n"
+        f"program.save({str(tmp_path / 'linear.onnx')!r})\n"
+        "deferred = ('fx2onnx._intermediates', 'fx2onnx._rounding_noise')\n"
+        "assert not [name for name in deferred if name in sys.modules], [n for n in deferred if n in sys.modules]\n"
+        "fx2onnx.export(torch.nn.Linear(4, 3).half().eval(), (x.half(),)).verify(x.half())\n"
+        "program.verify(x, intermediates=True)\n"
+        "assert all(name in sys.modules for name in deferred)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]

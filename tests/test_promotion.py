@@ -483,3 +483,52 @@ def test_a_stale_graph_modules_forward_runs_its_current_graph() -> None:
     assert _code_is_stale(graph_module)
     assert graph_module(torch.tensor(3), torch.tensor(4)).item() == 12
     assert not _code_is_stale(graph_module) and "mul" in graph_module.code
+
+
+def test_traced_conversions_are_kept_on_disk_per_torch_version(tmp_path: Any, monkeypatch: Any) -> None:
+    """What a trace of torch's decomposition found is read back from the cache file in a later process (here: the
+    in-memory cache emptied); another torch version reads another file, and a corrupt file is traced afresh and
+    written again."""
+    import torch.utils._pytree as pytree
+
+    from fx2onnx._passes import promotion_rules
+
+    monkeypatch.setenv("FX2ONNX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(promotion_rules, "_DISK", promotion_rules._DiskConversions())
+    monkeypatch.setattr(promotion_rules, "_CONVERSIONS_CACHE", {})
+    op, described = torch.ops.aten.sum.default, (("tensor", torch.bool, (3,)),)
+    spec = pytree.tree_flatten(((torch.ones(3),), {}))[1]
+
+    def conversions() -> dict[int, torch.dtype]:
+        promotion_rules._CONVERSIONS_CACHE.clear()  # as a new process
+        found = promotion_rules.traced_conversions(op, described, spec)
+        promotion_rules.save_conversions()
+        return found
+
+    assert conversions() == {0: torch.int64}  # sum(bool) counts in int64
+    path = promotion_rules.conversions_path()
+    assert path.exists() and str(torch.__version__) in path.name
+    # A stand-in answer in the file is what a later process gets: the file is read, not traced again.
+    path.write_text(path.read_text().replace('"int64"', '"int32"'))
+    promotion_rules._DISK.path = None
+    assert conversions() == {0: torch.int32}
+    # Another torch: another file, traced afresh.
+    monkeypatch.setattr(torch, "__version__", "0.0.0-other")
+    assert promotion_rules.conversions_path() != path
+    assert conversions() == {0: torch.int64}
+    monkeypatch.undo()
+    monkeypatch.setenv("FX2ONNX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(promotion_rules, "_DISK", promotion_rules._DiskConversions())
+    monkeypatch.setattr(promotion_rules, "_CONVERSIONS_CACHE", {})
+    # A corrupt file (a crash mid-write elsewhere, a disk error): ignored, traced, and replaced by a valid one.
+    path.unlink()  # the stand-in answer
+    promotion_rules._DISK.path = None
+    assert conversions() == {0: torch.int64}
+    valid = path.read_text()
+    for corrupt in ("{not json", "[]", valid.replace('"int64"', '"Tensor"'), valid.replace("[\n0,", '[\n"x",')):
+        path.write_text(corrupt)
+        promotion_rules._DISK.path = None
+        assert conversions() == {0: torch.int64}
+    promotion_rules._DISK.path = None
+    assert conversions() == {0: torch.int64}
+    assert '"int64"' in path.read_text()

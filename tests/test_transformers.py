@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import subprocess
+import sys
+import textwrap
 import warnings
 from collections.abc import Callable
 
@@ -270,3 +273,36 @@ def test_mistral_sliding_window_step_is_right_in_onnx_runtime_at_every_history_l
     step, eager_cache = mistral_prefill(model, 10)
     with pytest.raises(fx2onnx.CaptureError, match=r"has seen 10 tokens but keeps only the last 3"):
         fx2onnx.export(model, (), {**step, name: eager_cache}, dynamic_shapes=dynamic_shapes)
+
+
+def test_pytrees_are_registered_only_for_a_model_that_meets_a_cache() -> None:
+    """In a fresh process: an encoder (BERT, whose config says use_cache=True but whose forward builds no cache)
+    exports without importing transformers' exporters (15-25 ms); a decoder that returns its cache then registers
+    the caches from the forward hook, in time for torch.export to flatten its outputs."""
+    script = textwrap.dedent(
+        """
+        import sys, warnings
+        warnings.filterwarnings("ignore")
+        import torch, transformers, fx2onnx
+        bert = transformers.BertModel(transformers.BertConfig(
+            num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2, vocab_size=100)).eval()
+        assert bert.config.use_cache and not bert.config.is_decoder
+        fx2onnx.export(bert, (torch.randint(0, 100, (1, 8)),))
+        assert "transformers.exporters" not in sys.modules, "an encoder's export imported transformers.exporters"
+        llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+            vocab_size=100, bos_token_id=0, eos_token_id=0)).eval()
+        ids = torch.randint(0, 100, (1, 6))
+        program = fx2onnx.export(llama, (ids,), kwargs={"use_cache": True})
+        assert "transformers.exporters" in sys.modules
+        eager = llama(ids, use_cache=True)
+        onnx_outputs = program(ids, use_cache=True)
+        layer = eager.past_key_values.layers[0]
+        for expected, actual in zip([eager.logits, layer.keys, layer.values], onnx_outputs):
+            torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+        print(len(onnx_outputs))
+        """
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.split()[-1] == "3"  # logits, the layer's keys and values

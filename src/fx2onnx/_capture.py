@@ -475,10 +475,11 @@ class TorchExportExtractor:
         decisions: list[capture_strategies.BranchDecision] = []
         pending_warning: tuple[list[capture_strategies.StrategyAttempt], list[str]] | None = None
         size_one_verdicts: dict[tuple[str, int], SizeOneVerdict] = {}
+        registration_seconds = [0.0]  # of library pytrees, in the tracer's time: not the tracer's
         if isinstance(model, ExportedProgram):
             program = model
         else:
-            register_library_pytrees(model)
+            pytrees_registered = register_library_pytrees_for_inputs(model, args, kwargs, strict=self.strict)
             refuse_windowed_caches(args, kwargs)  # its example would be traced wrong (see the stand-in)
             dynamic_shapes = torch_compat.axis_names_to_dims(dynamic_shapes)
             dynamic_shapes = complete_dynamic_shapes(model, args, kwargs, dynamic_shapes)
@@ -489,6 +490,7 @@ class TorchExportExtractor:
                     onnx_export_flag(),
                     library_stand_ins(stand_ins_used),
                     capture_strategies.deferred_assertion_lines(assertion_lines),
+                    library_pytrees_when_returned(model, registered=pytrees_registered, seconds=registration_seconds),
                 ):  # static: composite ops whose fake run is data-dependent
                     traced_at = time.perf_counter()
                     program, shape_fixes = capture_strategies.first_that_captures(
@@ -504,7 +506,7 @@ class TorchExportExtractor:
                         decisions=decisions,
                         special=special_branch,
                     )
-                    trace_seconds = time.perf_counter() - traced_at
+                    trace_seconds = time.perf_counter() - traced_at - registration_seconds[0]
             except Exception as error:
                 frame = user_frame(error)
                 raise CaptureError(
@@ -1090,6 +1092,54 @@ def register_library_pytrees(model: torch.nn.Module) -> None:
         except ImportError:  # older transformers: ModelOutput is a pytree already; caches stay unsupported
             return
         register_cache_pytrees_for_model(model)
+
+
+def register_library_pytrees_for_inputs(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, strict: bool
+) -> bool:
+    """:func:`register_library_pytrees` now where the inputs hold a cache, or for strict mode (dynamo would trace
+    :func:`library_pytrees_when_returned`'s hook); whether it did.
+
+    Importing transformers' exporters and registering takes 15-25 ms, which an encoder's export (BERT) paid for
+    nothing: a model given no cache is left to :func:`library_pytrees_when_returned`."""
+    if not type(model).__module__.startswith("transformers."):
+        return False
+    if strict or any(_is_cache(leaf) for leaf in pytree.tree_leaves((args, dict(kwargs)))):
+        register_library_pytrees(model)
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def library_pytrees_when_returned(model: Any, *, registered: bool, seconds: list[float]) -> Iterator[None]:
+    """Register a transformers model's pytrees when its forward returns a cache (``use_cache``: whether it builds
+    one is its code's decision, not its config's; BERT's config says True), from a forward hook, which runs before
+    torch.export flattens the outputs. The registration's time is added to `seconds`, so that the capture does not
+    count it as the tracer's."""
+    if registered or not isinstance(model, torch.nn.Module) or not type(model).__module__.startswith("transformers."):
+        yield
+        return
+
+    def register_if_cache(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+        if any(_is_cache(leaf) for leaf in pytree.tree_leaves(output)):
+            started = time.perf_counter()
+            register_library_pytrees(model)
+            seconds[0] += time.perf_counter() - started
+
+    handle = model.register_forward_hook(register_if_cache)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _is_cache(value: Any) -> bool:
+    """transformers' rule for a cache (unregistered, so a pytree leaf): a ``Cache`` subclass, or a model's own class
+    named ``...Cache``."""
+    kind = type(value)
+    return kind.__name__.endswith("Cache") or any(
+        base.__name__ == "Cache" and base.__module__.startswith("transformers.") for base in kind.__mro__
+    )
 
 
 def _forward_arguments(

@@ -14,10 +14,11 @@ import onnx_ir as ir
 import torch
 
 from fx2onnx import _dtypes as dtypes
-from fx2onnx import _rounding_noise as rounding_noise
 
 if TYPE_CHECKING:
     import onnxruntime
+
+    from fx2onnx import _rounding_noise as rounding_noise  # imported by verify, when it judges rounding noise
 
 import collections
 import inspect

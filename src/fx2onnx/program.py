@@ -17,12 +17,10 @@ import torch.utils._pytree as pytree
 
 from fx2onnx import _complex_layout as complex_layout
 from fx2onnx import _dtypes as dtypes
-from fx2onnx import _rounding_noise as rounding_noise
 from fx2onnx import _safe_save as safe_save
 from fx2onnx import _streaming as streaming
 from fx2onnx import _weights as checkpoint_weights
 from fx2onnx._capture import EXPORT_LOCK, SPARSE_PART, SPARSE_PARTS, flatten_inputs, sparse_part
-from fx2onnx._intermediates import verify_with_intermediates
 from fx2onnx._verification import (
     TOLERANCES,
     OutputVerification,
@@ -268,6 +266,8 @@ class ONNXProgram:
         report records it.
         """
         if intermediates:
+            from fx2onnx._intermediates import verify_with_intermediates  # only here: an export needs none of it
+
             return verify_with_intermediates(self, args, kwargs, rtol=rtol, atol=atol)
         # Eager may update its inputs (a KV cache appends this step's keys): it gets its own copy, so that ONNX
         # Runtime, and the caller, see the inputs as they were given.
@@ -320,6 +320,8 @@ class ONNXProgram:
     ) -> None:
         """Outputs in float16/bfloat16 beyond the fixed tolerance pass if no farther from the float32 result
         than eager's own (deep low-precision models drift apart by rounding alone)."""
+        from fx2onnx import _rounding_noise as rounding_noise  # only here: an export needs none of it
+
         low_precision = rounding_noise.LOW_PRECISION
         failed = [
             i

@@ -41,6 +41,7 @@ from fx2onnx._passes.promotion_rules import (
     ElementwiseRule,
     decomposition,
     elementwise_rule,
+    save_conversions,
     traced_conversions,
 )
 from fx2onnx._records import schema_arguments
@@ -104,6 +105,7 @@ def _promote_types(graph_module: torch.fx.GraphModule, constants: Mapping[torch.
         if changed:
             node.args, node.kwargs = pytree.tree_unflatten(leaves, spec)
             graph_changed = True
+    save_conversions()
     if graph_changed:
         _erase_unused_copies(graph)
         graph.lint()

@@ -18,11 +18,8 @@ import collections
 import contextlib
 import functools
 import importlib.util
-import json
-import os
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,6 +28,7 @@ from typing import Any
 import onnx
 import onnx.defs
 
+from fx2onnx import _cache_files as cache_files
 from fx2onnx._records import BASE_OPSET
 from fx2onnx.legalize import probes, schemas
 
@@ -207,12 +205,7 @@ def newest_opset() -> int:
 
 
 # --- cache ----------------------------------------------------------------------------------------------
-def cache_dir() -> Path:
-    explicit = os.environ.get("FX2ONNX_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fx2onnx"
+cache_dir = cache_files.cache_dir
 
 
 def table_path() -> Path:
@@ -253,22 +246,12 @@ def load_onnxruntime_cpu(*, regenerate: bool = False) -> KernelTable:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+    return cache_files.read_json(path, FORMAT)
 
 
 def _write(path: Path, data: Mapping[str, Any]) -> None:
     """Atomic write; a cache that cannot be written only costs regeneration next time."""
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".types-", dir=path.parent)
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(data, stream, indent=0, sort_keys=True)
-        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide the cache from other users of a shared one
-        os.replace(temporary, path)
+    cache_files.write_json(path, data)
 
 
 # --- checking the table against sessions --------------------------------------------------------------
