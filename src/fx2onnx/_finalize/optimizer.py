@@ -32,7 +32,6 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
@@ -111,8 +110,7 @@ def _number_constants_as_tensors(graph: ir.Graph) -> None:
 
     Constant folding, and the rewrite pass before it starts, read every Constant's tensor again, and made a new
     numpy array and ``ir.Tensor`` from such an attribute each time (~10% of the optimizer's time on GPT-2); the
-    lifting of Constants to initializers made one more. A ``value`` attribute's tensor is read as it is. The tensor
-    emit made when it recorded the Constant (its output's ``const_value``) is reused.
+    lifting of Constants to initializers made one more. A ``value`` attribute's tensor is read as it is.
     """
     for node in graph:
         if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attributes) != 1:
@@ -123,14 +121,6 @@ def _number_constants_as_tensors(graph: ir.Graph) -> None:
         tensor = number_attribute_tensor(attribute)
         if tensor is None:
             continue  # a reference or a mistyped attribute: left as it is
-        emitted = node.outputs[0].const_value
-        if (
-            isinstance(emitted, ir.Tensor)
-            and emitted.dtype == tensor.dtype
-            and emitted.shape == tensor.shape
-            and np.array_equal(emitted.numpy(), tensor.numpy())
-        ):
-            tensor = emitted
         del node.attributes[name]
         node.attributes["value"] = ir.AttrTensor("value", tensor)
 
