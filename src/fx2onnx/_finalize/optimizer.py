@@ -11,12 +11,17 @@ The rewrite pass tries every rule on every node; most rules' patterns are rooted
 (``CastCast`` at a Cast), so here a node is only offered to the rules that can be rooted at its op
 type, in their order, before onnxscript's matcher, which costs ~40 us a try (three quarters of the
 optimizer's time on GPT-2 went to failed tries), and not to a rule whose pattern needs an input the node's is not
-(``ReshapeReshape`` needs a Reshape's output) or whose check fails at once (``_known_failing_checks``). Constant
-folding uses the types and shapes fx2onnx recorded while
-emitting instead of running ONNX shape inference again on every node. The inliner, which walks the whole graph,
-runs only when the model still has a function to inline. optimize_ir's fold/rewrite loop runs each pass again only
-when it may still change something, and removes unused nodes only where the rewrite pass has not just done it
-(``_FoldAndRewrite``). Constants are lifted to initializers without ``ir.tensor``'s slow checks (``_LiftConstants``).
+computed by (``ReshapeReshape`` needs a Reshape's output; Reshape(MatMul(Reshape)) a MatMul of a Reshape), whose
+pattern binds inputs the node has not or has too many of (``_pattern_arity``), or whose check fails at once
+(``_known_failing_checks``: the exact no-op rules at an Add or Mul of no scalar constant, tried at every Add and Mul
+of Whisper or T5 to fail). Constant folding uses the types and shapes fx2onnx recorded while emitting instead of
+running ONNX shape inference again on every node, and passes over the nodes it cannot change (``_fold_pass``).
+Constants of a number or list attribute (torchlib's shapes) hold their tensor as a ``value`` from the start, which
+folding and rewriting read without making a new array each time (``_number_constants_as_tensors``). The inliner,
+which walks the whole graph, runs only when the model still has a function to inline. optimize_ir's fold/rewrite
+loop runs each pass again only when it may still change something, and removes unused nodes only where the rewrite
+pass has not just done it (``_FoldAndRewrite``). Constants are lifted to initializers without ``ir.tensor``'s slow
+checks (``_LiftConstants``).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules.common import _redundant_scatter_nd, slice_split_rule
 
 from fx2onnx import _weights
-from fx2onnx._constant_arrays import number_attribute_tensor
+from fx2onnx._constant_arrays import constant_attribute_tensor, number_attribute_tensor
 
 
 def optimize(model: ir.Model, num_iterations: int = 2) -> None:
@@ -84,6 +89,7 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
         onnxscript.optimizer.optimize_ir(model)
         return
     rewrite = _Rewrite(_with_exact_scatter_nd(_with_exact_no_ops(rules)))
+    _number_constants_as_tensors(model.graph)
     passes = ir.passes.Sequential(
         _InlineIfAnyFunction(),
         _FoldAndRewrite(_FoldConstants(), rewrite, num_iterations),
@@ -98,15 +104,40 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
     passes(model)
 
 
+def _number_constants_as_tensors(graph: ir.Graph) -> None:
+    """Give each Constant of a number or list attribute (``value_ints``: torchlib's shapes, one per Reshape) its
+    tensor as a ``value`` attribute, the int64 or float32 tensor ONNX defines it as.
+
+    Constant folding, and the rewrite pass before it starts, read every Constant's tensor again, and made a new
+    numpy array and ``ir.Tensor`` from such an attribute each time (~10% of the optimizer's time on GPT-2); the
+    lifting of Constants to initializers made one more. A ``value`` attribute's tensor is read as it is.
+    """
+    for node in graph:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attributes) != 1:
+            continue
+        ((name, attribute),) = node.attributes.items()
+        if name not in _NUMBER_ATTRIBUTES:
+            continue
+        tensor = number_attribute_tensor(attribute)
+        if tensor is None:
+            continue  # a reference or a mistyped attribute: left as it is
+        del node.attributes[name]
+        node.attributes["value"] = ir.AttrTensor("value", tensor)
+
+
+_NUMBER_ATTRIBUTES = frozenset({"value_int", "value_ints", "value_float", "value_floats"})
+
+
 class _LiftConstants(common_passes.LiftConstantsToInitializersPass):
-    """onnx_ir's pass lifting every Constant to an initializer, with the tensor of a number or list attribute
-    made as ``ir.tensor`` makes it (an int64 or float32 array) but without its checks of what the value is
-    (runtime protocol checks, ~0.3 ms a call on Python 3.11: most of the pass's time on GPT-2)."""
+    """onnx_ir's pass lifting every Constant to an initializer, without ``ir.Attr.as_tensor``'s and ``ir.tensor``'s
+    checks of what the value is (runtime protocol checks, ~0.1-0.3 ms a call on Python 3.11: most of the pass's
+    time on GPT-2): a tensor attribute's tensor is taken as it is, a number or list attribute's tensor made as
+    ``ir.tensor`` makes it (an int64 or float32 array)."""
 
     def _constant_node_attribute_to_tensor(
         self, node: ir.Node, attr_name: str, attr_value: ir.Attr, initializer_name: str
     ) -> ir.TensorProtocol | None:
-        tensor = number_attribute_tensor(attr_value) if self.lift_all_constants else None
+        tensor = constant_attribute_tensor((attr_value,)) if self.lift_all_constants else None
         if tensor is None:
             return super()._constant_node_attribute_to_tensor(node, attr_name, attr_value, initializer_name)
         tensor.name = initializer_name
@@ -223,13 +254,24 @@ def _scalar_is(value: float) -> Any:
     return condition
 
 
+def _exact_no_op_rule(op_type: str, constant_at: int, value: float, name: str) -> pattern.RewriteRule:
+    def target(op: Any, x: ir.Value, c: ir.Value) -> ir.Value:
+        return getattr(op, op_type)(*((c, x) if constant_at == 0 else (x, c)))
+
+    rule = pattern.RewriteRule(target, _identity, _scalar_is(value), name=name)
+    _EXACT_NO_OP_CONSTANTS[id(rule)] = (constant_at, value)
+    return rule
+
+
+# id(rule) -> (position of the constant input, its value) of each exact no-op rule.
+_EXACT_NO_OP_CONSTANTS: dict[int, tuple[int, float]] = {}
 _EXACT_NO_OP_RULES = [
-    pattern.RewriteRule(lambda op, x, c: op.Add(x, c), _identity, _scalar_is(-0.0), name="AddExactZero"),
-    pattern.RewriteRule(lambda op, x, c: op.Add(c, x), _identity, _scalar_is(-0.0), name="ExactZeroAdd"),
-    pattern.RewriteRule(lambda op, x, c: op.Sub(x, c), _identity, _scalar_is(0.0), name="SubExactZero"),
-    pattern.RewriteRule(lambda op, x, c: op.Mul(x, c), _identity, _scalar_is(1.0), name="MulExactOne"),
-    pattern.RewriteRule(lambda op, x, c: op.Mul(c, x), _identity, _scalar_is(1.0), name="ExactOneMul"),
-    pattern.RewriteRule(lambda op, x, c: op.Div(x, c), _identity, _scalar_is(1.0), name="DivExactOne"),
+    _exact_no_op_rule("Add", 1, -0.0, "AddExactZero"),
+    _exact_no_op_rule("Add", 0, -0.0, "ExactZeroAdd"),
+    _exact_no_op_rule("Sub", 1, 0.0, "SubExactZero"),
+    _exact_no_op_rule("Mul", 1, 1.0, "MulExactOne"),
+    _exact_no_op_rule("Mul", 0, 1.0, "ExactOneMul"),
+    _exact_no_op_rule("Div", 1, 1.0, "DivExactOne"),
 ]
 
 
@@ -240,8 +282,63 @@ class _FoldConstants(ir.passes.InPlacePass):
         nodes = len(model.graph)
         _weights.fold_transposes(model)
         transposed = len(model.graph) != nodes
-        result = onnxscript.optimizer.fold_constants_ir(model, onnx_shape_inference=False)
+        fold = _fold_pass()
+        result = (
+            fold(model)
+            if fold is not None
+            else onnxscript.optimizer.fold_constants_ir(model, onnx_shape_inference=False)
+        )
         return ir.passes.PassResult(model, result.modified or transposed)
+
+
+def _fold_pass() -> ir.passes.PassBase | None:
+    """onnxscript's constant folding as ``fold_constants_ir(model, onnx_shape_inference=False)`` runs it, visiting
+    only the nodes it may change (None for another onnxscript, whose internals differ: then fold_constants_ir)."""
+    from onnxscript.optimizer import _constant_folding
+
+    evaluators = getattr(getattr(_constant_folding, "registry", None), "op_evaluators", None)
+    base = getattr(_constant_folding, "FoldConstantsPass", None)
+    if not isinstance(evaluators, dict) or base is None or not callable(getattr(base, "visit_node", None)):
+        return None
+
+    class FoldWhereItMay(base):  # type: ignore[misc, valid-type]
+        """The fold at a node (``process_node``) leaves it as it is when no input has a symbolic value (an equal
+        value, a shape: what the partial evaluators record), the op has no partial evaluator, and an input is not a
+        constant or is a graph input; nothing is then left to do there but visit its subgraphs. Such nodes (most of a
+        transformer's: MatMul, Softmax, LayerNormalization... of activations) are passed over. ~25 us a node."""
+
+        def visit_node(self, node: ir.Node, root: Any) -> None:
+            if node.op_type != "Constant" and (node.domain, node.op_type) not in evaluators:
+                symbolic = self._state.symbolic_value_map
+                foldable = True
+                for value in node.inputs:
+                    if value is None:
+                        continue
+                    if value in symbolic:
+                        break
+                    if value.const_value is None or value.is_graph_input():
+                        foldable = False
+                else:
+                    if not foldable and not any(
+                        attribute.type in _GRAPH_ATTRIBUTES for attribute in node.attributes.values()
+                    ):
+                        return
+            super().visit_node(node, root)
+
+    try:
+        fold = FoldWhereItMay(
+            shape_inference=False,
+            input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
+            output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
+        )
+    except (AttributeError, TypeError):
+        return None
+    if not hasattr(getattr(fold, "_state", None), "symbolic_value_map"):
+        return None
+    return fold
+
+
+_GRAPH_ATTRIBUTES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 
 
 class _Rewrite(ir.passes.InPlacePass):
@@ -338,9 +435,10 @@ class _RulesByRoot:
 
     onnxscript's rule set tries each rule on each node, in order, and applies the first that matches;
     this does the same, in the same order, without calling the rules that cannot match (60 rules x
-    1000 nodes of GPT-2 were 57,000 calls): those rooted at another op type, and those whose pattern needs an
+    1000 nodes of GPT-2 were 57,000 calls): those rooted at another op type, those whose pattern needs an
     input computed by an op type the node's input is not computed by (``ReshapeReshape`` at a Reshape of a
-    graph input). The attributes the rule set reads after a match (name,
+    graph input), those whose pattern binds an input the node lacks or takes fewer inputs than it has, and those
+    whose check fails at the node (``_known_failing_checks``). The attributes the rule set reads after a match (name,
     as_function, remove_nodes) are the matched rule's.
     """
 
@@ -352,6 +450,7 @@ class _RulesByRoot:
         for key in set().union(*(root for root in roots if root is not None)):
             self._by_root[key] = [rule for rule, root in zip(self.rules, roots) if root is None or key in root]
         self._producers = {id(rule): _pattern_producers(rule) for rule in self.rules}
+        self._arities = {id(rule): _pattern_arity(rule) for rule in self.rules}
         self._depths = {id(rule): _pattern_depth(rule) for rule in self.rules}
         known = [depth for depth in self._depths.values() if depth is not None]
         self.max_depth = max(known) if known and len(known) == len(self.rules) else None
@@ -399,6 +498,8 @@ class _RulesByRoot:
         """The rules that may match at `node`, in order."""
         domain = "" if node.domain == "ai.onnx" else node.domain
         for rule in self._by_root.get((domain, node.op_type), self._anywhere):
+            if not _arity_can_match(node, self._arities[id(rule)]):
+                continue
             if not _producers_can_match(node, self._producers[id(rule)]):
                 continue
             if id(rule) in self._checks_fail and self._checks_fail[id(rule)](node):
@@ -406,30 +507,77 @@ class _RulesByRoot:
             yield rule
 
 
-def _pattern_producers(rule: pattern.RewriteRule) -> tuple[tuple[int, str, str], ...]:
-    """(input position, domain, op type) of the root's inputs the pattern has computed by a given op.
+def _pattern_producers(rule: pattern.RewriteRule) -> tuple[tuple[tuple[int, ...], str, str], ...]:
+    """(input path, domain, op type) of each node the pattern has computing an input of the root, or of such a node.
 
-    onnxscript's matcher matches the root node's inputs by position, and an input pattern computed by a node
-    only a value computed by a node of that op type; patterns of several outputs (matched otherwise) give ().
+    onnxscript's matcher matches a node's inputs by position, and an input pattern computed by a node only a value
+    computed by a node of that op type, recursively: ``Reshape(MatMul(Reshape(a, s), b), c)`` needs the root's
+    input 0 computed by a MatMul, whose input 0 is computed by a Reshape (paths (0,) and (0, 0)). Parents come
+    before their children. Patterns of several outputs (matched otherwise) give ().
     """
     from onnxscript.rewriter import _pattern_ir
 
-    required = []
-    try:
-        outputs = rule._target_pattern.outputs
-        if len(outputs) != 1 or outputs[0].producer() is None:
-            return ()
-        for position, input_pattern in enumerate(outputs[0].producer().inputs):
+    required: list[tuple[tuple[int, ...], str, str]] = []
+
+    def walk(node_pattern: Any, path: tuple[int, ...], depth: int) -> None:
+        if depth > 8:
+            raise RecursionError("pattern too deep")
+        for position, input_pattern in enumerate(node_pattern.inputs):
             if not isinstance(input_pattern, _pattern_ir.NodeOutputPattern):
                 continue
             identifier = input_pattern.producer().op_identifier()
             if identifier is None or not isinstance(identifier[0], str) or not isinstance(identifier[1], str):
                 continue
             domain = "" if identifier[0] == "ai.onnx" else identifier[0]
-            required.append((position, domain, identifier[1]))
-    except (AttributeError, TypeError, ImportError):  # another onnxscript's internals: no filter
+            required.append(((*path, position), domain, identifier[1]))
+            walk(input_pattern.producer(), (*path, position), depth + 1)
+
+    try:
+        outputs = rule._target_pattern.outputs
+        if len(outputs) != 1 or outputs[0].producer() is None:
+            return ()
+        walk(outputs[0].producer(), (), 0)
+    except (AttributeError, TypeError, ImportError, RecursionError):  # another onnxscript's internals: no filter
         return ()
     return tuple(required)
+
+
+def _pattern_arity(rule: pattern.RewriteRule) -> tuple[tuple[int, ...], int | None]:
+    """(the input positions the root's pattern needs a value at, the most inputs it takes or None).
+
+    onnxscript's matcher fails a node of more inputs than its pattern's node unless that allows other inputs
+    (``SlicesSplit``'s Slices of four inputs at torchlib's Slices of five), and a missing or None input where the
+    pattern has a variable that cannot match None, a constant or a computed value (``RemoveOptionalBiasFromGemm`` at
+    the Gemm without bias it made). For a pattern of several outputs, only the most inputs any of its nodes takes.
+    """
+    from onnxscript.rewriter import _pattern_ir
+
+    try:
+        outputs = rule._target_pattern.outputs
+        nodes = [output.producer() for output in outputs]
+        if not nodes or any(node is None for node in nodes):
+            return (), None
+        most = None if any(node.allow_other_inputs for node in nodes) else max(len(node.inputs) for node in nodes)
+        if len(nodes) != 1:
+            return (), most
+        needed = []
+        for position, input_pattern in enumerate(nodes[0].inputs):
+            kind = type(input_pattern)
+            if kind in (_pattern_ir.NodeOutputPattern, _pattern_ir.Constant) or (
+                kind is _pattern_ir.Var and not input_pattern.can_match_none
+            ):
+                needed.append(position)
+        return tuple(needed), most
+    except (AttributeError, TypeError, ImportError):  # another onnxscript's internals: no filter
+        return (), None
+
+
+def _arity_can_match(node: ir.Node, arity: tuple[tuple[int, ...], int | None]) -> bool:
+    needed, most = arity
+    inputs = node.inputs
+    if most is not None and len(inputs) > most:
+        return False
+    return all(position < len(inputs) and inputs[position] is not None for position in needed)
 
 
 def _pattern_depth(rule: pattern.RewriteRule) -> int | None:
@@ -454,14 +602,16 @@ def _pattern_depth(rule: pattern.RewriteRule) -> int | None:
         return None
 
 
-def _producers_can_match(node: ir.Node, required: tuple[tuple[int, str, str], ...]) -> bool:
-    inputs = node.inputs
-    for position, domain, op_type in required:
-        value = inputs[position] if position < len(inputs) else None
-        producer = value.producer() if value is not None else None
-        if producer is None or producer.op_type != op_type:
-            return False  # onnxscript's matcher fails there too
-        if ("" if producer.domain == "ai.onnx" else producer.domain) != domain:
+def _producers_can_match(node: ir.Node, required: tuple[tuple[tuple[int, ...], str, str], ...]) -> bool:
+    for path, domain, op_type in required:
+        producer: ir.Node | None = node
+        for position in path:
+            inputs = producer.inputs  # type: ignore[union-attr]
+            value = inputs[position] if position < len(inputs) else None
+            producer = value.producer() if value is not None else None
+            if producer is None:
+                return False  # onnxscript's matcher fails there too
+        if producer.op_type != op_type or ("" if producer.domain == "ai.onnx" else producer.domain) != domain:  # type: ignore[union-attr]
             return False
     return True
 
@@ -488,6 +638,11 @@ def _known_failing_checks() -> dict[int, Callable[[ir.Node], bool]]:
         begin = _constant_list(node.inputs[1] if len(node.inputs) > 1 else None)
         if begin != [0]:
             return True
+        # Both Slices' axes must be one constant axis, the last of their input (of known rank).
+        axes = _constant_list(node.inputs[3] if len(node.inputs) > 3 else None)
+        rank = len(node.inputs[0].shape) if node.inputs[0] is not None and node.inputs[0].shape is not None else None
+        if rank is None or axes is None or len(axes) != 1 or axes[0] not in (-1, rank - 1):
+            return True
         source = node.inputs[0]
         if source is None:
             return True
@@ -495,10 +650,64 @@ def _known_failing_checks() -> dict[int, Callable[[ir.Node], bool]]:
             return False
         return _constant_list(node.inputs[2] if len(node.inputs) > 2 else None) != [0]
 
-    return {
+    def identity_permutation_fails(node: ir.Node) -> bool:
+        # TransposeIdentity's check fails for a perm (of ints, not a reference) that is not the identity.
+        perm = node.attributes.get("perm")
+        if perm is None or perm.is_ref() or perm.type != ir.AttributeType.INTS:
+            return False  # left to the matcher and the check
+        ints = tuple(perm.as_ints())
+        return ints != tuple(range(len(ints)))
+
+    def exact_no_op_fails(constant_at: int, value: float) -> Callable[[ir.Node], bool]:
+        # The exact no-op rules' condition (_scalar_is), read at the node: their pattern binds its two inputs.
+        condition = _scalar_is(value)
+
+        def fails(node: ir.Node) -> bool:
+            if len(node.inputs) != 2 or node.inputs[constant_at] is None:
+                return False  # left to the matcher
+            x, c = node.inputs[1 - constant_at], node.inputs[constant_at]
+            return not condition(None, x=x, c=c)
+
+        return fails
+
+    checks: dict[int, Callable[[ir.Node], bool]] = {
         id(materialize_reshape_shape_rule): reshape_to_a_constant_shape,
         id(slice_split_rule): no_second_slice,
     }
+    try:
+        from onnxscript.rewriter.rules.common._basic_rules import no_op_transpose_rule
+    except ImportError:  # another onnxscript
+        pass
+    else:
+        checks[id(no_op_transpose_rule)] = identity_permutation_fails
+    try:
+        from onnxscript.rewriter import _ir_utils
+        from onnxscript.rewriter.rules.common._collapse_slices import collapse_slice2_rule, collapse_slice_rule
+    except ImportError:  # another onnxscript
+        pass
+    else:
+
+        def slice_from_zero_fails(node: ir.Node) -> bool:
+            # The first collapse rule needs constant starts, ends, axes and steps, one each, starts 0 and steps 1.
+            constants = [value.const_value if value is not None else None for value in node.inputs[1:5]]
+            if len(constants) != 4 or any(constant is None for constant in constants):
+                return True
+            try:
+                starts, steps = constants[0].numpy(), constants[3].numpy()  # type: ignore[union-attr]
+            except Exception:  # left to the check
+                return False
+            return starts.size != 1 or steps.size != 1 or starts.item() != 0 or steps.item() != 1
+
+        def slice_of_another_shape_fails(node: ir.Node) -> bool:
+            # The second collapse rule needs the Slice's output of its input's (known) shape.
+            data = node.inputs[0] if node.inputs else None
+            return data is None or not _ir_utils.same_shape(data.shape, node.outputs[0].shape)
+
+        checks[id(collapse_slice_rule)] = slice_from_zero_fails
+        checks[id(collapse_slice2_rule)] = slice_of_another_shape_fails
+    for rule_id, (constant_at, value) in _EXACT_NO_OP_CONSTANTS.items():
+        checks[rule_id] = exact_no_op_fails(constant_at, value)
+    return checks
 
 
 def _constant_list(value: ir.Value | None) -> list[Any] | None:
