@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fx2onnx
+from fx2onnx import _branch_join as branch_join
 from fx2onnx.errors import CaptureError
 
 
@@ -314,9 +315,11 @@ def test_two_branches_on_values_fail_naming_the_line() -> None:
 
 
 @pytest.mark.parametrize("layers", [2, 3])
-def test_a_branch_on_a_value_in_each_layer_joins_an_if_per_layer(check, layers: int) -> None:
-    """k questions, k + 1 captures: every combination of answers matches eager, with inf, -inf and NaN spikes at
-    float16's extremes (60000 doubled overflows; the layer's linear of a clamped 65504 does not)."""
+def test_a_branch_on_a_value_in_each_layer_joins_an_if_per_layer(check, monkeypatch, layers: int) -> None:
+    """k questions, 2 captures (every answer flipped in the second): every combination of answers matches eager, with
+    inf, -inf and NaN spikes at float16's extremes (60000 doubled overflows; the layer's linear of a clamped 65504
+    does not)."""
+    special_captures = _counting_special_captures(monkeypatch)
     torch.manual_seed(0)
     model = ClampedLayers(layers).half()
     hidden = torch.randn(3, 4, dtype=torch.float16)
@@ -333,9 +336,26 @@ def test_a_branch_on_a_value_in_each_layer_joins_an_if_per_layer(check, layers: 
     if_nodes = [node for node in program.model.graph if node.op_type == "If"]
     assert len(if_nodes) == layers  # one per layer, each around its clamp: the layers' linears are not repeated
     assert sum(node.op_type == "Gemm" for node in program.model.graph) == layers
+    assert len(special_captures) == 1
 
 
-def test_three_different_branches_on_values_match_eager_in_every_combination(check) -> None:
+def _counting_special_captures(monkeypatch) -> list[object]:
+    """The special captures of the exports that follow (their decisions), counted."""
+    asked: list[object] = []
+    emit = branch_join.emit_special_branch
+
+    def counted(*args: object, **kwargs: object) -> object:
+        asked.append(args[3])
+        return emit(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(branch_join, "emit_special_branch", counted)
+    return asked
+
+
+def test_three_different_branches_on_values_match_eager_in_every_combination(check, monkeypatch) -> None:
+    """The third question's other side keeps x, which the first's also keeps: whether it is the x the first branch
+    left or the original only the capture of that branch alone says (one per branch then: 4 captures)."""
+    special_captures = _counting_special_captures(monkeypatch)
     x = torch.tensor([1.0, -2.0, 0.5])
     answers = {
         "a": (torch.tensor([0.5, 0.25, 1.0]), torch.tensor([-0.5, 0.25, -1.0])),
@@ -345,6 +365,7 @@ def test_three_different_branches_on_values_match_eager_in_every_combination(che
     examples = [((x, a, b, c), {}) for a, b, c in itertools.product(*answers.values())]
     examples.append(((x, torch.full((3,), float("inf")), torch.full((3,), float("nan")), -answers["c"][0]), {}))
     check(ThreeOtherQuestions(), examples[0][0], run_with=examples)
+    assert len(special_captures) == 4
     check(ThreeOtherQuestions(), examples[-2][0], run_with=examples)  # the other answers first
 
 

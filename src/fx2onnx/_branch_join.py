@@ -365,66 +365,160 @@ def _same_tensor_type(one: torch.fx.Node, other: torch.fx.Node) -> bool:
     )
 
 
-def _answer_region(
-    general_capture: capture_stage.CapturedGraph, special_capture: capture_stage.CapturedGraph
-) -> _AnswerRegion | str:
-    """The run of nodes that answering a branch on a value the other way replaces (:class:`_AnswerRegion`), or why
-    the two captures differ otherwise: nodes after the run that compute something else, a value read in place of
-    another whose dtype or shape differs (the rest of the graph was captured for one)."""
+def _answer_regions(
+    general_capture: capture_stage.CapturedGraph, special_capture: capture_stage.CapturedGraph, split: bool
+) -> list[_AnswerRegion] | str:
+    """The runs of nodes that answering branches on values the other way replaces (:class:`_AnswerRegion`), or why
+    the two captures differ otherwise: nodes after a run that compute something else, a value read in place of
+    another whose dtype or shape differs (the rest of the graph was captured for one). `split`: the special capture
+    answered every branch the other way, one run per branch, between its ``item()`` and the next; else one run."""
     general_nodes, special_nodes = _computed_nodes(general_capture.graph), _computed_nodes(special_capture.graph)
     mapping: dict[torch.fx.Node, torch.fx.Node] = _same_inputs(general_capture, special_capture)
-    general_before, special_before = set(mapping.values()), set(mapping)
-    start = 0
-    while start < min(len(general_nodes), len(special_nodes)) and _same_node(
-        special_nodes[start], general_nodes[start], mapping
-    ):
-        mapping[special_nodes[start]] = general_nodes[start]
-        start += 1
-
-    def signature(node: torch.fx.Node) -> tuple[Any, ...]:
-        return (node.op, node.target, len(node.args), tuple(node.kwargs))
-
-    tail = 0
-    while tail < min(len(general_nodes), len(special_nodes)) - start and signature(
-        general_nodes[-1 - tail]
-    ) == signature(special_nodes[-1 - tail]):
-        tail += 1
-    general_run = general_nodes[start : len(general_nodes) - tail]
-    special_run = special_nodes[start : len(special_nodes) - tail]
-    in_general_run, in_special_run = set(general_run), set(special_run)
-    general_before.update(general_nodes[:start])
-    special_before.update(special_nodes[:start])
+    general_mapped = set(mapping.values())
     paired: dict[torch.fx.Node, torch.fx.Node] = {}
     readers: dict[torch.fx.Node, set[torch.fx.Node]] = {}
-    for general_node, special_node in zip(
-        general_nodes[len(general_nodes) - tail :], special_nodes[len(special_nodes) - tail :]
-    ):
-        reads: list[tuple[Any, Any]] = []
+    chunks = [(0, len(general_nodes), 0, len(special_nodes))]
+    if split:
+        asked = torch.ops.aten._local_scalar_dense.default
+        general_ends = [index + 1 for index, node in enumerate(general_nodes) if node.target is asked]
+        special_ends = [index + 1 for index, node in enumerate(special_nodes) if node.target is asked]
+        if len(general_ends) != len(special_ends):
+            return "answered the other way, the branches ask another number of questions"
+        general_ends.append(len(general_nodes))
+        special_ends.append(len(special_nodes))
+        chunks = [
+            (general_start, general_end, special_start, special_end)
+            for general_start, general_end, special_start, special_end in zip(
+                [0, *general_ends[:-1]], general_ends, [0, *special_ends[:-1]], special_ends
+            )
+        ]
+
+    def accept(special_node: torch.fx.Node, general_node: torch.fx.Node) -> None:
+        mapping[special_node] = general_node
+        general_mapped.add(general_node)
+
+    def same_reads(special_node: torch.fx.Node, general_node: torch.fx.Node) -> list[tuple[Any, Any]] | None:
+        """The node's reads where each is the same node or a replaced one already paired, or None."""
+        if special_node.op != general_node.op or special_node.target != general_node.target:
+            return None
         if special_node.op == "get_attr":
-            if not _same_node(special_node, general_node, mapping):
-                return f"{general_node.name} is another constant on either side of the branch"
-            mapping[special_node] = general_node
-            continue
+            return [] if _same_node(special_node, general_node, mapping) else None
+        reads: list[tuple[Any, Any]] = []
         if not (
             _read_pairs(special_node.args, general_node.args, mapping, reads)
             and _read_pairs(special_node.kwargs, general_node.kwargs, mapping, reads)
         ):
-            return f"{general_node.name} computes something else after the branch on either side"
-        same = {general_read for general_read, special_read in reads if mapping.get(special_read) is general_read}
-        for general_read, special_read in reads:
-            if mapping.get(special_read) is general_read:
+            return None
+        if all(mapping.get(s) is g or paired.get(g) is s for g, s in reads):
+            return reads
+        return None
+
+    runs: list[tuple[list[torch.fx.Node], list[torch.fx.Node]]] = []
+    owner: dict[torch.fx.Node, int] = {}  # a node of a run -> its chunk (a later chunk may read a run's values)
+    chunk_pairs: list[list[torch.fx.Node]] = []
+    for general_start, general_end, special_start, special_end in chunks:
+        general_chunk = general_nodes[general_start:general_end]
+        special_chunk = special_nodes[special_start:special_end]
+        start = 0
+        while start < min(len(general_chunk), len(special_chunk)):
+            reads = same_reads(special_chunk[start], general_chunk[start])
+            if reads is None:
+                break
+            for general_read, special_read in reads:
+                if mapping.get(special_read) is not general_read:
+                    readers[general_read].add(general_chunk[start])
+            accept(special_chunk[start], general_chunk[start])
+            start += 1
+
+        def signature(node: torch.fx.Node) -> tuple[Any, ...]:
+            return (node.op, node.target, len(node.args), tuple(node.kwargs))
+
+        tail = 0
+        while tail < min(len(general_chunk), len(special_chunk)) - start and signature(
+            general_chunk[-1 - tail]
+        ) == signature(special_chunk[-1 - tail]):
+            tail += 1
+        general_run = general_chunk[start : len(general_chunk) - tail]
+        special_run = special_chunk[start : len(special_chunk) - tail]
+        owner.update((node, len(runs)) for node in [*general_run, *special_run])
+        runs.append((general_run, special_run))
+        chunk_pairs.append([])
+        for general_node, special_node in zip(
+            general_chunk[len(general_chunk) - tail :], special_chunk[len(special_chunk) - tail :]
+        ):
+            reads = []
+            if special_node.op == "get_attr":
+                if not _same_node(special_node, general_node, mapping):
+                    return f"{general_node.name} is another constant on either side of the branch"
+                accept(special_node, general_node)
                 continue
-            known_special = special_read in in_special_run or special_read in special_before
-            known_general = general_read in in_general_run or general_read in general_before
-            if not (known_special and known_general) or general_read in same:
-                return f"{general_node.name} reads other values on either side of the branch"
-            if paired.setdefault(general_read, special_read) is not special_read:
-                return f"{general_read.name} is replaced by two values"
-            if not _same_tensor_type(general_read, special_read):
-                return f"{general_read.name} has another dtype or shape on the other side of the branch"
-            readers.setdefault(general_read, set()).add(general_node)
-        mapping[special_node] = general_node
-    return _AnswerRegion(general_run, special_run, mapping, list(paired.items()), [readers[node] for node in paired])
+            if not (
+                _read_pairs(special_node.args, general_node.args, mapping, reads)
+                and _read_pairs(special_node.kwargs, general_node.kwargs, mapping, reads)
+            ):
+                return f"{general_node.name} computes something else after the branch on either side"
+            same = {general_read for general_read, special_read in reads if mapping.get(special_read) is general_read}
+            for general_read, special_read in reads:
+                if mapping.get(special_read) is general_read:
+                    continue
+                if general_read in same:
+                    return f"{general_node.name} reads both sides of a value the branch replaces"
+                if paired.get(general_read) is special_read:
+                    readers[general_read].add(general_node)
+                    continue
+                known_special = special_read in owner or special_read in mapping
+                known_general = general_read in owner or general_read in general_mapped
+                # the branch whose run computes the pair's value, or this one for two older values (not split)
+                owners = {owner[node] for node in (general_read, special_read) if node in owner}
+                if not owners and not split:
+                    owners = {len(runs) - 1}
+                if not (known_special and known_general) or len(owners) != 1:
+                    return f"{general_node.name} reads other values on either side of the branch"
+                if general_read in paired:
+                    return f"{general_read.name} is replaced by two values"
+                if not _same_tensor_type(general_read, special_read):
+                    return f"{general_read.name} has another dtype or shape on the other side of the branch"
+                paired[general_read] = special_read
+                readers[general_read] = {general_node}
+                chunk_pairs[owners.pop()].append(general_read)
+            accept(special_node, general_node)
+        if special_chunk and split and special_end != len(special_nodes) and special_chunk[-1] not in mapping:
+            return f"answered the other way, the branch changes how {general_chunk[-1].name} is computed"
+    # a later branch's own nodes read a value an earlier branch replaced as its replacement, as the nodes after it do
+    pair_owner = {node: index for index, pairs in enumerate(chunk_pairs) for node in pairs}
+    if split:
+        # a value the special capture computes before the branches (x), read in place of what several branches
+        # replace, or by a branch's own nodes after one replaced it: the original x, or x as that branch left it? Only
+        # the capture of that branch alone says (the caller's fallback)
+        kept: dict[torch.fx.Node, int] = {}
+        for general_read in pair_owner:
+            special_read = paired[general_read]
+            if special_read in mapping:
+                kept[special_read] = kept.get(special_read, 0) + 1
+        if any(count > 1 for count in kept.values()) or any(
+            read in kept for _, special_run in runs for node in special_run for read in node.all_input_nodes
+        ):
+            return "a value computed before the branches stands for what more than one branch leaves"
+    for index, (general_run, _) in enumerate(runs):
+        for node in general_run:
+            for read in node.all_input_nodes:
+                if pair_owner.get(read, index) < index and read in owner:  # computed by that branch: its If's
+                    readers[read].add(node)
+    regions = [
+        _AnswerRegion(
+            general_run,
+            special_run,
+            mapping,
+            [(node, paired[node]) for node in pairs],
+            [readers[node] for node in pairs],
+        )
+        for (general_run, special_run), pairs in zip(runs, chunk_pairs)
+    ]
+    if split:
+        first = regions.pop(0)
+        if first.general or first.special or first.pairs:
+            return "the two captures differ before the first branch"
+    return regions
 
 
 def _value_region(
@@ -434,8 +528,11 @@ def _value_region(
     region: _AnswerRegion,
     condition: Any,
     sources: Mapping[sympy.Symbol, tuple[Any, int | None]],
+    every_region: Sequence[_AnswerRegion],
 ) -> branches.QuestionRegion | str:
-    """:class:`_AnswerRegion` in the two emitted graphs (their nodes emitted for its FX nodes), or why not."""
+    """:class:`_AnswerRegion` in the two emitted graphs (their nodes emitted for its FX nodes), or why not. A value
+    of the special capture that a branch replaces (`every_region`'s pairs) is read as the general value it replaces
+    (``join_regions`` reads that branch's If in its place)."""
     import onnx_ir as ir
 
     general_names = {node.name for node in region.general}
@@ -454,6 +551,11 @@ def _value_region(
             if general_value.is_initializer() and graph.initializers.get(general_value.name) is not general_value:
                 continue  # a weight the general emission folded: read by name
             outer[special_value] = general_value
+    for other in every_region:
+        for general_node, special_node in other.pairs:
+            special_value, general_value = emitted.env.get(special_node), general_env.get(general_node)
+            if special_node not in region.mapping and isinstance(special_value, ir.Value):
+                outer.setdefault(special_value, general_value)
     pairs = []
     rewired, rewired_outputs = [], []
     for (general_node, special_node), readers in zip(region.pairs, region.readers):
@@ -492,6 +594,23 @@ def _value_region(
     )
 
 
+def _ambiguous_read(regions: Sequence[_AnswerRegion]) -> int | None:
+    """The branch whose own nodes read a value that an earlier branch replaces but computed before it (BART's ``h``
+    that the clamp replaces): the original, or as that branch left it? Neither capture says; None where none does.
+    (A value the earlier branch computes itself is only read as it left it: its If's output.)"""
+    kept: dict[torch.fx.Node, int] = {}
+    for index, region in enumerate(regions):
+        own = set(region.general)
+        kept.update((general_node, index) for general_node, _ in region.pairs if general_node not in own)
+    for index, region in enumerate(regions):
+        reads = [region.mapping.get(read) for node in region.special for read in node.all_input_nodes]
+        reads += [region.mapping.get(special_node) for _, special_node in region.pairs]
+        reads += [read for node in region.general for read in node.all_input_nodes]
+        if any(read is not None and kept.get(read, index) < index for read in reads):
+            return index
+    return None
+
+
 def _join_value_questions(
     model_ir: Any,
     captured: capture_stage.CapturedGraph,
@@ -499,20 +618,55 @@ def _join_value_questions(
     decisions: Sequence[capture_strategies.BranchDecision],
     emit_special: Callable[[capture_strategies.BranchDecision], tuple[capture_stage.CapturedGraph, Any]],
 ) -> tuple[capture_strategies.BranchDecision, str] | None:
-    """Several branches on values (BART's float16 clamp, asked once per encoder layer): one capture more per branch,
-    that one answered the other way, diffed against the general capture for the nodes its answer changes
-    (:func:`_answer_region`); an If per branch runs those nodes of the side its value asks (k + 1 captures for k
-    branches, not 2**k). Which answers each combination of the others gives is not captured: the answer of one must
-    change nothing but its region, which holds where each capture asks the others' questions alike. Returns the
-    branch that could not be joined and why, or None."""
-    regions: list[branches.QuestionRegion] = []
-    fx_regions: list[_AnswerRegion] = []
+    """Several branches on values (BART's float16 clamp, asked once per encoder layer): an If per branch runs the
+    nodes its answer changes (:func:`_answer_regions`), of the side its value asks; the rest of the graph is shared.
+
+    The regions come from one capture more, every branch answered the other way, diffed against the general one
+    between the branches' ``item()``; where that diff fails, from one capture per branch, that one answered the
+    other way (k + 1 captures for k branches; never 2**k). Which answers each combination gives is not captured:
+    the answer of one must change nothing but its region, which holds where each capture asks the others' questions
+    alike and the rest of its graph is the general one. Returns the branch that could not be joined and why, or
+    None."""
+    sources = []
     for decision in decisions:
         condition = decision.in_graph if decision.in_graph is not None else decision.condition
         symbols = sorted(condition.free_symbols, key=str)
-        sources = branches.size_sources(captured, emitter.env, symbols)
-        if len(sources) != len(symbols):
-            return decision, "no value of the graph holds " + ", ".join(str(s) for s in symbols if s not in sources)
+        found_sources = branches.size_sources(captured, emitter.env, symbols)
+        if len(found_sources) != len(symbols):
+            return decision, "no value of the graph holds " + ", ".join(
+                str(s) for s in symbols if s not in found_sources
+            )
+        sources.append((sympy.Not(condition) if decision.general else condition, found_sources))
+    lines = [decision.source_line for decision in decisions]
+    try:
+        special, emitted = emit_special(capture_strategies.every_value_flipped())
+    except Exception:  # each branch alone below, whose failure names it
+        pass
+    else:
+        asked = special.branch_decisions
+        if (
+            [inner.source_line for inner in asked] == lines
+            and all(inner.on_value and not inner.general for inner in asked)
+            and special.out_spec == captured.out_spec
+        ):
+            found = _answer_regions(captured, special, split=True)
+            if not isinstance(found, str) and len(found) == len(decisions) and _ambiguous_read(found) is None:
+                regions = []
+                for region, (side, found_sources) in zip(found, sources):
+                    made = _value_region(model_ir, emitter.env, emitted, region, side, found_sources, found)
+                    if isinstance(made, str):
+                        break
+                    regions.append(made)
+                else:
+                    try:
+                        branches.join_regions(model_ir, regions)
+                    except ValueError as error:
+                        return decisions[0], f"the regions of the branches cannot be separated: {error}"
+                    return None
+
+    regions = []
+    fx_regions: list[_AnswerRegion] = []
+    for decision, (side, found_sources) in zip(decisions, sources):
         try:
             special, emitted = emit_special(decision)
         except Exception as error:
@@ -524,18 +678,20 @@ def _join_value_questions(
             return decision, "answered the other way, the model asks other questions after it"
         if special.out_spec != captured.out_spec:
             return decision, "answered the other way, the model returns another structure of outputs"
-        found = _answer_region(captured, special)
+        found = _answer_regions(captured, special, split=False)
         if isinstance(found, str):
             return decision, f"the sides differ beyond a region whose values replace the general's: {found}"
-        fx_regions.append(found)
-        side = sympy.Not(condition) if decision.general else condition
-        region = _value_region(model_ir, emitter.env, emitted, found, side, sources)
-        if isinstance(region, str):
-            return decision, region
-        regions.append(region)
-    for decision, found in zip(decisions, fx_regions):
-        if any(set(found.general) & set(other.general) for other in fx_regions if other is not found):
+        fx_regions.extend(found)
+        made = _value_region(model_ir, emitter.env, emitted, found[0], side, found_sources, found)
+        if isinstance(made, str):
+            return decision, made
+        regions.append(made)
+    for decision, region in zip(decisions, fx_regions):
+        if any(set(region.general) & set(other.general) for other in fx_regions if other is not region):
             return decision, "its region overlaps another branch's"
+    ambiguous = _ambiguous_read(fx_regions)
+    if ambiguous is not None:
+        return decisions[ambiguous], "its side reads a value an earlier branch replaces, the original or the new one"
     try:
         branches.join_regions(model_ir, regions)
     except ValueError as error:

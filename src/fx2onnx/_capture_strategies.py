@@ -115,6 +115,15 @@ class BranchDecision:
         return f"{self.condition} taken as {self.general} at {self.source_line}"
 
 
+# The ordinal of a special branch that flips every branch on a value (``every_value_flipped``), none of the others.
+EVERY_VALUE = -1
+
+
+def every_value_flipped() -> BranchDecision:
+    """The `special` of a capture with every branch on a value taken the other way (``x.sum() > 0`` as False)."""
+    return BranchDecision(sympy.true, True, "<every branch on a value>", EVERY_VALUE, on_value=True)
+
+
 @dataclasses.dataclass
 class StrategyAttempt:
     """One capture strategy tried, and why it failed (empty when it succeeded)."""
@@ -244,13 +253,14 @@ def size_oblivious_guards(
                         # export fails, naming the line, where it cannot join them). torch is told the side taken (a
                         # deferred assertion, which also keeps the value in the graph for the If's condition)
                         line, ordinal = _asking_line(), next_ordinal()
+                        every = special is not None and special.ordinal == EVERY_VALUE
                         flip = special is not None and ordinal == special.ordinal
-                        taken = not (flip and str(orig_expr) == str(special.condition))  # type: ignore[union-attr]
+                        taken = not (every or (flip and str(orig_expr) == str(special.condition)))  # type: ignore[union-attr]
                         self.guard_or_defer_runtime_assert(
                             orig_expr if taken else sympy.Not(orig_expr), f"fx2onnx: a side of {orig_expr}"
                         )
-                        if taken:
-                            decisions.append(BranchDecision(orig_expr, True, line, ordinal, on_value=True))
+                        if taken or every:  # the capture of every value flipped lists them, to compare
+                            decisions.append(BranchDecision(orig_expr, taken, line, ordinal, on_value=True))
                         assumptions.append(Assumption(str(orig_expr), str(taken), line, f"a value: {BOTH_BRANCHES}"))
                         return sympy.true if taken else sympy.false
                     assumptions.append(Assumption(str(orig_expr), f"{result} (the input is valid)", _asking_line()))

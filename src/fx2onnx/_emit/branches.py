@@ -427,6 +427,8 @@ def join_regions(general: ir.Model, regions: Sequence[QuestionRegion]) -> None:
                 node.replace_input_with(index, replaced.get(region.outer[value], region.outer[value]))
             elif value in special_graph.inputs:
                 node.replace_input_with(index, graph.inputs[special_graph.inputs.index(value)])
+            elif value.is_initializer() and graph.initializers.get(value.name) is value:
+                continue  # registered in the main graph by an earlier question's region
             elif value.is_initializer() and value.name in special_graph.initializers:
                 existing = graph.initializers.get(value.name)
                 if existing is not None and _same_data(existing, value):
@@ -438,10 +440,20 @@ def join_regions(general: ir.Model, regions: Sequence[QuestionRegion]) -> None:
             elif (
                 value.producer() is not None and value.producer().op_type == "Constant" and not value.producer().inputs
             ):
+                # a constant the special emission shared between nodes (of other regions too): a copy of its own
                 constant = value.producer()
-                if constant.graph is not None:
-                    constant.graph.remove(constant)
-                special_nodes.insert(0, constant)  # a constant the special emission shared: a copy of its own
+                copy = ir.Node(
+                    constant.domain,
+                    "Constant",
+                    [],
+                    attributes=[ir.Attr(a.name, a.type, a.value) for a in constant.attributes.values()],
+                    name=f"{constant.name}_copy_{len(special_nodes)}",
+                )
+                copy.outputs[0].name = f"{value.name}_copy_{len(special_nodes)}"
+                copy.outputs[0].dtype = value.dtype
+                copy.outputs[0].shape = ir.Shape(value.shape) if value.shape is not None else None
+                node.replace_input_with(index, copy.outputs[0])
+                special_nodes.insert(0, copy)
             elif value.producer() not in special_nodes:
                 raise ValueError(f"the other side of question {position} reads {value.name}, computed outside it")
         for inner in [node for node in special_nodes for node in [node, *_subgraph_nodes(node)]]:
