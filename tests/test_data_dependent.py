@@ -109,6 +109,18 @@ class ThreeOtherQuestions(torch.nn.Module):
         return torch.cat([x, y])
 
 
+class DecidesEarlyActsLate(torch.nn.Module):
+    """The first question's answer acts after the second question: its nodes follow the second's item()."""
+
+    def forward(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        shift = bool(a.sum() > 0)
+        if b.sum() > 0:
+            x = x * 2
+        if shift:
+            x = x + 1
+        return x
+
+
 class AnswerChangesAShape(torch.nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if x.sum() > 0:
@@ -336,7 +348,7 @@ def test_a_branch_on_a_value_in_each_layer_joins_an_if_per_layer(check, monkeypa
     if_nodes = [node for node in program.model.graph if node.op_type == "If"]
     assert len(if_nodes) == layers  # one per layer, each around its clamp: the layers' linears are not repeated
     assert sum(node.op_type == "Gemm" for node in program.model.graph) == layers
-    assert len(special_captures) == 1
+    assert len(special_captures) == 1 + (layers - 1).bit_length()  # every branch flipped; the bits of each's position
 
 
 def _counting_special_captures(monkeypatch) -> list[object]:
@@ -367,6 +379,16 @@ def test_three_different_branches_on_values_match_eager_in_every_combination(che
     check(ThreeOtherQuestions(), examples[0][0], run_with=examples)
     assert len(special_captures) == 4
     check(ThreeOtherQuestions(), examples[-2][0], run_with=examples)  # the other answers first
+
+
+def test_an_answer_acted_on_after_another_question_is_its_own(check, monkeypatch) -> None:
+    """Every branch flipped at once puts both effects after the second item(): the capture with the second alone
+    flipped shows that one of them is the first's, and one capture per branch is taken instead."""
+    special_captures = _counting_special_captures(monkeypatch)
+    x, yes, no = torch.tensor([1.0, -2.0]), torch.tensor([1.0, 0.5]), torch.tensor([-1.0, 0.5])
+    examples = [((x, a, b), {}) for a, b in itertools.product([yes, no], repeat=2)]
+    check(DecidesEarlyActsLate(), (x, yes, yes.clone()), run_with=examples)  # two inputs: not one aliased
+    assert len(special_captures) == 4  # every branch flipped, the second alone, then each alone
 
 
 def test_an_answer_that_changes_a_shape_fails_naming_the_line() -> None:

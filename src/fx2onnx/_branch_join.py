@@ -19,6 +19,7 @@ own warning (what it assumed) is held back until the join is decided (:func:`iss
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 import warnings
@@ -244,7 +245,8 @@ class _AnswerRegion:
 
 def _computed_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """The nodes that the outputs or a branch's condition (an ``item()``) read, in order, but the placeholders: not
-    the assertions that differ between the sides of a branch on a value (each side asserts its own)."""
+    the assertions that differ between the sides of a branch on a value (each side asserts its own), nor the
+    constants (``get_attr``: compared by their data where read, each capture numbers them its own way)."""
     stack = [
         node for node in graph.nodes if node.op == "output" or node.target is torch.ops.aten._local_scalar_dense.default
     ]
@@ -254,7 +256,7 @@ def _computed_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
         if node not in read:
             read.add(node)
             stack.extend(node.all_input_nodes)
-    return [node for node in graph.nodes if node in read and node.op != "placeholder"]
+    return [node for node in graph.nodes if node in read and node.op not in ("placeholder", "get_attr")]
 
 
 def _same_tensor(one: Any, other: Any) -> bool:
@@ -291,6 +293,8 @@ def _same_inputs(general: capture_stage.CapturedGraph, special: capture_stage.Ca
 
 
 def _same_argument(special: Any, general: Any, mapping: Mapping[torch.fx.Node, torch.fx.Node]) -> bool:
+    if _both_constants(special, general):
+        return _same_tensor(_attribute(special), _attribute(general))
     if isinstance(special, torch.fx.Node):
         return mapping.get(special) is general
     if isinstance(special, (list, tuple)):
@@ -323,6 +327,14 @@ def _same_node(special: torch.fx.Node, general: torch.fx.Node, mapping: Mapping[
     )
 
 
+def _both_constants(special: Any, general: Any) -> bool:
+    return (
+        isinstance(special, torch.fx.Node)
+        and isinstance(general, torch.fx.Node)
+        and special.op == general.op == "get_attr"
+    )
+
+
 def _attribute(node: torch.fx.Node) -> Any:
     owner: Any = node.graph.owning_module
     for part in str(node.target).split("."):
@@ -335,6 +347,8 @@ def _read_pairs(
 ) -> bool:
     """The arguments of a node after the region, on both sides: the same but for nodes; (general, special) of each
     node argument appended to `found`. False where they differ otherwise."""
+    if _both_constants(special, general):
+        return _same_tensor(_attribute(special), _attribute(general))
     if isinstance(special, torch.fx.Node):
         if not isinstance(general, torch.fx.Node):
             return False
@@ -611,6 +625,44 @@ def _ambiguous_read(regions: Sequence[_AnswerRegion]) -> int | None:
     return None
 
 
+def _each_region_its_own(
+    captured: capture_stage.CapturedGraph,
+    decisions: Sequence[capture_strategies.BranchDecision],
+    regions: Sequence[_AnswerRegion],
+    emit_special: Callable[[capture_strategies.BranchDecision], tuple[capture_stage.CapturedGraph, Any]],
+) -> bool:
+    """Whether each region of the capture with every branch flipped is its own branch's, not another's whose effect
+    the model computes later (``c = bool(a.sum() > 0)``, another branch, then ``if c:``): checked by ceil(log2 k)
+    captures more, the branches whose position has bit b set flipped in the b-th (any two branches differ in one),
+    where each region must be as found for a flipped branch and empty for another."""
+
+    def shape(region: _AnswerRegion) -> tuple[Any, ...]:
+        return (
+            [node.target for node in region.general],
+            [node.target for node in region.special],
+            len(region.pairs),
+        )
+
+    lines = [decision.source_line for decision in decisions]
+    for bit in range((len(decisions) - 1).bit_length()):
+        flipped = [(position >> bit) & 1 == 1 for position in range(len(decisions))]
+        ordinals = frozenset(decision.ordinal for decision, flip in zip(decisions, flipped) if flip)
+        try:
+            probe, _ = emit_special(capture_strategies.every_value_flipped(ordinals))
+        except Exception:
+            return False
+        asked = probe.branch_decisions
+        if [inner.source_line for inner in asked] != lines or [not inner.general for inner in asked] != flipped:
+            return False
+        found = _answer_regions(captured, probe, split=True)
+        if isinstance(found, str) or len(found) != len(regions):
+            return False
+        empty = ([], [], 0)
+        if any(shape(got) != (shape(region) if flip else empty) for got, region, flip in zip(found, regions, flipped)):
+            return False
+    return True
+
+
 def _join_value_questions(
     model_ir: Any,
     captured: capture_stage.CapturedGraph,
@@ -650,7 +702,12 @@ def _join_value_questions(
             and special.out_spec == captured.out_spec
         ):
             found = _answer_regions(captured, special, split=True)
-            if not isinstance(found, str) and len(found) == len(decisions) and _ambiguous_read(found) is None:
+            if (
+                not isinstance(found, str)
+                and len(found) == len(decisions)
+                and _ambiguous_read(found) is None
+                and _each_region_its_own(captured, decisions, found, emit_special)
+            ):
                 regions = []
                 for region, (side, found_sources) in zip(found, sources):
                     made = _value_region(model_ir, emitter.env, emitted, region, side, found_sources, found)
@@ -689,6 +746,19 @@ def _join_value_questions(
     for decision, region in zip(decisions, fx_regions):
         if any(set(region.general) & set(other.general) for other in fx_regions if other is not region):
             return decision, "its region overlaps another branch's"
+    # in the order the model computes the regions (a branch may act after a later one is asked): each reads the
+    # values an earlier one replaced from its If
+    position = {node: index for index, node in enumerate(captured.graph.nodes)}
+    order = sorted(
+        range(len(decisions)),
+        key=lambda index: min(
+            (position[node] for node in [*fx_regions[index].general, *itertools.chain(*fx_regions[index].readers)]),
+            default=len(position),
+        ),
+    )
+    decisions = [decisions[index] for index in order]
+    fx_regions = [fx_regions[index] for index in order]
+    regions = [regions[index] for index in order]
     ambiguous = _ambiguous_read(fx_regions)
     if ambiguous is not None:
         return decisions[ambiguous], "its side reads a value an earlier branch replaces, the original or the new one"
