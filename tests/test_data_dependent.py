@@ -3,12 +3,14 @@ none captures (fx2onnx._capture_strategies)."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import pytest
 import torch
 
 import fx2onnx
+from fx2onnx import _branch_join as branch_join
 from fx2onnx.errors import CaptureError
 
 
@@ -63,6 +65,69 @@ class ClampWhereNotFinite(torch.nn.Module):
             limit = torch.finfo(hidden.dtype).max - 1000
             hidden = torch.clamp(hidden, min=-limit, max=limit)
         return hidden
+
+
+class ClampedLayer(torch.nn.Module):
+    """A BART-like float16 layer: mixes a spike into the hidden states, clamps them where that overflowed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, hidden: torch.Tensor, spike: torch.Tensor) -> torch.Tensor:
+        hidden = self.linear(hidden) * 0.5 + spike * 2
+        if hidden.dtype == torch.float16 and not torch.isfinite(hidden).all():
+            limit = torch.finfo(hidden.dtype).max - 1000
+            hidden = torch.clamp(hidden, min=-limit, max=limit)
+        return hidden
+
+
+class ClampedLayers(torch.nn.Module):
+    """The same question asked once per layer (BART/Marian's float16 encoder): each layer's spike decides its own."""
+
+    def __init__(self, layers: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(ClampedLayer() for _ in range(layers))
+
+    def forward(self, hidden: torch.Tensor, spikes: torch.Tensor) -> torch.Tensor:
+        for index, layer in enumerate(self.layers):
+            hidden = layer(hidden, spikes[index])
+        return hidden
+
+
+class ThreeOtherQuestions(torch.nn.Module):
+    """Three different branches on values, each answered by its own input."""
+
+    def forward(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        if a.sum() > 0:
+            x = x + a.sin()
+        y = x * 2
+        if b.max() > 1:
+            y = torch.where(y > 0, y, -y) - b
+        if c.mean() < 0:
+            x = x * c.abs()  # read by the output below, in place of the x the first question left
+        return torch.cat([x, y])
+
+
+class DecidesEarlyActsLate(torch.nn.Module):
+    """The first question's answer acts after the second question: its nodes follow the second's item()."""
+
+    def forward(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        shift = bool(a.sum() > 0)
+        if b.sum() > 0:
+            x = x * 2
+        if shift:
+            x = x + 1
+        return x
+
+
+class AnswerChangesAShape(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            x = x[:2]
+        if y.sum() > 0:
+            y = y + 1
+        return x.sum() + y
 
 
 def _export_noting(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[fx2onnx.ONNXProgram, str]:
@@ -259,6 +324,79 @@ def test_two_branches_on_values_fail_naming_the_line() -> None:
     message = str(raised.value)
     assert "test_data_dependent.py" in message and "if x.sum() > 0 and x.mean() > 1" in message
     assert "2 data-dependent branches in the model" in message and "remedy:" in message
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_a_branch_on_a_value_in_each_layer_joins_an_if_per_layer(check, monkeypatch, layers: int) -> None:
+    """k questions, 2 captures (every answer flipped in the second): every combination of answers matches eager, with
+    inf, -inf and NaN spikes at float16's extremes (60000 doubled overflows; the layer's linear of a clamped 65504
+    does not)."""
+    special_captures = _counting_special_captures(monkeypatch)
+    torch.manual_seed(0)
+    model = ClampedLayers(layers).half()
+    hidden = torch.randn(3, 4, dtype=torch.float16)
+    calm = torch.randn(layers, 3, 4, dtype=torch.float16)
+    examples = []
+    for overflowing in itertools.product([False, True], repeat=layers):
+        for big in (60000.0, -65504.0, float("nan")):
+            spikes = calm.clone()
+            for index, overflows in enumerate(overflowing):
+                if overflows:
+                    spikes[index, index % 3, 1] = big
+            examples.append(((hidden, spikes), {}))
+    program = check(model, (hidden, calm), run_with=examples)
+    if_nodes = [node for node in program.model.graph if node.op_type == "If"]
+    assert len(if_nodes) == layers  # one per layer, each around its clamp: the layers' linears are not repeated
+    assert sum(node.op_type == "Gemm" for node in program.model.graph) == layers
+    assert len(special_captures) == 1 + (layers - 1).bit_length()  # every branch flipped; the bits of each's position
+
+
+def _counting_special_captures(monkeypatch) -> list[object]:
+    """The special captures of the exports that follow (their decisions), counted."""
+    asked: list[object] = []
+    emit = branch_join.emit_special_branch
+
+    def counted(*args: object, **kwargs: object) -> object:
+        asked.append(args[3])
+        return emit(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(branch_join, "emit_special_branch", counted)
+    return asked
+
+
+def test_three_different_branches_on_values_match_eager_in_every_combination(check, monkeypatch) -> None:
+    """The third question's other side keeps x, which the first's also keeps: whether it is the x the first branch
+    left or the original only the capture of that branch alone says (one per branch then: 4 captures)."""
+    special_captures = _counting_special_captures(monkeypatch)
+    x = torch.tensor([1.0, -2.0, 0.5])
+    answers = {
+        "a": (torch.tensor([0.5, 0.25, 1.0]), torch.tensor([-0.5, 0.25, -1.0])),
+        "b": (torch.tensor([3.0, 0.0, -1.0]), torch.tensor([0.5, 1.0, -1.0])),
+        "c": (torch.tensor([-3.0, 1.0, 0.0]), torch.tensor([3.0, -1.0, 0.0])),
+    }
+    examples = [((x, a, b, c), {}) for a, b, c in itertools.product(*answers.values())]
+    examples.append(((x, torch.full((3,), float("inf")), torch.full((3,), float("nan")), -answers["c"][0]), {}))
+    check(ThreeOtherQuestions(), examples[0][0], run_with=examples)
+    assert len(special_captures) == 4
+    check(ThreeOtherQuestions(), examples[-2][0], run_with=examples)  # the other answers first
+
+
+def test_an_answer_acted_on_after_another_question_is_its_own(check, monkeypatch) -> None:
+    """Every branch flipped at once puts both effects after the second item(): the capture with the second alone
+    flipped shows that one of them is the first's, and one capture per branch is taken instead."""
+    special_captures = _counting_special_captures(monkeypatch)
+    x, yes, no = torch.tensor([1.0, -2.0]), torch.tensor([1.0, 0.5]), torch.tensor([-1.0, 0.5])
+    examples = [((x, a, b), {}) for a, b in itertools.product([yes, no], repeat=2)]
+    check(DecidesEarlyActsLate(), (x, yes, yes.clone()), run_with=examples)  # two inputs: not one aliased
+    assert len(special_captures) == 4  # every branch flipped, the second alone, then each alone
+
+
+def test_an_answer_that_changes_a_shape_fails_naming_the_line() -> None:
+    with pytest.raises(CaptureError) as raised:
+        fx2onnx.export(AnswerChangesAShape(), (torch.ones(3), torch.ones(3)))
+    message = str(raised.value)
+    assert "if x.sum() > 0" in message and "2 data-dependent branches in the model" in message
+    assert "another dtype or shape" in message and "remedy:" in message
 
 
 class ValidatesItsInput(torch.nn.Module):

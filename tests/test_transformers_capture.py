@@ -78,3 +78,51 @@ def test_t5() -> None:
     assert_not_fully_decomposed(program)
     functionalized = {target for _, target in program.report.decomposition.functionalized}
     assert "aten::add_.Tensor" in functionalized
+
+
+def test_bart_float16_clamps_where_an_encoder_layer_overflows() -> None:
+    """BART's float16 encoder layer asks ``not torch.isfinite(hidden).all()`` once per layer: an If per layer around
+    its clamp. Token 5 overflows the second layer's output (its final LayerNorm scales the dim token 5 fills by 1e4),
+    not the first's: eager clamps there only, and its outputs are finite; without the clamp they would not be. (The
+    last layer: 1e4-sized activations through a later layer's attention round otherwise in float16 in ONNX Runtime
+    than in eager, whichever side the Ifs take.)"""
+    config = transformers.BartConfig(
+        vocab_size=99,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_position_embeddings=128,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.model.encoder.layers[1].final_layer_norm.weight[0] = 10000.0
+        model.model.shared.weight[5, 0] = 60.0
+    model = model.half()
+    decoder_ids = torch.tensor([[2, 7, 8]])
+    calm, spiked = torch.tensor([[7, 8, 9, 10, 11, 12]]), torch.tensor([[7, 5, 9, 10, 11, 12]])
+    overflowed: list[bool] = []
+    hooks = [
+        layer.final_layer_norm.register_forward_hook(lambda m, i, o: overflowed.append(not torch.isfinite(o).all()))
+        for layer in model.model.encoder.layers
+    ]
+    with torch.no_grad():
+        assert torch.isfinite(model(input_ids=spiked, decoder_input_ids=decoder_ids).logits).all()
+    for hook in hooks:
+        hook.remove()
+    assert overflowed == [False, True]
+    program = check(
+        model,
+        (),
+        {"input_ids": calm, "decoder_input_ids": decoder_ids},
+        run_with=[((), {"input_ids": ids, "decoder_input_ids": decoder_ids}) for ids in (calm, spiked)],
+    )
+    assert sum(node.op_type == "If" for node in program.model.graph) == 2

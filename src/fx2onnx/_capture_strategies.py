@@ -110,9 +110,21 @@ class BranchDecision:
     ordinal: int  # its position among the general-branch decisions of one trace (the special capture flips this one)
     on_value: bool = False  # a branch on a value (``if x.sum() > 0``), not on a size: no general branch to fall back to
     in_graph: Any = None  # `condition` over the final graph's symbols, where a retrace numbered them otherwise
+    # with the ordinal EVERY_VALUE: the ordinals of the branches on values taken the other way (None: all of them)
+    flipped: frozenset[int] | None = None
 
     def text(self) -> str:
         return f"{self.condition} taken as {self.general} at {self.source_line}"
+
+
+# The ordinal of a special branch that flips every branch on a value (``every_value_flipped``), none of the others.
+EVERY_VALUE = -1
+
+
+def every_value_flipped(ordinals: frozenset[int] | None = None) -> BranchDecision:
+    """The `special` of a capture with every branch on a value taken the other way (``x.sum() > 0`` as False), or
+    those of `ordinals` (the general capture's decisions' ordinals)."""
+    return BranchDecision(sympy.true, True, "<branches on values>", EVERY_VALUE, on_value=True, flipped=ordinals)
 
 
 @dataclasses.dataclass
@@ -244,13 +256,15 @@ def size_oblivious_guards(
                         # export fails, naming the line, where it cannot join them). torch is told the side taken (a
                         # deferred assertion, which also keeps the value in the graph for the If's condition)
                         line, ordinal = _asking_line(), next_ordinal()
+                        listed = special is not None and special.ordinal == EVERY_VALUE
+                        every = listed and (special.flipped is None or ordinal in special.flipped)  # type: ignore[union-attr]
                         flip = special is not None and ordinal == special.ordinal
-                        taken = not (flip and str(orig_expr) == str(special.condition))  # type: ignore[union-attr]
+                        taken = not (every or (flip and str(orig_expr) == str(special.condition)))  # type: ignore[union-attr]
                         self.guard_or_defer_runtime_assert(
                             orig_expr if taken else sympy.Not(orig_expr), f"fx2onnx: a side of {orig_expr}"
                         )
-                        if taken:
-                            decisions.append(BranchDecision(orig_expr, True, line, ordinal, on_value=True))
+                        if taken or listed:  # the capture of every value flipped lists them, to compare
+                            decisions.append(BranchDecision(orig_expr, taken, line, ordinal, on_value=True))
                         assumptions.append(Assumption(str(orig_expr), str(taken), line, f"a value: {BOTH_BRANCHES}"))
                         return sympy.true if taken else sympy.false
                     assumptions.append(Assumption(str(orig_expr), f"{result} (the input is valid)", _asking_line()))

@@ -16,6 +16,7 @@ The branches must agree in the number and dtypes of their outputs (their shapes 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -304,3 +305,194 @@ def join(
 
 
 __all__ = ["disagreement", "drop_checks_of_a_side", "join", "same_empty_results", "size_sources", "value_symbols"]
+
+
+# --- several branches on values: one If per question, around the nodes its answer changes -----------------------
+
+
+@dataclasses.dataclass
+class QuestionRegion:
+    """What one branch on a value changes in the general graph (``_branch_join.value_regions`` found it by diffing
+    the general capture against the capture with this question answered the other way), at the ONNX level.
+
+    The If runs `special_nodes` (of `special`, the other side's emission) where `condition` holds, `general_nodes`
+    elsewhere; each of its outputs replaces `pairs[k][0]` (a value of the general graph) for the readers listed in
+    `rewired[k]` (nodes of the general graph, and the graph output positions in `rewired_outputs[k]`), and is
+    `pairs[k][1]` (a value of `special`) on the other side."""
+
+    condition: Any
+    sources: Mapping[sympy.Symbol, tuple[ir.Value, int | None]]
+    special: ir.Model
+    general_nodes: list[ir.Node]
+    special_nodes: list[ir.Node]
+    # the special side's reads of its own graph's values outside `special_nodes`: the general graph's equal
+    outer: Mapping[ir.Value, ir.Value]
+    pairs: list[tuple[ir.Value, ir.Value]]
+    rewired: list[list[tuple[ir.Node, int]]]
+    rewired_outputs: list[list[int]]
+
+
+def _condition_flag(
+    condition: Any, sources: Mapping[sympy.Symbol, tuple[ir.Value, int | None]], prefix: str
+) -> tuple[list[ir.Node], ir.Value]:
+    """The nodes computing `condition` over the sizes or item() values `sources` names, and its 0-d bool."""
+    symbols: dict[sympy.Symbol, ir.Value] = {}
+    size_nodes: list[ir.Node] = []
+    for position, (symbol, (value, dim)) in enumerate(sources.items()):
+        if dim is None:
+            cast = ir.node("Cast", [value], {"to": ir.DataType.INT64}, name=f"{prefix}size_{position}_cast")
+            shape = ir.node("Constant", [], {"value": ir.tensor(np.array([1], np.int64))})
+            size = ir.node("Reshape", [cast.outputs[0], shape.outputs[0]], name=f"{prefix}size_{position}")
+            size_nodes += [cast, shape, size]
+        else:
+            size = ir.node("Shape", [value], {"start": dim, "end": dim + 1}, name=f"{prefix}size_{position}")
+            size_nodes.append(size)
+        for index, node in enumerate(size_nodes[-3 if dim is None else -1 :]):
+            node.outputs[0].name = f"{prefix}size_{position}_{index}"
+            node.outputs[0].dtype = ir.DataType.INT64
+        symbols[symbol] = size.outputs[0]
+    condition_nodes, flag = runtime_checks.condition_to_onnx(condition, symbols, f"{prefix}value_")
+    return size_nodes + condition_nodes, flag
+
+
+def _outer_reads(nodes: Sequence[ir.Node]) -> list[tuple[ir.Node, int, ir.Value]]:
+    """(node, input index, value) for each input of `nodes` (their subgraphs' included) not computed by `nodes`."""
+    produced = {value for node in nodes for value in node.outputs}
+    reads = []
+    for node in nodes:
+        for inner in [node, *_subgraph_nodes(node)]:
+            for index, value in enumerate(inner.inputs):
+                if value is not None and value not in produced:
+                    reads.append((inner, index, value))
+            produced.update(inner.outputs)
+    return reads
+
+
+def _subgraph_nodes(node: ir.Node) -> list[ir.Node]:
+    found: list[ir.Node] = []
+    for attribute in node.attributes.values():
+        subgraphs = [attribute.value] if attribute.type == ir.AttributeType.GRAPH else []
+        if attribute.type == ir.AttributeType.GRAPHS:
+            subgraphs = list(attribute.value)
+        for subgraph in subgraphs:
+            found.extend(ir.traversal.RecursiveGraphIterator(subgraph))
+    return found
+
+
+def _check_scopes(graph: ir.Graph) -> None:
+    """Raises ValueError where a node of `graph` (or of its nodes' subgraphs) reads a value computed neither in the
+    main graph nor in the subgraphs of the node that reads it (a value moved into another If's branch)."""
+    available = set(graph.inputs) | set(graph.initializers.values())
+    available.update(value for node in graph for value in node.outputs)
+    for node in graph:
+        local: set[ir.Value] = set()
+        for attribute in node.attributes.values():
+            subgraphs = [attribute.value] if attribute.type == ir.AttributeType.GRAPH else []
+            if attribute.type == ir.AttributeType.GRAPHS:
+                subgraphs = list(attribute.value)
+            for inner_graph in [inner for subgraph in subgraphs for inner in _graphs(subgraph)]:
+                local.update(inner_graph.inputs)
+                local.update(inner_graph.initializers.values())
+                local.update(value for inner in inner_graph for value in inner.outputs)
+        for inner in [node, *_subgraph_nodes(node)]:
+            for value in inner.inputs:
+                if value is not None and value not in available and value not in local:
+                    raise ValueError(f"{inner.op_type} {inner.name} reads {value.name}, which only a branch computes")
+
+
+def join_regions(general: ir.Model, regions: Sequence[QuestionRegion]) -> None:
+    """One If per branch on a value in `general`, around the nodes its answer changes (:class:`QuestionRegion`): the
+    rest of the graph is computed once for every combination of answers. Raises ValueError where the regions cannot
+    be separated (a node outside a region reads a value computed inside one); the caller then fails the export."""
+    graph = general.graph
+    # a value an earlier question's If replaced: read after that question, the If's output is read in its place
+    replaced: dict[ir.Value, ir.Value] = {}
+    for position, region in enumerate(regions):
+        prefix = f"fx2onnx_question_{position}_"
+        flag_nodes, flag = _condition_flag(region.condition, region.sources, f"{prefix}condition_")
+        # the general side: its nodes leave the main graph (an input-less Constant stays: others may share it)
+        general_branch = ir.Graph([], [], nodes=[], name=f"{prefix}general")
+        general_nodes = [node for node in region.general_nodes if node.inputs or node.op_type != "Constant"]
+        graph.remove(general_nodes)
+        general_branch.extend(general_nodes)
+        # the special side: its nodes, renamed apart, reading the general graph's values for its own
+        special_graph = region.special.graph
+        special_branch = ir.Graph([], [], nodes=[], name=f"{prefix}special")
+        special_nodes = list(region.special_nodes)
+        for node in special_nodes:
+            if node.graph is not None:
+                node.graph.remove(node)
+        for node, index, value in _outer_reads(special_nodes):
+            if value in region.outer:
+                node.replace_input_with(index, replaced.get(region.outer[value], region.outer[value]))
+            elif value in special_graph.inputs:
+                node.replace_input_with(index, graph.inputs[special_graph.inputs.index(value)])
+            elif value.is_initializer() and graph.initializers.get(value.name) is value:
+                continue  # registered in the main graph by an earlier question's region
+            elif value.is_initializer() and value.name in special_graph.initializers:
+                existing = graph.initializers.get(value.name)
+                if existing is not None and _same_data(existing, value):
+                    node.replace_input_with(index, existing)
+                else:
+                    special_graph.initializers.pop(value.name)
+                    value.name = f"{prefix}{value.name}"
+                    graph.register_initializer(value)
+            elif (
+                value.producer() is not None and value.producer().op_type == "Constant" and not value.producer().inputs
+            ):
+                # a constant the special emission shared between nodes (of other regions too): a copy of its own
+                constant = value.producer()
+                copy = ir.Node(
+                    constant.domain,
+                    "Constant",
+                    [],
+                    attributes=[ir.Attr(a.name, a.type, a.value) for a in constant.attributes.values()],
+                    name=f"{constant.name}_copy_{len(special_nodes)}",
+                )
+                copy.outputs[0].name = f"{value.name}_copy_{len(special_nodes)}"
+                copy.outputs[0].dtype = value.dtype
+                copy.outputs[0].shape = ir.Shape(value.shape) if value.shape is not None else None
+                node.replace_input_with(index, copy.outputs[0])
+                special_nodes.insert(0, copy)
+            elif value.producer() not in special_nodes:
+                raise ValueError(f"the other side of question {position} reads {value.name}, computed outside it")
+        for inner in [node for node in special_nodes for node in [node, *_subgraph_nodes(node)]]:
+            inner.name = f"{prefix}{inner.name}" if inner.name else None
+            for value in inner.outputs:
+                value.name = f"{prefix}{value.name}" if value.name else None
+        special_branch.extend(special_nodes)
+        for key, function in region.special.functions.items():
+            general.functions.setdefault(key, function)
+        for domain, version in special_graph.opset_imports.items():
+            graph.opset_imports.setdefault(domain, version)
+
+        for index, (general_value, special_value) in enumerate(region.pairs):
+            if general_value.producer() not in general_nodes:
+                general_value = replaced.get(general_value, general_value)
+            if special_value.producer() not in special_nodes:
+                special_value = replaced.get(special_value, special_value)
+            _branch_output(general_branch, general_value, f"{prefix}general_output_{index}")
+            _branch_output(special_branch, special_value, f"{prefix}special_output_{index}")
+        branch = ir.node(
+            "If",
+            [flag],
+            {"then_branch": special_branch, "else_branch": general_branch},
+            num_outputs=len(region.pairs),
+            name=f"{prefix}if",
+        )
+        for index, (value, (general_value, _)) in enumerate(zip(branch.outputs, region.pairs)):
+            value.name = f"{prefix}output_{index}"
+            value.dtype = general_value.dtype
+            value.shape = ir.Shape(general_value.shape) if general_value.shape is not None else None
+            for reader, input_index in region.rewired[index]:
+                reader.replace_input_with(input_index, value)
+            replaced[general_value] = value
+            for output_index in region.rewired_outputs[index]:
+                value.name, general_value.name = general_value.name, f"{prefix}general_{general_value.name}"
+                graph.outputs[output_index] = value
+        graph.extend([*flag_nodes, branch])
+    _check_scopes(graph)
+    graph.sort()
+
+
+__all__ += ["QuestionRegion", "join_regions"]
