@@ -401,6 +401,22 @@ def test_max_pool_windows_and_nan_as_eager(
     assert_exports_and_matches(Call(function), (x,))
 
 
+# Seeds 10003236, 10003247: a window of padding only is eager's initial maximum, -inf for floats (ONNX Runtime's
+# MaxPool: the lowest finite value) and the dtype's minimum for integers (int8 computed in int32: 0, eager -128).
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int16, torch.int32]
+)
+@pytest.mark.parametrize(
+    "function",
+    [
+        lambda x: F.max_pool2d(x, 3, padding=1, ceil_mode=True, dilation=2),
+        lambda x: F.max_pool2d(x, (1, 2), stride=(1, 2), padding=(0, 1), dilation=(1, 2)),
+    ],
+)
+def test_max_pool_of_a_window_of_padding_only(function: Callable[..., Any], dtype: torch.dtype) -> None:
+    assert_exports_and_matches(Call(function), (torch.tensor([[[3]]]).to(dtype),))
+
+
 # Seeds 10002248, 10002271: float max pooling with indices went to ONNX Runtime's MaxPool, which skips NaN (values
 # and indices: eager's is the window's last NaN), and gives -1 for a window of padding only (eager: -inf at the first
 # position of its dilated grid past the padding, which may lie past the input).

@@ -205,9 +205,6 @@ def avg_pool3d(
 _NARROW = (ir.DataType.INT8, ir.DataType.INT16, ir.DataType.UINT8)
 
 
-_LOWEST = {ir.DataType.INT32: np.iinfo(np.int32).min, ir.DataType.INT64: np.iinfo(np.int64).min}
-
-
 @dataclasses.dataclass(frozen=True)
 class _Dim:
     """One spatial dim of a pooling: its size, window geometry and number of windows (as eager counts them)."""
@@ -322,7 +319,8 @@ def _max_pool(self: TReal, dims: list[_Dim], with_indices: bool) -> tuple[TReal,
     """
     floating = _is_float(self)
     x = op.Cast(self, to=INT32.dtype) if self.dtype in _NARROW else self
-    padded = _pad(x, dims, -math.inf if floating else int(_LOWEST[x.dtype]))
+    # self's own minimum: a window of padding only is eager's initial maximum (int8: -128, not int32's cast to 0)
+    padded = _pad(x, dims, -math.inf if floating else int(np.iinfo(self.dtype.numpy()).min))
     if not with_indices and self.dtype != ir.DataType.INT64:
         # float64 holds every int32 exactly, and ONNX Runtime's MaxPool is several times faster than the slices.
         # The padding is explicit, so its windows are exactly eager's (no ceil_mode, pads or auto_pad of its own).
@@ -439,11 +437,13 @@ def _max_pool_float(
 
     # Eager's max of a window holding a NaN is NaN, and of a window of -infs -inf; ONNX Runtime's float32 MaxPool
     # skips a NaN after the window's first element (max_pool1d([1, nan], 2): 1) and starts from the lowest finite
-    # value (a window of -infs: -3.4e38). One pool of an indicator (2: NaN, 1: above -inf, 0: -inf) puts both back.
+    # value (a window of -infs, or of padding only: -3.4e38). One pool of an indicator (2: NaN, 1: above -inf, 0: -inf)
+    # puts both back.
     above = op.Cast(op.Greater(batched, _const(-math.inf, self)), to=self.dtype)
     indicator = op.Add(above, op.Mul(op.Cast(op.IsNaN(batched), to=self.dtype), _const(2.0, self)))
     seen = pool(indicator)
-    pooled = op.Where(op.Equal(seen, _const(0.0, self)), _const(-math.inf, self), pool(batched))
+    # (a window of padding only: ONNX Runtime's lowest finite value, below 0)
+    pooled = op.Where(op.LessOrEqual(seen, _const(0.0, self)), _const(-math.inf, self), pool(batched))
     pooled = op.Where(op.Equal(seen, _const(2.0, self)), _const(math.nan, self), pooled)
     return op.Squeeze(pooled, batch_axis) if unbatched else pooled
 
