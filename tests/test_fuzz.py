@@ -246,6 +246,16 @@ FIXED_SILENT_MISMATCHES = {
         [torch.tensor(-3.5, dtype=torch.float64), torch.tensor(1, dtype=torch.uint8)],
         [Step("masked_fill", (0, 1), "{0}.masked_fill({1}.bool(), -0.0)"), Step("rsqrt", (2,), "torch.rsqrt({0})")],
     ),
+    # seeds 10002446, 10002802: index_add into bool ors (alpha=-1 decomposes to int64 values -1: True + -1 was False)
+    "index_add_bool_alpha_minus_one": _program(
+        [torch.tensor([[False, True], [True, True], [True, False]])],
+        "{0}.index_add(0, torch.tensor([0, 2, 0]), {0}, alpha=-1)",
+    ),
+    "index_add_bool_from_int_mask": _program(
+        [torch.tensor([5, -1, 0, 31, 0], dtype=torch.int32)],
+        "torch.logical_and({0}, {0})",
+        "{0}.index_add(0, torch.tensor([1, 2, 4]), {0}[:3], alpha=-1)",
+    ),
     "cumsum_float32_in_float64": _program(
         [torch.tensor([[3e38, 1.0], [3e38, 2.0], [-3e38, 3.0]])], "torch.cumsum({0}, 0)"
     ),

@@ -322,6 +322,20 @@ def _identity_for(reduce: str, like: TReal) -> TReal:
     return _const(value, like)
 
 
+# Eager's index_put into a bool tensor converts the values to bool and accumulates by or (True + True stays True).
+# index_add of a bool tensor decomposes to index_put(self, source * alpha, accumulate=True), int64 values for an
+# int alpha, which torchlib's index_put summed in int64 (True + True * -1 -> False; fuzz seeds 10002446, 10002802).
+@lowering("aten::index_put", variant="bool")
+def index_put_bool(self: BOOL, indices: Sequence[INT64 | BOOL | None], values: TReal, accumulate: bool = False) -> BOOL:
+    from onnxscript.function_libs.torch_lib.ops.core import aten_index_put
+
+    flags = values if values.dtype == ir.DataType.BOOL else op.Not(op.Equal(values, op.CastLike(0, values)))
+    if not accumulate:
+        return aten_index_put(self, indices, flags, accumulate)
+    counts = aten_index_put(op.Cast(self, to=INT64.dtype), indices, op.Cast(flags, to=INT64.dtype), True)
+    return op.Greater(counts, op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)))
+
+
 @lowering("aten::index_reduce")
 def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True) -> TReal:
     """Reduce `source` slices into `self` at `index` along `dim` (amax, amin, prod, mean) with ScatterElements.
