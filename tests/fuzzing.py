@@ -1035,14 +1035,74 @@ def _one_element_at_a_time(expression: str, operands: Sequence[torch.Tensor], re
     return alone.reshape(result.shape)
 
 
+# Eager's layer_norm and group_norm compute a row's statistics in two loops too: a row of fewer than 8 elements
+# (its scalar loop) whose variance overflows (a float32 row holding -3.4e38, bfloat16 computed in float32) gives
+# NaN, a longer row (its vectorized loop) gives a reciprocal deviation of 0, so the mean-free values times 0 (seeds
+# 10002929, 10002938, 10003294). The second opinion for these steps is the textbook formula in eager's accumulation
+# dtype (float32 for float16/bfloat16): where eager's result differs from it, eager disagrees with itself.
+def _normalized(x: torch.Tensor, dims: tuple[int, ...], eps: float) -> torch.Tensor:
+    mean = x.mean(dims, keepdim=True)
+    centered = x - mean
+    return centered * torch.rsqrt((centered * centered).mean(dims, keepdim=True) + eps)
+
+
+def _accumulated(x: torch.Tensor) -> torch.Tensor:
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _layer_norm_by_formula(
+    x: torch.Tensor,
+    shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    y = _normalized(_accumulated(x), tuple(range(-len(shape), 0)), eps)
+    y = y if weight is None else y * _accumulated(weight)
+    return (y if bias is None else y + _accumulated(bias)).to(x.dtype)
+
+
+def _group_norm_by_formula(
+    x: torch.Tensor,
+    groups: int,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    grouped = _accumulated(x).reshape(x.shape[0], groups, -1)
+    y = _normalized(grouped, (-1,), eps).reshape(x.shape)
+    channel = (1, -1) + (1,) * (x.dim() - 2)
+    y = y if weight is None else y * _accumulated(weight).reshape(channel)
+    return (y if bias is None else y + _accumulated(bias).reshape(channel)).to(x.dtype)
+
+
+FORMULAS: dict[str, tuple[str, Callable[..., torch.Tensor]]] = {
+    "layer_norm": ("layer_norm", _layer_norm_by_formula),
+    "group_norm": ("group_norm", _group_norm_by_formula),
+}
+
+
+def _by_formula(op: str, expression: str, operands: Sequence[torch.Tensor]) -> torch.Tensor:
+    name, formula = FORMULAS[op]
+    original = getattr(torch.nn.functional, name)
+    setattr(torch.nn.functional, name, formula)
+    try:
+        return _evaluate(expression, operands)
+    finally:
+        setattr(torch.nn.functional, name, original)
+
+
 def run_eager_one_element_at_a_time(program: Program) -> list[torch.Tensor]:
-    """The program's outputs with every elementwise step computed one element at a time (eager's scalar loop)."""
+    """The program's outputs with every elementwise step computed one element at a time (eager's scalar loop), and
+    the normalizations by their formula (eager's two loops disagree where a row's variance overflows)."""
     values = list(program.inputs)
     for step in program.steps:
         operands = [values[i] for i in step.operands]
         result = _evaluate(step.expression, operands)
         if step.op in ELEMENTWISE and isinstance(result, torch.Tensor) and result.numel():
             result = _one_element_at_a_time(step.expression, operands, result)
+        elif step.op in FORMULAS and isinstance(result, torch.Tensor) and result.numel():
+            result = _by_formula(step.op, step.expression, operands)
         values.append(result)
     return [values[i] for i in program.outputs]
 

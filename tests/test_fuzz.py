@@ -428,3 +428,46 @@ def test_envelope_of_a_sum_of_ordinary_numbers_is_tight() -> None:
         assert fuzzing.within_envelopes([expected], [expected], no_mask, runs)[0]
         off = expected + expected.abs().clamp(min=1) * 1e-3
         assert not fuzzing.within_envelopes([expected], [off], no_mask, runs)[0], expression
+
+
+# Eager's layer_norm/group_norm of a row whose variance overflows: NaN in its scalar loop (rows of fewer than 8
+# elements), 0 * (x - mean) in its vectorized loop (a float32 row of seven 1.0 and -3.39e38: 0 everywhere). fx2onnx
+# computes the formula (variance inf, its reciprocal root 0): as the vectorized loop. The fuzzer leaves such rows out
+# (seeds 10002929, 10002938: bfloat16 with -3.39e38; 10003294: float64 with -1.8e308).
+OVERFLOWING_ROWS = {
+    "layer_norm": (
+        torch.tensor([[1.75, -1.0], [-1.25, -3.3895313892515355e38], [4.0, 2.0]], dtype=torch.bfloat16),
+        "torch.nn.functional.layer_norm({0}, (2,), eps=1e-05)",
+    ),
+    "group_norm": (
+        torch.tensor([[-1.75, -3.25, 2.75], [-1.7976931348623157e308, -3.0, -0.75]], dtype=torch.float64),
+        "torch.nn.functional.group_norm({0}, 1, torch.tensor([2.0, 0.5, 2.0], dtype={0}.dtype), "
+        "torch.tensor([2.0, 2.0, 0.5], dtype={0}.dtype), eps=0.001)",
+    ),
+}
+
+
+def test_eagers_normalization_of_a_long_overflowing_row_is_the_formulas() -> None:
+    row = torch.ones(1, 8)
+    row[0, 1] = -3.39e38
+    assert torch.equal(torch.nn.functional.layer_norm(row, (8,)), torch.zeros(1, 8))
+    assert torch.nn.functional.layer_norm(row[:, :4], (4,)).isnan().all()
+
+
+@pytest.mark.parametrize("op", list(OVERFLOWING_ROWS))
+def test_normalization_of_an_overflowing_row_is_left_out(op: str) -> None:
+    import fx2onnx
+
+    x, expression = OVERFLOWING_ROWS[op]
+    program = Program(-1, [x], [Step(op, (0,), expression)])
+    (expected,) = fuzzing.run_eager(program)
+    (actual,) = fx2onnx.export(program.module(), (x,))(x)
+    assert expected[1].isnan().all()  # eager's scalar loop
+    assert torch.equal(actual[1], fuzzing._by_formula(op, expression, [x])[1])
+    (mask,) = fuzzing.eager_disagreements(program)
+    assert mask.nonzero()[:, 0].unique().tolist() == [1]  # that row only
+    outcome = fuzzing.judge(program)
+    assert outcome.kind == OK and outcome.excluded == mask.sum(), outcome.detail
+    wrong = actual.clone()
+    wrong[0, 0] += 1.0
+    assert not fuzzing.judge_outputs([expected], [wrong], [mask])[0]
