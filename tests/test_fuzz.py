@@ -37,6 +37,11 @@ REGULAR_SEEDS = [*range(40), 53, 54, 55, 106, 116, 118, 24189, 32527, 36028, 436
 # 10001327); gcd of int64's minimum (10000907).
 REGULAR_SEEDS += [10000000, 10000009, 10000103, 10000116, 10000141, 10000285, 10000387, 10000398, 10000546, 10000622]
 REGULAR_SEEDS += [10000862, 10000907, 10001327]
+# Seeds 10002000-10004999 that failed: float max_pool with indices of NaN or padding-only windows (10002248,
+# 10002271), max_pool of a padding-only window (10003236: int8; 10003247: float32), index_add into bool with alpha=-1
+# (10002802), layer_norm/group_norm of a row whose variance overflows, eager disagreeing with itself (10002938,
+# 10003294: passes with that row left out).
+REGULAR_SEEDS += [10002248, 10002271, 10003236, 10003247, 10002802, 10002938, 10003294]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
