@@ -1076,15 +1076,39 @@ def _group_norm_by_formula(
     return (y if bias is None else y + _accumulated(bias).reshape(channel)).to(x.dtype)
 
 
+# Eager's linear/bilinear/bicubic interpolation adds every neighbour's term, one of weight 0 too: next to an
+# infinite value that is 0 * inf, NaN (interpolate([inf], size=2, mode='linear', align_corners=True): NaN where the
+# output sits on the sample). ONNX Runtime's Resize gives the sample there (inf), and a weight that rounds to 0 in
+# one and to 1e-8 in the other decides between NaN and inf. The second opinion is the interpolation with eager's own
+# weights (eager's result for each one-hot input) where a zero weight adds nothing and a weight under 1e-6 on an
+# infinite value is NaN: where eager's result differs, it hangs on those zero terms.
+def _interpolate_by_weights(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    original = _ORIGINALS["interpolate"]
+    result = original(x, *args, **kwargs)
+    mode = kwargs.get("mode", "nearest")
+    inputs = math.prod(x.shape[2:])
+    if mode in ("nearest", "nearest-exact") or not result.numel() or x.shape[0] * x.shape[1] * inputs > 4096:
+        return result
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    basis = torch.eye(inputs, dtype=dtype).reshape(inputs, 1, *x.shape[2:])
+    weights = original(basis, *args, **kwargs).reshape(inputs, -1).double()  # [input position, output position]
+    values = x.reshape(x.shape[0] * x.shape[1], inputs, 1).double()
+    terms = torch.where(weights == 0, 0.0, values * weights)
+    terms = torch.where((weights.abs() < 1e-6) & (weights != 0) & ~values.isfinite(), math.nan, terms)
+    return terms.sum(1).reshape(result.shape).to(result.dtype)
+
+
 FORMULAS: dict[str, tuple[str, Callable[..., torch.Tensor]]] = {
     "layer_norm": ("layer_norm", _layer_norm_by_formula),
     "group_norm": ("group_norm", _group_norm_by_formula),
+    "interpolate": ("interpolate", _interpolate_by_weights),
 }
+_ORIGINALS = {name: getattr(torch.nn.functional, name) for name, _ in FORMULAS.values()}
 
 
 def _by_formula(op: str, expression: str, operands: Sequence[torch.Tensor]) -> torch.Tensor:
     name, formula = FORMULAS[op]
-    original = getattr(torch.nn.functional, name)
+    original = _ORIGINALS[name]
     setattr(torch.nn.functional, name, formula)
     try:
         return _evaluate(expression, operands)

@@ -476,3 +476,29 @@ def test_normalization_of_an_overflowing_row_is_left_out(op: str) -> None:
     wrong = actual.clone()
     wrong[0, 0] += 1.0
     assert not fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+
+
+# Interpolation (linear, bilinear, bicubic) next to an infinite value: eager adds a zero-weight neighbour's 0 * inf
+# (NaN where the output sits on the sample), ONNX Runtime's Resize gives the sample. fx2onnx keeps Resize (a sample
+# is the interpolation's value at it); the fuzzer leaves out the positions whose eager value hangs on a zero weight
+# (seed 10003684: bilinear of [nan, inf, inf], 20 of 27 positions).
+def test_interpolation_leaves_out_zero_weights_of_infinite_values_only() -> None:
+    import fx2onnx
+
+    expression = "torch.nn.functional.interpolate({0}, size=(2,), mode='linear', align_corners=True)"
+    x = torch.tensor([[[0.5, math.inf]]])
+    program = Program(-1, [x], [Step("interpolate", (0,), expression)])
+    (expected,) = fuzzing.run_eager(program)
+    (actual,) = fx2onnx.export(program.module(), (x,))(x)
+    assert expected[0, 0, 1].isnan() and actual[0, 0, 1] == math.inf
+    (mask,) = fuzzing.eager_disagreements(program)
+    assert mask.nonzero().tolist() == [[0, 0, 1]]
+    assert fuzzing.judge(program).excluded == 1
+    wrong = actual.clone()
+    wrong[0, 0, 0] = 1.5
+    assert not fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+    for mode, shape in (("linear", (1, 2, 5)), ("bilinear", (1, 1, 3, 4)), ("bicubic", (1, 1, 3, 4))):
+        finite = torch.linspace(-3.0, 65504.0, math.prod(shape)).reshape(shape)
+        expression = f"torch.nn.functional.interpolate({{0}}, scale_factor=1.5, mode={mode!r}, align_corners=False)"
+        program = Program(-1, [finite], [Step("interpolate", (0,), expression)])
+        assert not fuzzing.eager_disagreements(program)[0].any(), mode
