@@ -935,10 +935,82 @@ WIDE_OTHER_OPS: list[Op] = [
     Op("einsum", 2, einsum),
 ]
 WIDE_OPS = WIDE_ELEMENTWISE_OPS + WIDE_OTHER_OPS
-OPS_BY_NAME.update({op.name: op for op in WIDE_OPS})
+
+
+# --- the widest catalogue (seeds from WIDER_FIRST_SEED on): ops users hit whose edge cases the others miss --------
+# Rounding modes of division at int min / -1 and by zero, round to decimals (half to even), nan_to_num's own values,
+# clamp with NaN bounds, var/std with a correction at one element, embedding_bag's modes. Below WIDER_FIRST_SEED a
+# seed keeps naming its program.
+WIDER_FIRST_SEED = 20_000_000
+
+
+def embedding_bag(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    table = xs[1]
+    if table.dim() != 2 or table.shape[0] == 0 or not table.is_floating_point() or xs[0].numel() == 0:
+        return None
+    count = xs[0].numel()
+    offsets = sorted({0, *(rng.randint(0, count) for _ in range(rng.randint(0, 3)))})
+    mode = rng.choice(["sum", "mean", "max"])
+    return (
+        f"{F}.embedding_bag({{0}}.reshape(-1).to(torch.int64).remainder({table.shape[0]}), {{1}}, "
+        f"torch.tensor({literal(offsets)}, dtype=torch.int64), mode={mode!r})"
+    )
+
+
+def std_correction(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    dim = _dim(rng, xs[0])
+    function = rng.choice(["var", "std"])
+    correction = rng.choice([0, 1, 2])
+    where = "" if dim is None else f", dim={dim}, keepdim={rng.random() < 0.5}"
+    return f"torch.{function}({{0}}{where}, correction={correction})"
+
+
+NAN_TO_NUM_VALUES = [0.0, -1.5, 1e30, 3.0, -0.0]
+
+
+def nan_to_num_values(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    nan, posinf, neginf = (literal(rng.choice(NAN_TO_NUM_VALUES)) for _ in range(3))
+    return f"torch.nan_to_num({{0}}, nan={nan}, posinf={posinf}, neginf={neginf})"
+
+
+WIDER_OPS: list[Op] = [
+    Op("div_floor", 2, fixed("torch.div({0}, {1}, rounding_mode='floor')"), discontinuous=True),
+    Op("div_floor_scalar", 1, with_scalar("torch.div({0}, {s}, rounding_mode='floor')"), discontinuous=True),
+    Op("div_trunc_scalar", 1, with_scalar("torch.div({0}, {s}, rounding_mode='trunc')"), discontinuous=True),
+    Op("fmod_scalar", 1, with_scalar("torch.fmod({0}, {s})"), discontinuous=True),
+    Op(
+        "round_decimals",
+        1,
+        lambda rng, xs: f"torch.round({{0}}, decimals={rng.choice([-1, 1, 2])})",
+        inexact=True,
+    ),
+    Op(
+        "nan_to_num_values",
+        1,
+        nan_to_num_values,
+    ),
+    Op(
+        "clamp_nan",
+        1,
+        lambda rng, xs: rng.choice(
+            [
+                "torch.clamp({0}, min=float('nan'))",
+                "torch.clamp({0}, max=float('nan'))",
+                "torch.clamp({0}, -1, float('nan'))",
+            ]
+        ),
+    ),
+    Op("std_correction", 1, std_correction, inexact=True),
+    Op("embedding_bag", 2, embedding_bag, inexact=True),
+]
+OPS_BY_NAME.update({op.name: op for op in WIDE_OPS + WIDER_OPS})
 ELEMENTWISE = ELEMENTWISE | frozenset(op.name for op in WIDE_ELEMENTWISE_OPS)
+ELEMENTWISE = ELEMENTWISE | frozenset(
+    ["div_floor", "div_floor_scalar", "div_trunc_scalar", "fmod_scalar", "nan_to_num_values", "clamp_nan"]
+)
 # The share of a wide program's steps drawn from the new families (the first catalogue's ops chain them).
 WIDE_SHARE = 0.6
+WIDER_SHARE = 0.35
 
 
 # --- programs ----------------------------------------------------------------------------------------------------
@@ -1360,6 +1432,7 @@ def draw_program(seed: int) -> Program:
     """A valid program (eager runs every step) drawn from `seed` (from WIDE_FIRST_SEED on, with the wide catalogue)."""
     rng = random.Random(seed)
     wide = seed >= WIDE_FIRST_SEED
+    wider = seed >= WIDER_FIRST_SEED  # (a seed below it draws no number more: its program is unchanged)
     base = draw_shape(rng)
     inputs = []
     for k in range(rng.choice([1, 2, 2, 3])):
@@ -1373,7 +1446,10 @@ def draw_program(seed: int) -> Program:
     attempts = 0
     while len(steps) < target and attempts < 200:
         attempts += 1
-        op = rng.choice(WIDE_OPS if wide and rng.random() < WIDE_SHARE else OPS)
+        if wider and rng.random() < WIDER_SHARE:
+            op = rng.choice(WIDER_OPS)
+        else:
+            op = rng.choice(WIDE_OPS if wide and rng.random() < WIDE_SHARE else OPS)
         # Prefer recent values: chains, not only independent ops on the inputs.
         indices = tuple(
             max(0, len(values) - 1 - int(rng.expovariate(0.7))) if rng.random() < 0.8 else rng.randrange(len(values))
