@@ -143,6 +143,8 @@ FIXED_EXPORT_ERRORS = {
     ),
     # seed 17041: torchlib's flatten reshapes to [head, -1], which the checker refuses beside an empty dim
     "flatten_empty_inner_dims": _program([torch.empty((0, 1, 1, 1), dtype=torch.float16)], "torch.flatten({0}, 2, 3)"),
+    # seed 10002538: flip of a 0-d tensor (torchlib's Slice over axis 0 failed the checker)
+    "flip_0d": _program([torch.tensor(-0.5, dtype=torch.float16)], "{0}.flip(0)", "{0}.flip(-1) * 2"),
     # seed 10263: eager's all/any of uint8 returns uint8 (the lowering's bool Not met the uint8 output)
     "all_dim_uint8": _program([torch.tensor([[[6]]], dtype=torch.uint8)], "torch.all({0}, dim=2, keepdim=True)"),
     "any_dims_uint8_empty": _program([torch.empty((2, 0), dtype=torch.uint8)], "torch.any({0}, dim=(0, 1))"),
