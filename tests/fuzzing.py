@@ -935,10 +935,82 @@ WIDE_OTHER_OPS: list[Op] = [
     Op("einsum", 2, einsum),
 ]
 WIDE_OPS = WIDE_ELEMENTWISE_OPS + WIDE_OTHER_OPS
-OPS_BY_NAME.update({op.name: op for op in WIDE_OPS})
+
+
+# --- the widest catalogue (seeds from WIDER_FIRST_SEED on): ops users hit whose edge cases the others miss --------
+# Rounding modes of division at int min / -1 and by zero, round to decimals (half to even), nan_to_num's own values,
+# clamp with NaN bounds, var/std with a correction at one element, embedding_bag's modes. Below WIDER_FIRST_SEED a
+# seed keeps naming its program.
+WIDER_FIRST_SEED = 20_000_000
+
+
+def embedding_bag(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    table = xs[1]
+    if table.dim() != 2 or table.shape[0] == 0 or not table.is_floating_point() or xs[0].numel() == 0:
+        return None
+    count = xs[0].numel()
+    offsets = sorted({0, *(rng.randint(0, count) for _ in range(rng.randint(0, 3)))})
+    mode = rng.choice(["sum", "mean", "max"])
+    return (
+        f"{F}.embedding_bag({{0}}.reshape(-1).to(torch.int64).remainder({table.shape[0]}), {{1}}, "
+        f"torch.tensor({literal(offsets)}, dtype=torch.int64), mode={mode!r})"
+    )
+
+
+def std_correction(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    dim = _dim(rng, xs[0])
+    function = rng.choice(["var", "std"])
+    correction = rng.choice([0, 1, 2])
+    where = "" if dim is None else f", dim={dim}, keepdim={rng.random() < 0.5}"
+    return f"torch.{function}({{0}}{where}, correction={correction})"
+
+
+NAN_TO_NUM_VALUES = [0.0, -1.5, 1e30, 3.0, -0.0]
+
+
+def nan_to_num_values(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    nan, posinf, neginf = (literal(rng.choice(NAN_TO_NUM_VALUES)) for _ in range(3))
+    return f"torch.nan_to_num({{0}}, nan={nan}, posinf={posinf}, neginf={neginf})"
+
+
+WIDER_OPS: list[Op] = [
+    Op("div_floor", 2, fixed("torch.div({0}, {1}, rounding_mode='floor')"), discontinuous=True),
+    Op("div_floor_scalar", 1, with_scalar("torch.div({0}, {s}, rounding_mode='floor')"), discontinuous=True),
+    Op("div_trunc_scalar", 1, with_scalar("torch.div({0}, {s}, rounding_mode='trunc')"), discontinuous=True),
+    Op("fmod_scalar", 1, with_scalar("torch.fmod({0}, {s})"), discontinuous=True),
+    Op(
+        "round_decimals",
+        1,
+        lambda rng, xs: f"torch.round({{0}}, decimals={rng.choice([-1, 1, 2])})",
+        inexact=True,
+    ),
+    Op(
+        "nan_to_num_values",
+        1,
+        nan_to_num_values,
+    ),
+    Op(
+        "clamp_nan",
+        1,
+        lambda rng, xs: rng.choice(
+            [
+                "torch.clamp({0}, min=float('nan'))",
+                "torch.clamp({0}, max=float('nan'))",
+                "torch.clamp({0}, -1, float('nan'))",
+            ]
+        ),
+    ),
+    Op("std_correction", 1, std_correction, inexact=True),
+    Op("embedding_bag", 2, embedding_bag, inexact=True),
+]
+OPS_BY_NAME.update({op.name: op for op in WIDE_OPS + WIDER_OPS})
 ELEMENTWISE = ELEMENTWISE | frozenset(op.name for op in WIDE_ELEMENTWISE_OPS)
+ELEMENTWISE = ELEMENTWISE | frozenset(
+    ["div_floor", "div_floor_scalar", "div_trunc_scalar", "fmod_scalar", "nan_to_num_values", "clamp_nan"]
+)
 # The share of a wide program's steps drawn from the new families (the first catalogue's ops chain them).
 WIDE_SHARE = 0.6
+WIDER_SHARE = 0.35
 
 
 # --- programs ----------------------------------------------------------------------------------------------------
@@ -1035,14 +1107,98 @@ def _one_element_at_a_time(expression: str, operands: Sequence[torch.Tensor], re
     return alone.reshape(result.shape)
 
 
+# Eager's layer_norm and group_norm compute a row's statistics in two loops too: a row of fewer than 8 elements
+# (its scalar loop) whose variance overflows (a float32 row holding -3.4e38, bfloat16 computed in float32) gives
+# NaN, a longer row (its vectorized loop) gives a reciprocal deviation of 0, so the mean-free values times 0 (seeds
+# 10002929, 10002938, 10003294). The second opinion for these steps is the textbook formula in eager's accumulation
+# dtype (float32 for float16/bfloat16): where eager's result differs from it, eager disagrees with itself.
+def _normalized(x: torch.Tensor, dims: tuple[int, ...], eps: float) -> torch.Tensor:
+    mean = x.mean(dims, keepdim=True)
+    centered = x - mean
+    return centered * torch.rsqrt((centered * centered).mean(dims, keepdim=True) + eps)
+
+
+def _accumulated(x: torch.Tensor) -> torch.Tensor:
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _layer_norm_by_formula(
+    x: torch.Tensor,
+    shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    y = _normalized(_accumulated(x), tuple(range(-len(shape), 0)), eps)
+    y = y if weight is None else y * _accumulated(weight)
+    return (y if bias is None else y + _accumulated(bias)).to(x.dtype)
+
+
+def _group_norm_by_formula(
+    x: torch.Tensor,
+    groups: int,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    grouped = _accumulated(x).reshape(x.shape[0], groups, -1)
+    y = _normalized(grouped, (-1,), eps).reshape(x.shape)
+    channel = (1, -1) + (1,) * (x.dim() - 2)
+    y = y if weight is None else y * _accumulated(weight).reshape(channel)
+    return (y if bias is None else y + _accumulated(bias).reshape(channel)).to(x.dtype)
+
+
+# Eager's linear/bilinear/bicubic interpolation adds every neighbour's term, one of weight 0 too: next to an
+# infinite value that is 0 * inf, NaN (interpolate([inf], size=2, mode='linear', align_corners=True): NaN where the
+# output sits on the sample). ONNX Runtime's Resize gives the sample there (inf), and a weight that rounds to 0 in
+# one and to 1e-8 in the other decides between NaN and inf. The second opinion is the interpolation with eager's own
+# weights (eager's result for each one-hot input) where a zero weight adds nothing and a weight under 1e-6 on an
+# infinite value is NaN: where eager's result differs, it hangs on those zero terms.
+def _interpolate_by_weights(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    original = _ORIGINALS["interpolate"]
+    result = original(x, *args, **kwargs)
+    mode = kwargs.get("mode", "nearest")
+    inputs = math.prod(x.shape[2:])
+    if mode in ("nearest", "nearest-exact") or not result.numel() or x.shape[0] * x.shape[1] * inputs > 4096:
+        return result
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    basis = torch.eye(inputs, dtype=dtype).reshape(inputs, 1, *x.shape[2:])
+    weights = original(basis, *args, **kwargs).reshape(inputs, -1).double()  # [input position, output position]
+    values = x.reshape(x.shape[0] * x.shape[1], inputs, 1).double()
+    terms = torch.where(weights == 0, 0.0, values * weights)
+    terms = torch.where((weights.abs() < 1e-6) & (weights != 0) & ~values.isfinite(), math.nan, terms)
+    return terms.sum(1).reshape(result.shape).to(result.dtype)
+
+
+FORMULAS: dict[str, tuple[str, Callable[..., torch.Tensor]]] = {
+    "layer_norm": ("layer_norm", _layer_norm_by_formula),
+    "group_norm": ("group_norm", _group_norm_by_formula),
+    "interpolate": ("interpolate", _interpolate_by_weights),
+}
+_ORIGINALS = {name: getattr(torch.nn.functional, name) for name, _ in FORMULAS.values()}
+
+
+def _by_formula(op: str, expression: str, operands: Sequence[torch.Tensor]) -> torch.Tensor:
+    name, formula = FORMULAS[op]
+    original = _ORIGINALS[name]
+    setattr(torch.nn.functional, name, formula)
+    try:
+        return _evaluate(expression, operands)
+    finally:
+        setattr(torch.nn.functional, name, original)
+
+
 def run_eager_one_element_at_a_time(program: Program) -> list[torch.Tensor]:
-    """The program's outputs with every elementwise step computed one element at a time (eager's scalar loop)."""
+    """The program's outputs with every elementwise step computed one element at a time (eager's scalar loop), and
+    the normalizations by their formula (eager's two loops disagree where a row's variance overflows)."""
     values = list(program.inputs)
     for step in program.steps:
         operands = [values[i] for i in step.operands]
         result = _evaluate(step.expression, operands)
         if step.op in ELEMENTWISE and isinstance(result, torch.Tensor) and result.numel():
             result = _one_element_at_a_time(step.expression, operands, result)
+        elif step.op in FORMULAS and isinstance(result, torch.Tensor) and result.numel():
+            result = _by_formula(step.op, step.expression, operands)
         values.append(result)
     return [values[i] for i in program.outputs]
 
@@ -1276,6 +1432,7 @@ def draw_program(seed: int) -> Program:
     """A valid program (eager runs every step) drawn from `seed` (from WIDE_FIRST_SEED on, with the wide catalogue)."""
     rng = random.Random(seed)
     wide = seed >= WIDE_FIRST_SEED
+    wider = seed >= WIDER_FIRST_SEED  # (a seed below it draws no number more: its program is unchanged)
     base = draw_shape(rng)
     inputs = []
     for k in range(rng.choice([1, 2, 2, 3])):
@@ -1289,7 +1446,10 @@ def draw_program(seed: int) -> Program:
     attempts = 0
     while len(steps) < target and attempts < 200:
         attempts += 1
-        op = rng.choice(WIDE_OPS if wide and rng.random() < WIDE_SHARE else OPS)
+        if wider and rng.random() < WIDER_SHARE:
+            op = rng.choice(WIDER_OPS)
+        else:
+            op = rng.choice(WIDE_OPS if wide and rng.random() < WIDE_SHARE else OPS)
         # Prefer recent values: chains, not only independent ops on the inputs.
         indices = tuple(
             max(0, len(values) - 1 - int(rng.expovariate(0.7))) if rng.random() < 0.8 else rng.randrange(len(values))

@@ -445,3 +445,23 @@ class TopKOfMasked(torch.nn.Module):
 def test_topk_with_a_data_dependent_k(check) -> None:
     x = torch.tensor([0.5, -1.0, 2.0, 3.0, 0.1, 4.0])
     check(TopKOfMasked(), (x,), run_with=[((x,), {}), ((torch.tensor([0.5, -1.0, 2.0, -3.0, -0.1, -4.0]),), {})])
+
+
+class DiffOfMasked(torch.nn.Module):
+    """diff of a data-dependent length, n larger than some lengths (eager: empty where the length is at most n)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kept = x[x != 0]
+        return torch.diff(kept, n=3), torch.diff(kept > 2, n=2, prepend=x[:1] > 2)
+
+
+def test_diff_of_a_data_dependent_length_has_no_assumed_length(check) -> None:
+    """The composite's `n > length` guard took the smallest length (2) as the only one: the model's shapes said 2
+    and ONNX Runtime's GatherSliceToSplitFusion failed the run at 4 (fuzz finding); every length 0-6 matches."""
+    lengths = []
+    for kept in range(7):
+        x = torch.tensor([1.0, -2.0, 4.0, 8.0, -16.0, 32.0])
+        x[kept:] = 0
+        lengths.append(((x,), {}))
+    program = check(DiffOfMasked(), lengths[4][0], run_with=lengths)
+    assert not program.report.capture_assumptions

@@ -320,6 +320,34 @@ def test_searchsorted_and_bucketize_put_nan_after_every_boundary(right: bool, dt
     )
 
 
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize(
+    "boundaries",
+    [
+        [1.0, 2.0, NAN],
+        [1.0, NAN, NAN],
+        [-1.0, 0.0, 1.0, 2.0, 3.0, NAN],
+        [0.0, 1.0, 2.0, 2.0, 4.0, 5.0, 6.0, NAN],
+        [NAN],
+    ],
+)
+def test_searchsorted_with_nan_among_the_boundaries_follows_eagers_probes(right: bool, boundaries: list) -> None:
+    """Eager's binary search takes a probed NaN boundary as below the value (!(nan >= v)), so where it is probed
+    decides: [1, 2, nan] puts -5 in bucket 0 and 2.5 in bucket 3. The count of boundaries below counted the NaN
+    below every value (-5: bucket 1). The lowering searches as eager does, step by step."""
+    values = torch.tensor([-5.0, 0.5, 1.5, 2.0, 2.5, 10.0, NAN, -INF, INF, 3.0, 5.5])
+    sequence = torch.tensor(boundaries)
+    assert_exports_and_matches(Call(lambda v, b: torch.bucketize(v, b, right=right)), (values, sequence))
+    rows = torch.stack([sequence, sequence.flip(0)])  # unsorted rows too: eager's probes, whatever they meet
+    assert_exports_and_matches(
+        Call(lambda s, v: torch.searchsorted(s, v, right=right)), (rows, values[:10].reshape(2, 5))
+    )
+    sorter = torch.argsort(sequence, stable=True)
+    assert_exports_and_matches(
+        Call(lambda s, v, i: torch.searchsorted(s, v, right=right, sorter=i)), (sequence, values, sorter)
+    )
+
+
 @pytest.mark.parametrize(("start", "length"), [(-2, 2), (-3, 1), (-1, 0), (1, 2), (0, 3)])
 def test_narrow_from_a_negative_start(start: int, length: int) -> None:
     """Seed 10000141: narrow(x, -1, -2, 2) sliced from -2 to 0 (empty: the checker refused the model); a negative

@@ -399,3 +399,50 @@ def test_max_pool_windows_and_nan_as_eager(
     if flat.numel() > 5:
         flat[3], flat[4] = torch.finfo(dtype).max, -0.0
     assert_exports_and_matches(Call(function), (x,))
+
+
+# Seeds 10003236, 10003247: a window of padding only is eager's initial maximum, -inf for floats (ONNX Runtime's
+# MaxPool: the lowest finite value) and the dtype's minimum for integers (int8 computed in int32: 0, eager -128).
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int16, torch.int32]
+)
+@pytest.mark.parametrize(
+    "function",
+    [
+        lambda x: F.max_pool2d(x, 3, padding=1, ceil_mode=True, dilation=2),
+        lambda x: F.max_pool2d(x, (1, 2), stride=(1, 2), padding=(0, 1), dilation=(1, 2)),
+    ],
+)
+def test_max_pool_of_a_window_of_padding_only(function: Callable[..., Any], dtype: torch.dtype) -> None:
+    assert_exports_and_matches(Call(function), (torch.tensor([[[3]]]).to(dtype),))
+
+
+# Seeds 10002248, 10002271: float max pooling with indices went to ONNX Runtime's MaxPool, which skips NaN (values
+# and indices: eager's is the window's last NaN), and gives -1 for a window of padding only (eager: -inf at the first
+# position of its dilated grid past the padding, which may lie past the input).
+@pytest.mark.parametrize(
+    ("function", "x"),
+    [
+        (
+            lambda x: F.max_pool1d(x, 3, stride=1, padding=1, return_indices=True),
+            torch.tensor([[1.0, math.nan, 2.0, math.nan, math.nan, 3.0, -math.inf, -math.inf]]),
+        ),
+        (
+            lambda x: F.max_pool1d(x, 2, stride=2, padding=1, dilation=2, return_indices=True),
+            torch.tensor([[1000.0]]),
+        ),
+        (
+            lambda x: F.max_pool2d(x, 2, stride=1, padding=1, ceil_mode=True, return_indices=True),
+            torch.tensor([[[-math.inf, 2.0, 2.0], [math.nan, -math.inf, 3.4e38], [-0.0, 0.0, math.nan]]]),
+        ),
+        (
+            lambda x: F.max_pool3d(x, 2, stride=2, ceil_mode=True, return_indices=True),
+            torch.tensor([[[[math.nan, -math.inf, 1.0], [2.0, math.nan, 2.0]]]]),
+        ),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_max_pool_indices_of_nan_and_padding_as_eager(
+    function: Callable[..., Any], x: torch.Tensor, dtype: torch.dtype
+) -> None:
+    assert_exports_and_matches(Call(function), (x.to(dtype),))

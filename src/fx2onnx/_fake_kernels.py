@@ -84,6 +84,29 @@ def _ctc_loss(
     return log_probs.new_empty((log_probs.shape[1],) if batched and reduction == 0 else ())
 
 
+def _diff(
+    self: torch.Tensor,
+    n: int = 1,
+    dim: int = -1,
+    prepend: torch.Tensor | None = None,
+    append: torch.Tensor | None = None,
+) -> torch.Tensor:
+    # The composite clamps n to the length with a Python comparison (`n > size`), which on a data-dependent length
+    # (diff of x[x != 0]) is a guard: capture then took the smallest length (2) as the only one, and the ONNX model's
+    # shapes said 2 (ONNX Runtime's fusions split by them). The length is max(length - n, 0) for every length.
+    if n == 0:  # eager returns the input itself, without prepend and append
+        return self.new_empty(self.shape)
+    parts = [part for part in (prepend, self, append) if part is not None]
+    axis = dim % self.dim()
+    length = sum(part.shape[axis] for part in parts)
+    dtype = self.dtype
+    for part in parts:
+        dtype = torch.promote_types(dtype, part.dtype)
+    shape = list(self.shape)
+    shape[axis] = torch.sym_max(length - n, 0)
+    return self.new_empty(shape, dtype=dtype)
+
+
 # Overload -> its output's metadata on fake tensors.
 STATIC_FAKE_KERNELS: dict[torch._ops.OpOverload, Callable[..., torch.Tensor]] = {
     torch.ops.aten.combinations.default: _combinations,
@@ -92,6 +115,7 @@ STATIC_FAKE_KERNELS: dict[torch._ops.OpOverload, Callable[..., torch.Tensor]] = 
     torch.ops.aten.one_hot.default: _one_hot,
     torch.ops.aten.ctc_loss.IntList: _ctc_loss,
     torch.ops.aten.ctc_loss.Tensor: _ctc_loss,
+    torch.ops.aten.diff.default: _diff,
 }
 
 

@@ -854,7 +854,10 @@ def _integer_power(base: TInt, exponent: TInt | int, dtype: ir.DataType) -> TInt
 def clamp_float(self: TFloat, min: float | None = None, max: float | None = None) -> TFloat:
     """Clip with both bounds: ONNX's Clip without `max` clips to the dtype's largest finite value (the spec's
     default), so clamp(inf, min=1) gave 3.4e38 (1.8e308 in float64) where eager gives inf; likewise -inf without
-    `min`. A missing bound is an infinite one."""
+    `min`. A missing bound is an infinite one. A NaN bound makes every element NaN, as in eager (Clip ignored it:
+    clamp(x, min=nan) was x; fuzz seeds 20000024, 20000030)."""
+    if any(bound is not None and math.isnan(float(bound)) for bound in (min, max)):
+        return op.Expand(_const(math.nan, self), op.Shape(self))
     low = _const(-math.inf if min is None else float(min), self)
     high = _const(math.inf if max is None else float(max), self)
     return op.Clip(self, low, high)

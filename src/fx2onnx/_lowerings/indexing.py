@@ -187,10 +187,40 @@ def _count_below(values: TReal, sorted_sequence: TReal, right: bool, out_int32: 
         # ONNX Runtime's ReduceSum over an empty axis keeps the axis: the count is 0 everywhere.
         zeros = op.Expand(op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)), op.Shape(values))
         return op.Cast(zeros, to=INT32.dtype) if out_int32 else zeros
+    length = sorted_sequence.shape[-1] if sorted_sequence.shape is not None and len(sorted_sequence.shape) else None
+    if isinstance(length, int):
+        counts = _binary_search(values, sorted_sequence, right, length)
+        return op.Cast(counts, to=INT32.dtype) if out_int32 else counts
     pairs = op.Unsqueeze(values, op.Constant(value_ints=[-1]))
     below = op.Not(op.Greater(sorted_sequence, pairs) if right else op.GreaterOrEqual(sorted_sequence, pairs))
     counts = op.ReduceSum(op.Cast(below, to=INT64.dtype), op.Constant(value_ints=[-1]), keepdims=False)
     return op.Cast(counts, to=INT32.dtype) if out_int32 else counts
+
+
+def _binary_search(values: TReal, sequence: TReal, right: bool, length: int) -> INT64:
+    """Eager's binary search, step by step: `start` moves past a probed entry unless it is >= the value (> when
+    `right`), else `end` comes down to it. On a sorted sequence this is the count of entries below; with NaN among
+    the entries (which eager's comparisons put below every value wherever it is probed) the result is the one
+    eager's probes give ([1, 2, nan]: -5 -> 0, 2.5 -> 3), where a count took the NaN below every value (-5 -> 1).
+    `sequence` is 1-D (any values) or [..., length] beside values [..., k]."""
+    shape = op.Shape(values)
+    start = op.Expand(_int64_scalar(0), shape)
+    end = op.Expand(_int64_scalar(length), shape)
+    one, last = _int64_scalar(1), _int64_scalar(length - 1)
+    rows = len(sequence.shape) > 1
+    for _ in range(length.bit_length()):  # each step at least halves end - start, from `length`
+        active = op.Less(start, end)
+        middle = op.Add(start, op.Div(op.Sub(end, start), _int64_scalar(2)))
+        probe = op.Min(middle, last)  # a finished search probes a valid entry, unused
+        probed = op.GatherElements(sequence, probe, axis=-1) if rows else op.Gather(sequence, probe)
+        above = op.Greater(probed, values) if right else op.GreaterOrEqual(probed, values)
+        start = op.Where(op.And(active, op.Not(above)), op.Add(middle, one), start)
+        end = op.Where(op.And(active, above), middle, end)
+    return start
+
+
+def _int64_scalar(value: int) -> INT64:
+    return op.Constant(value=ir.tensor(value, dtype=ir.DataType.INT64))
 
 
 @lowering("aten::bucketize.Tensor")
@@ -211,8 +241,9 @@ def searchsorted(
     """torch.searchsorted over the last axis (a 1-D sequence serves every value)."""
     if sorter is not None:
         sorted_sequence = op.GatherElements(sorted_sequence, sorter, axis=-1)
+    length = sorted_sequence.shape[-1]
     sequence = sorted_sequence
-    if len(sorted_sequence.shape) > 1:  # [..., m] against values [..., k]: pair each k with its row
+    if len(sorted_sequence.shape) > 1 and not isinstance(length, int):  # counted: pair each of [..., k] with its row
         sequence = op.Unsqueeze(sorted_sequence, op.Constant(value_ints=[-2]))
     return _count_below(self, sequence, right or side == "right", out_int32)
 
@@ -322,6 +353,20 @@ def _identity_for(reduce: str, like: TReal) -> TReal:
     return _const(value, like)
 
 
+# Eager's index_put into a bool tensor converts the values to bool and accumulates by or (True + True stays True).
+# index_add of a bool tensor decomposes to index_put(self, source * alpha, accumulate=True), int64 values for an
+# int alpha, which torchlib's index_put summed in int64 (True + True * -1 -> False; fuzz seeds 10002446, 10002802).
+@lowering("aten::index_put", variant="bool")
+def index_put_bool(self: BOOL, indices: Sequence[INT64 | BOOL | None], values: TReal, accumulate: bool = False) -> BOOL:
+    from onnxscript.function_libs.torch_lib.ops.core import aten_index_put
+
+    flags = values if values.dtype == ir.DataType.BOOL else op.Not(op.Equal(values, op.CastLike(0, values)))
+    if not accumulate:
+        return aten_index_put(self, indices, flags, accumulate)
+    counts = aten_index_put(op.Cast(self, to=INT64.dtype), indices, op.Cast(flags, to=INT64.dtype), True)
+    return op.Greater(counts, op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)))
+
+
 @lowering("aten::index_reduce")
 def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True) -> TReal:
     """Reduce `source` slices into `self` at `index` along `dim` (amax, amin, prod, mean) with ScatterElements.
@@ -404,6 +449,17 @@ def pad(self: TReal, pad: Sequence[int], mode: str = "constant", value: float | 
     if mode != "circular":
         x = crop(x)
     return op.Identity(x) if x is self else x
+
+
+@lowering("aten::flip")
+def flip(self: TTensor, dims: Sequence[int]) -> TTensor:
+    """Eager flips a 0-d tensor over dim 0 or -1 as a copy; torchlib's Slice over axis 0 of a 0-d value failed the
+    checker (fuzz seed 10002538: masked_scatter(x, mask, x.flip(0)) of 0-d tensors)."""
+    from onnxscript.function_libs.torch_lib.ops.core import aten_flip
+
+    if self.shape is not None and len(self.shape) == 0:
+        return op.Identity(self)
+    return aten_flip(self, dims)
 
 
 @lowering("aten::numpy_T")

@@ -12,7 +12,7 @@ import onnx_ir as ir
 from onnxscript import DOUBLE, INT32, INT64
 from onnxscript import opset18 as op
 
-from fx2onnx._lowerings.builders import TFloat, TInt, _back, _const, _in_float32, _spatial_sizes
+from fx2onnx._lowerings.builders import TFloat, TInt, TReal, _back, _const, _in_float32, _is_float, _spatial_sizes
 from fx2onnx._lowerings.kernels import double
 from fx2onnx._lowerings.rules import lowering
 
@@ -205,9 +205,6 @@ def avg_pool3d(
 _NARROW = (ir.DataType.INT8, ir.DataType.INT16, ir.DataType.UINT8)
 
 
-_LOWEST = {ir.DataType.INT32: np.iinfo(np.int32).min, ir.DataType.INT64: np.iinfo(np.int64).min}
-
-
 @dataclasses.dataclass(frozen=True)
 class _Dim:
     """One spatial dim of a pooling: its size, window geometry and number of windows (as eager counts them)."""
@@ -312,15 +309,18 @@ def _narrowed(result: TInt, self: TInt) -> TInt:
 
 
 # --- max pooling ------------------------------------------------------------------------------------------------
-def _max_pool(self: TInt, dims: list[_Dim], with_indices: bool) -> tuple[TInt, INT64 | None]:
+def _max_pool(self: TReal, dims: list[_Dim], with_indices: bool) -> tuple[TReal, INT64 | None]:
     """The maximum of each window and (optionally) the flat index of its first maximum.
 
-    The padding holds the compute dtype's minimum, so it is never strictly greater than the running maximum: the
-    running index starts at each window's first position inside the input and moves only on a strictly greater
-    element, which is eager's first maximum in scan order.
+    The padding holds the compute dtype's minimum (-inf for floats), so it is never strictly greater than the
+    running maximum: the running index starts at each window's first position inside the input (past the input
+    for a window of padding only, as in eager) and moves only on a strictly greater element, which is eager's
+    first maximum in scan order. For floats it moves on every NaN too (eager: the window's last NaN).
     """
+    floating = _is_float(self)
     x = op.Cast(self, to=INT32.dtype) if self.dtype in _NARROW else self
-    padded = _pad(x, dims, int(_LOWEST[x.dtype]))
+    # self's own minimum: a window of padding only is eager's initial maximum (int8: -128, not int32's cast to 0)
+    padded = _pad(x, dims, -math.inf if floating else int(np.iinfo(self.dtype.numpy()).min))
     if not with_indices and self.dtype != ir.DataType.INT64:
         # float64 holds every int32 exactly, and ONNX Runtime's MaxPool is several times faster than the slices.
         # The padding is explicit, so its windows are exactly eager's (no ceil_mode, pads or auto_pad of its own).
@@ -344,14 +344,23 @@ def _max_pool(self: TInt, dims: list[_Dim], with_indices: bool) -> tuple[TInt, I
     first_inside = [  # per dim, the first position of each window's dilated grid that is inside the input
         dim.starts + (-(-np.maximum(-dim.starts, 0) // dim.dilation)) * dim.dilation for dim in dims
     ]
-    index = _spread([first * step for first, step in zip(first_inside, plane_strides)], op.Add)
-    for offset in offsets[1:]:
+    first = _spread([first * step for first, step in zip(first_inside, plane_strides)], op.Add)
+    if len(offsets) == 1:
+        return _narrowed(best, self), op.Expand(first, op.Shape(best))
+    # The running choice is the offset's number (a Where with a scalar, several times faster in ONNX Runtime than
+    # one broadcasting each window's position), turned into a position once at the end.
+    shifts = [sum(j * dim.dilation * step for j, dim, step in zip(offset, dims, plane_strides)) for offset in offsets]
+    chosen = op.Expand(_int64(0), op.Shape(best))
+    for number, offset in enumerate(offsets[1:], 1):
         candidate = _at_offset(padded, dims, offset)
-        shift = sum(j * dim.dilation * step for j, dim, step in zip(offset, dims, plane_strides))
         greater = op.Greater(candidate, best)
+        if floating:
+            greater = op.Or(greater, op.IsNaN(candidate))
         best = op.Where(greater, candidate, best)
-        index = op.Where(greater, op.Add(window_starts, _int64(shift)), index)
-    return _narrowed(best, self), op.Expand(index, op.Shape(best))
+        chosen = op.Where(greater, _int64(number), chosen)
+    later = op.Add(window_starts, op.Gather(_int64(np.asarray(shifts)), chosen))
+    index = op.Where(op.Equal(chosen, _int64(0)), first, later)  # offset 0: its first position inside the input
+    return _narrowed(best, self), index
 
 
 def _max_pool_values(
@@ -428,13 +437,81 @@ def _max_pool_float(
 
     # Eager's max of a window holding a NaN is NaN, and of a window of -infs -inf; ONNX Runtime's float32 MaxPool
     # skips a NaN after the window's first element (max_pool1d([1, nan], 2): 1) and starts from the lowest finite
-    # value (a window of -infs: -3.4e38). One pool of an indicator (2: NaN, 1: above -inf, 0: -inf) puts both back.
+    # value (a window of -infs, or of padding only: -3.4e38). One pool of an indicator (2: NaN, 1: above -inf, 0: -inf)
+    # puts both back.
     above = op.Cast(op.Greater(batched, _const(-math.inf, self)), to=self.dtype)
     indicator = op.Add(above, op.Mul(op.Cast(op.IsNaN(batched), to=self.dtype), _const(2.0, self)))
     seen = pool(indicator)
-    pooled = op.Where(op.Equal(seen, _const(0.0, self)), _const(-math.inf, self), pool(batched))
+    # (a window of padding only: ONNX Runtime's lowest finite value, below 0)
+    pooled = op.Where(op.LessOrEqual(seen, _const(0.0, self)), _const(-math.inf, self), pool(batched))
     pooled = op.Where(op.Equal(seen, _const(2.0, self)), _const(math.nan, self), pooled)
     return op.Squeeze(pooled, batch_axis) if unbatched else pooled
+
+
+# float max pooling with indices: ONNX Runtime's MaxPool (torchlib's lowering) skips NaN (max_pool1d([1, nan, 2], 3):
+# 2 at index 2, eager nan at 1), gives -3.4e38 for a window of -infs and -1 for a window of padding only (eager:
+# -inf at the first position of its grid past the padding). With static spatial sizes, eager's scan.
+def _max_pool_float_indexed(
+    self: TFloat,
+    spatial: int,
+    name: str,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+) -> tuple[TFloat, INT64]:
+    if not all(isinstance(size, int) for size in list(self.shape)[len(self.shape) - spatial :]):
+        from onnxscript.function_libs.torch_lib.ops import nn
+
+        torchlib = getattr(nn, f"aten_{name}")
+        return torchlib(self, kernel_size, stride, padding, dilation, ceil_mode)
+    dims = _dims(self, spatial, name, kernel_size, stride, padding, dilation, ceil_mode)
+    values, indices = _max_pool(self, dims, with_indices=True)
+    assert indices is not None
+    return values, indices
+
+
+@lowering("aten::max_pool1d_with_indices", variant="float")
+def max_pool1d_with_indices_float(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    dilation: Sequence[int] = (1,),
+    ceil_mode: bool = False,
+) -> tuple[TFloat, INT64]:
+    return _max_pool_float_indexed(
+        self, 1, "max_pool1d_with_indices", kernel_size, stride, padding, dilation, ceil_mode
+    )
+
+
+@lowering("aten::max_pool2d_with_indices", variant="float")
+def max_pool2d_with_indices_float(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0, 0),
+    dilation: Sequence[int] = (1, 1),
+    ceil_mode: bool = False,
+) -> tuple[TFloat, INT64]:
+    return _max_pool_float_indexed(
+        self, 2, "max_pool2d_with_indices", kernel_size, stride, padding, dilation, ceil_mode
+    )
+
+
+@lowering("aten::max_pool3d_with_indices", variant="float")
+def max_pool3d_with_indices_float(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0, 0, 0),
+    dilation: Sequence[int] = (1, 1, 1),
+    ceil_mode: bool = False,
+) -> tuple[TFloat, INT64]:
+    return _max_pool_float_indexed(
+        self, 3, "max_pool3d_with_indices", kernel_size, stride, padding, dilation, ceil_mode
+    )
 
 
 @lowering("aten::max_pool1d", variant="float")
