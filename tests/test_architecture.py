@@ -45,6 +45,9 @@ LAYERS: list[tuple[str, ...]] = [
         "fx2onnx._cache_files",
     ),
     ("fx2onnx._capture_strategies", "fx2onnx._library_stand_ins", "fx2onnx._capture_functionalize"),  # capture only
+    ("fx2onnx._capture_pytrees",),  # inputs and outputs as pytrees: library types registered, flat order, paths
+    ("fx2onnx._capture_dims",),  # dynamic_shapes read and adapted; torch.export run with them
+    ("fx2onnx._capture_size_one",),  # the general branch compared at size 1 (the example sliced)
     ("fx2onnx._capture",),
     ("fx2onnx._passes",),
     ("fx2onnx._emit", "fx2onnx._emit.recorder", "fx2onnx._emit.context"),
@@ -53,6 +56,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fx2onnx._dispatch",),
     ("fx2onnx._emit.graph_builder", "fx2onnx._emit.control_flow", "fx2onnx._emit.runtime_checks"),
     ("fx2onnx._emit.branches",),  # joins two emitted graphs, the If's condition from runtime_checks
+    ("fx2onnx._branch_regions",),  # several branches on values: each one's region, diffed at the FX level
     ("fx2onnx._branch_join",),  # captures and emits a decision's special branch again, joined by branches
     ("fx2onnx._finalize",),
     ("fx2onnx.legalize",),

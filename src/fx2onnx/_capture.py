@@ -17,11 +17,8 @@ into tensors that may alias others, training-mode batch norm).
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
-import inspect
 import operator
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,7 +33,19 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind, Tenso
 
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
+from fx2onnx._capture_dims import (
+    cache_shapes_in_registered_layout,
+    complete_dynamic_shapes,
+    export_with_suggested_fixes,
+)
 from fx2onnx._capture_functionalize import PROVENANCE_META, NeedsFullDecomposition, functionalize_locally
+from fx2onnx._capture_pytrees import (
+    flatten_inputs,
+    input_paths,
+    library_pytrees_when_returned,
+    register_library_pytrees_for_inputs,
+)
+from fx2onnx._capture_size_one import SizeOneVerdict, general_branch_at_size_one
 from fx2onnx._fake_kernels import static_fake_kernels
 from fx2onnx._library_stand_ins import library_stand_ins, refuse_windowed_caches
 from fx2onnx._records import DecompositionRecord, qualified_name, schema_arguments, schema_facts, target_name
@@ -94,7 +103,8 @@ class CapturedGraph:
 
 
 class Extractor(Protocol):
-    """Produces a decomposed ATen graph from a model."""
+    """Produces a decomposed ATen graph from a model. `special_branch` and `size_one_branch` ask for a special
+    branch's capture (``_branch_join.py``), as :meth:`TorchExportExtractor.capture` says."""
 
     name: str
 
@@ -105,6 +115,8 @@ class Extractor(Protocol):
         kwargs: dict[str, Any],
         dynamic_shapes: Any,
         decompositions: Mapping[Any, Callable[..., Any]],
+        special_branch: capture_strategies.BranchDecision | None = None,
+        size_one_branch: bool = False,
     ) -> CapturedGraph: ...
 
 
@@ -494,7 +506,7 @@ class TorchExportExtractor:
                 ):  # static: composite ops whose fake run is data-dependent
                     traced_at = time.perf_counter()
                     program, shape_fixes = capture_strategies.first_that_captures(
-                        lambda: _export_with_suggested_fixes(model, args, kwargs, dynamic_shapes, strict=self.strict),
+                        lambda: export_with_suggested_fixes(model, args, kwargs, dynamic_shapes, strict=self.strict),
                         attempts,
                         assumptions,
                         section_counts=lambda: capture_strategies.example_section_counts(model, args, kwargs),
@@ -612,396 +624,6 @@ def onnx_export_flag() -> Iterator[None]:
         torch.onnx.is_in_onnx_export = original
 
 
-def _export_with_suggested_fixes(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any, *, strict: bool
-) -> tuple[ExportedProgram, list[str]]:
-    """``torch.export.export`` as torch.onnx's dynamo exporter runs it, and the fixes it needed.
-
-    Dynamic dims are traced size-obliviously (an example size of 0 or 1 stays dynamic, not specialized), guards on
-    them preferably deferred to runtime checks; when the
-    model's code constrains a dim more than `dynamic_shapes` says (a range, a relation, a constant), torch.export
-    fails with suggested fixes: they are applied and the capture retried once. The fixes are returned so that
-    the export warns and reports which dims became static or constrained.
-    """
-    from torch.fx.experimental import _config as symbolic_config
-
-    def run(shapes: Any) -> ExportedProgram:
-        with symbolic_config.patch(backed_size_oblivious=dynamic_shapes is not None), declared_dim_relations():
-            return torch.export.export(
-                model,
-                args,
-                kwargs,
-                dynamic_shapes=shapes,
-                strict=strict,
-                # a guard on dynamic sizes the model's code needs becomes a runtime check, not a refusal
-                prefer_deferred_runtime_asserts_over_guards=dynamic_shapes is not None,
-            )
-
-    try:
-        return _run_or_hinted_fixes(run, model, args, kwargs, dynamic_shapes, strict=strict), []
-    except torch._dynamo.exc.UserError as error:
-        message = str(getattr(error, "msg", error))
-        if dynamic_shapes is None or "Suggested fixes:" not in message:
-            raise
-        try:
-            refined = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes(message, dynamic_shapes)
-        except Exception:
-            raise error from None
-    fixes = [line.strip() for line in message.split("Suggested fixes:")[1].strip().splitlines() if " = " in line]
-    pinned = _pinned_at_example_one(fixes, model, args, kwargs, dynamic_shapes)
-    if pinned:
-        retried = _export_at_size_two(pinned, model, args, kwargs, dynamic_shapes, strict=strict)
-        if retried is not None:
-            return retried
-        fixes = [
-            f"{fix} (the example's size 1 made the model's code branch on it: give an example of size 2 or more "
-            "to keep it dynamic)"
-            if fix.split(" = ")[0] in pinned
-            else fix
-            for fix in fixes
-        ]
-    return run(refined), fixes
-
-
-def _run_or_hinted_fixes(
-    run: Callable[[Any], ExportedProgram],
-    model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    dynamic_shapes: Any,
-    *,
-    strict: bool,
-) -> ExportedProgram:
-    """``run(dynamic_shapes)``, the size-oblivious trace; where it fails otherwise than with torch.export's suggested
-    fixes (or on a data-dependent size, which other capture strategies take), the fixes a hinted trace suggests are
-    raised in its place, for the caller to apply: a relation the model's code needs between dims `dynamic_shapes`
-    gives independently (OPT's attention mask of ``past + 1``, asked as a dim of its own) is decided by a hinted
-    trace from the example's sizes, and refused with the fix ``total = past + 1``; the size-oblivious trace never
-    decides it, and failed further on (a Python test of ``p + 1 - p > 1`` left a SymBool). The failure stands where
-    the hinted trace suggests nothing. Costs one more trace, on the way to an error only."""
-    try:
-        return run(dynamic_shapes)
-    except Exception as error:
-        own_fixes = isinstance(error, torch._dynamo.exc.UserError)  # torch.export's, suggested fixes or not
-        if dynamic_shapes is None or own_fixes or capture_strategies.is_data_dependent(error):
-            raise
-        try:
-            torch.export.export(
-                model,
-                args,
-                kwargs,
-                dynamic_shapes=dynamic_shapes,
-                strict=strict,
-                prefer_deferred_runtime_asserts_over_guards=True,
-            )
-        except torch._dynamo.exc.UserError as hinted:
-            if "Suggested fixes:" in str(getattr(hinted, "msg", hinted)):
-                raise hinted from error
-        except Exception:
-            pass  # the hinted trace fails too, otherwise: the size-oblivious trace's error is the one to show
-        raise error
-
-
-@contextlib.contextmanager
-def declared_dim_relations() -> Iterator[None]:
-    """The relations `dynamic_shapes` declares between input dims (one ``Dim`` on several inputs, a derived
-    ``Dim("past") + 1``) are known to the trace from its start, as replacements of its shape environment.
-
-    torch.export (non-strict) makes one symbol per input dim and checks the declared relations only after tracing
-    (``produce_guards``): a hinted trace learns ``mask = past + 1`` on the way, from a guard the example's sizes
-    decide (a slice's bounds), but a size-oblivious one never decides it, so expressions of both stay
-    unsimplified (OPT's query length ``Max(0, s53 - Min(s53, s84))`` instead of 1) and a Python branch on them
-    (transformers' SDPA ``is_causal = q_length > 1 and ...``) is left a SymBool. Each declared equation replaces
-    its symbol once the fake inputs exist, as the shape environment does for an equality the model's code
-    asserts; torch.export's check afterwards holds by construction, and the ONNX model checks the inputs' relations
-    at run time (the input checks, ``mask == past + 1 (as exported)``). Non-strict only (strict: Dynamo fakifies).
-    """
-    from torch.export import _trace
-
-    make_fake_inputs = _trace.make_fake_inputs
-
-    def with_relations(*args: Any, **kwargs: Any) -> Any:
-        made = make_fake_inputs(*args, **kwargs)
-        shape_env, equalities = made[0].shape_env, made[3]
-        symbol_of = {source.name: symbol for symbol, sources in shape_env.var_to_sources.items() for source in sources}
-        replaced: dict[sympy.Symbol, sympy.Expr] = {}
-
-        def resolved(symbol: sympy.Symbol) -> sympy.Expr:
-            while symbol in replaced and isinstance(replaced[symbol], sympy.Symbol):
-                symbol = replaced[symbol]
-            return symbol
-
-        def replace(symbol: sympy.Expr, target: sympy.Expr) -> None:
-            if not isinstance(symbol, sympy.Symbol) or symbol == target or symbol in target.free_symbols:
-                return
-            hints = shape_env.backed_var_to_val
-            if symbol not in hints or target.xreplace(hints) != hints[symbol]:
-                return  # an example that breaks the declared relation: torch.export's check names it
-            replaced[symbol] = target
-            shape_env._set_replacement(symbol, target, "declared by dynamic_shapes")
-
-        for first, second in equalities.source_pairs:  # one Dim on several inputs
-            if first.name in symbol_of and second.name in symbol_of:
-                replace(resolved(symbol_of[first.name]), resolved(symbol_of[second.name]))
-        for source, root, derive in equalities.derived_equalities:  # source = derive(root)
-            base = root if isinstance(root, sympy.Expr) else symbol_of.get(root.name)
-            if source.name in symbol_of and base is not None:
-                replace(resolved(symbol_of[source.name]), derive(resolved(base)))
-        return made
-
-    _trace.make_fake_inputs = with_relations
-    try:
-        yield
-    finally:
-        _trace.make_fake_inputs = make_fake_inputs
-
-
-def _pinned_at_example_one(
-    fixes: list[str], model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
-) -> dict[str, list[tuple[int, int]]]:
-    """The dims asked dynamic that torch.export's fixes pin to 1 where the example's size is 1: the model's code
-    compared the size with 1 (``if batch_size != position_ids.shape[0]`` in transformers' masking), and a size-1
-    example took the special branch, so torch.export asks for the example's size. Name -> (input id, dim)s."""
-    # "batch = 1", or "batch = Dim('batch', max=1)" (Swin: a guard 'batch <= 2' met a size-oblivious range [2, ...])
-    named = {name for name, _, fix in (f.partition(" = ") for f in fixes) if fix == "1" or fix.endswith("max=1)")}
-    if not named:
-        return {}
-    sizes = {id(x): x.shape for x in pytree.tree_leaves((args, dict(kwargs))) if isinstance(x, torch.Tensor)}
-    pinned: dict[str, list[tuple[int, int]]] = {}
-    for (tensor_id, dim), spec in dynamic_dims(model, args, kwargs, dynamic_shapes).items():
-        name = getattr(spec, "__name__", spec)
-        if name in named and tensor_id in sizes and sizes[tensor_id][dim] == 1:
-            pinned.setdefault(name, []).append((tensor_id, dim))
-    return pinned
-
-
-def _serves_the_example(
-    program: ExportedProgram, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> bool:
-    """Whether the graph captured at size 2 gives eager's result on the user's size-1 example, run in torch with its
-    assertions off (a size-2 capture asserts the size is not 1): the branch the code took at 2 is then right at 1
-    too (an `expand` to the batch), where a branch computing otherwise at 1 (``x.view(-1) if n == 1 else x.sum(0)``)
-    keeps the dim pinned to 1. The inputs are copied: a Hugging Face cache is appended to by each run."""
-    try:
-        module = program.module()
-        for node in list(module.graph.nodes):
-            if node.op == "call_function" and node.target in (
-                torch.ops.aten._assert_scalar.default,
-                torch.ops.aten._assert_tensor_metadata.default,
-            ):
-                module.graph.erase_node(node)
-        module.recompile()
-        module._forward_pre_hooks.clear()  # the input check of the captured dims' ranges (size 2 and up)
-        with torch.no_grad():
-            expected = pytree.tree_leaves(model(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
-            got = pytree.tree_leaves(module(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
-    except Exception:
-        return False
-    if len(expected) != len(got):
-        return False
-    return all(_same_result(want, have) for want, have in zip(expected, got))
-
-
-@dataclasses.dataclass
-class SizeOneVerdict:
-    """Whether the general branch of a size-oblivious decision on a backed input dim gives eager's result where the
-    dim is 1 (compared at export), and what was compared."""
-
-    same: bool
-    dim: str  # the symbol, as the graph names it (s77)
-    seconds: float = 0.0
-    # the example at size 1 and `dynamic_shapes` with that dim static: what captures the special branch
-    example: tuple[tuple[Any, ...], dict[str, Any]] | None = dataclasses.field(default=None, repr=False)
-    static_shapes: Any = dataclasses.field(default=None, repr=False)
-    joined: bool = False  # the export captured the special branch too, and an If chooses at run time
-
-
-_ASSERTED = re.compile(r"expression (.*) on node")
-
-
-def _size_one_decisions(program: ExportedProgram, assertion_lines: Mapping[str, str]) -> set[sympy.Symbol]:
-    """The deferred assertions ``Ne(s, 1)`` on a backed input dim `s` (the general branch of the model's own
-    comparison of a dynamic size with 1, decided size-obliviously): assertion key -> `s`. A guard of an op's fake
-    kernel (``LOWERED_WHOLE``) is left out: the lowering computes sizes at run time, whatever the branch."""
-    found: set[sympy.Symbol] = set()
-    for node in program.graph.nodes:
-        if node.op != "call_function" or node.target is not torch.ops.aten._assert_scalar.default:
-            continue
-        matched = _ASSERTED.search(str(node.args[1]) if len(node.args) > 1 else "")
-        if matched is None:
-            continue
-        key = capture_strategies.assertion_key(matched[1])
-        if assertion_lines.get(key) == capture_strategies.LOWERED_WHOLE:
-            continue
-        try:
-            parsed = sympy.sympify(matched[1])
-        except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
-            continue
-        if not isinstance(parsed, sympy.Ne) or sympy.Integer(1) not in parsed.args:
-            continue
-        (side,) = [argument for argument in parsed.args if argument != sympy.Integer(1)] or [None]
-        if isinstance(side, sympy.Symbol) and str(side).startswith("s"):  # backed: an input's dim (u0: unbacked)
-            found.add(side)
-    return found
-
-
-def general_branch_at_size_one(
-    program: ExportedProgram,
-    model: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    assertion_lines: Mapping[str, str],
-    dynamic_shapes: Any = None,
-) -> dict[tuple[str, int], SizeOneVerdict]:
-    """For each size-oblivious decision of the model's code on a backed input dim compared with 1 (``if
-    x.shape[0] == 1``, decided for the general branch and not checked at run time), whether the graph gives eager's
-    result at size 1: the example's inputs sliced to 1 along every dim of that symbol, run in eager and in the
-    captured graph (assertions off, as :func:`_serves_the_example`). One eager run and one graph run per such dim,
-    none where the model's code asks no such question. A dim the graph has only in a derived form (``2 * s``), or
-    an example that cannot be sliced, is not comparable: reported as not the same (checked at run time then)."""
-    decisions = _size_one_decisions(program, assertion_lines)
-    if not decisions or not isinstance(model, torch.nn.Module):
-        return {}
-    # weights or inputs without data (meta: weights= binds them later) compute no values to compare
-    valueless = any(
-        tensor.is_meta or isinstance(tensor, torch._subclasses.FakeTensor)
-        for tensor in [*model.parameters(), *model.buffers(), *pytree.tree_leaves((args, kwargs))]
-        if isinstance(tensor, torch.Tensor)
-    )
-    user = set(program.graph_signature.user_inputs)
-    # tensors only: a constant input (``use_cache=True``) is a leaf of the inputs but no placeholder of the graph
-    placeholders = [
-        node
-        for node in program.graph.nodes
-        if node.op == "placeholder" and node.name in user and isinstance(node.meta.get("val"), torch.Tensor)
-    ]
-    leaves = [
-        leaf for leaf in flatten_inputs(program.call_spec.in_spec, args, kwargs) if isinstance(leaf, torch.Tensor)
-    ]
-    asked = dynamic_dims(model, args, kwargs, dynamic_shapes)
-    verdicts: dict[tuple[str, int], SizeOneVerdict] = {}
-    for symbol in sorted(decisions, key=str):
-        started = time.perf_counter()
-        sliced: dict[int, torch.Tensor] = {}
-        places: list[tuple[str, int]] = []
-        specs: list[Any] = []
-        comparable = len(placeholders) == len(leaves)
-        for node, leaf in zip(placeholders, leaves) if comparable else ():
-            val = node.meta.get("val")
-            if not isinstance(val, torch.Tensor) or not isinstance(leaf, torch.Tensor):
-                continue
-            example = leaf
-            for dim, size in enumerate(val.shape):
-                expression = size.node.expr if isinstance(size, torch.SymInt) else None
-                # by name: sympify's symbols lack torch's assumptions (integer, positive), so never equal its own
-                if str(expression) == str(symbol) and leaf.shape[dim] >= 1:
-                    leaf = sliced[id(example)] = leaf.detach().narrow(dim, 0, 1).clone()
-                    places.append((node.name, dim))
-                    specs.append(asked.get((id(example), dim)))
-                elif expression is not None and str(symbol) in map(str, expression.free_symbols):
-                    comparable = False  # a derived dim: no slicing gives its value at size 1
-        if comparable and sliced:
-            at_one_args, at_one_kwargs = pytree.tree_map(
-                lambda value, sliced=sliced: sliced.get(id(value), value), (tuple(args), dict(kwargs))
-            )
-            same = False  # not comparable by values: the special branch is captured (an If joins it)
-            if not valueless:
-                # the extra eager run leaves the user's model as it was: a module in training mode updates its
-                # buffers (BatchNorm's running statistics), and dropout draws from the global generator
-                buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
-                with torch.random.fork_rng(devices=[]):
-                    same = _serves_the_example(program, model, at_one_args, at_one_kwargs)
-                with torch.no_grad():
-                    for name, buffer in model.named_buffers():
-                        if name in buffers and buffer.shape == buffers[name].shape:
-                            buffer.copy_(buffers[name])
-        else:
-            same, at_one_args, at_one_kwargs = False, None, None
-        verdict = SizeOneVerdict(same, str(symbol), time.perf_counter() - started)
-        # named dims only: Dim.DYNAMIC/AUTO have no name telling this dim from the others, which must stay dynamic
-        named = specs and all(
-            isinstance(spec, str) or isinstance(getattr(spec, "__name__", None), str) for spec in specs
-        )
-        if not same and at_one_args is not None and named:
-            verdict.example = (at_one_args, at_one_kwargs)
-            verdict.static_shapes = _made_static(dynamic_shapes, specs)
-        verdicts.update(dict.fromkeys(places, verdict))
-    return verdicts
-
-
-def _made_static(dynamic_shapes: Any, specs: list[Any]) -> Any:
-    """`dynamic_shapes` with the dims asked as one of `specs` (a Dim, or the same name) given as static."""
-    names = {spec if isinstance(spec, str) else getattr(spec, "__name__", None) for spec in specs} - {None}
-
-    def static(spec: Any) -> bool:
-        if isinstance(spec, (dict, list, tuple)):
-            return False
-        name = spec if isinstance(spec, str) else getattr(spec, "__name__", None)
-        return any(spec is one for one in specs) or name in names
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {key: torch.export.Dim.STATIC if static(spec) else walk(spec) for key, spec in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(torch.export.Dim.STATIC if static(spec) else walk(spec) for spec in value)
-        return value
-
-    return walk(dynamic_shapes)
-
-
-def _same_result(want: Any, have: Any) -> bool:
-    if not isinstance(want, torch.Tensor) or not isinstance(have, torch.Tensor):
-        return type(want) is type(have) and want == have
-    if want.dtype != have.dtype or want.shape != have.shape:
-        return False
-    return torch.allclose(want.double(), have.double(), rtol=1e-3, atol=1e-5, equal_nan=True)
-
-
-def _export_at_size_two(
-    pinned: dict[str, list[tuple[int, int]]],
-    model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    dynamic_shapes: Any,
-    *,
-    strict: bool,
-) -> tuple[ExportedProgram, list[str]] | None:
-    """The capture again with the pinned dims' examples at size 2 (their one slice repeated): the model's code takes
-    its general branch, so the graph serves every size the user asked for, instead of size 1 only. The size-1
-    branch the code then did not take is the general one's special case (an `expand` to the same size...), as for
-    any size-oblivious decision: a lower bound of 2 the model's code implies is not checked at run time unless
-    `dynamic_shapes` asked for it. None when that capture fails (the model needs size 1 there: it is pinned)."""
-    if not isinstance(model, torch.nn.Module):
-        return None
-    dims_by_tensor: dict[int, list[int]] = {}
-    for places in pinned.values():
-        for tensor_id, dim in places:
-            dims_by_tensor.setdefault(tensor_id, []).append(dim)
-
-    def at_size_two(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            for dim in dims_by_tensor.get(id(value), []):
-                value = torch.cat([value, value], dim=dim)
-        return value
-
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    enlarged = [at_size_two(leaf) for leaf in leaves]
-    # a dim spec keyed by tensor: the enlarged inputs are new tensors, at the same places of the same structure
-    try:
-        larger_args, larger_kwargs = pytree.tree_unflatten(enlarged, spec)
-        program, fixes = _export_with_suggested_fixes(model, larger_args, larger_kwargs, dynamic_shapes, strict=strict)
-    except Exception:
-        return None
-    if not _serves_the_example(program, model, args, kwargs):
-        return None
-    notes = [
-        f"{name}: traced at size 2, not the example's 1 (the model's code branches on {name} == 1; its general "
-        "branch serves size 1 too)"
-        for name in pinned
-    ]
-    return program, notes + [fix for fix in fixes if fix.split(" = ")[0] not in pinned]
-
-
 class SymbolicTraceExtractor:
     """``torch.fx.symbolic_trace`` then ``make_fx`` to ATen, for models torch.export rejects.
 
@@ -1017,7 +639,11 @@ class SymbolicTraceExtractor:
         kwargs: dict[str, Any],
         dynamic_shapes: Any,
         decompositions: Mapping[Any, Callable[..., Any]],
+        special_branch: capture_strategies.BranchDecision | None = None,
+        size_one_branch: bool = False,
     ) -> CapturedGraph:
+        """`special_branch`, `size_one_branch`: never asked of this extractor, whose capture takes no size-oblivious
+        decision (its shapes are static)."""
         from torch.fx.experimental.proxy_tensor import make_fx
 
         if isinstance(model, ExportedProgram):
@@ -1082,150 +708,6 @@ class SymbolicTraceExtractor:
             trace_seconds=seconds,  # make_fx traces and decomposes in one go
             decomposition=DecompositionRecord("full", "symbolic_trace: make_fx decomposes as it traces"),
         )
-
-
-def register_library_pytrees(model: torch.nn.Module) -> None:
-    """Let pytrees flatten model libraries' containers (Hugging Face caches) in inputs and outputs."""
-    if type(model).__module__.startswith("transformers."):
-        try:
-            from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
-        except ImportError:  # older transformers: ModelOutput is a pytree already; caches stay unsupported
-            return
-        register_cache_pytrees_for_model(model)
-
-
-def register_library_pytrees_for_inputs(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, strict: bool
-) -> bool:
-    """:func:`register_library_pytrees` now where the inputs hold a cache, or for strict mode (dynamo would trace
-    :func:`library_pytrees_when_returned`'s hook); whether it did.
-
-    Importing transformers' exporters and registering takes 15-25 ms, which an encoder's export (BERT) paid for
-    nothing: a model given no cache is left to :func:`library_pytrees_when_returned`."""
-    if not type(model).__module__.startswith("transformers."):
-        return False
-    if strict or any(_is_cache(leaf) for leaf in pytree.tree_leaves((args, dict(kwargs)))):
-        register_library_pytrees(model)
-        return True
-    return False
-
-
-@contextlib.contextmanager
-def library_pytrees_when_returned(model: Any, *, registered: bool, seconds: list[float]) -> Iterator[None]:
-    """Register a transformers model's pytrees when its forward returns a cache (``use_cache``: whether it builds
-    one is its code's decision, not its config's; BERT's config says True), from a forward hook, which runs before
-    torch.export flattens the outputs. The registration's time is added to `seconds`, so that the capture does not
-    count it as the tracer's."""
-    if registered or not isinstance(model, torch.nn.Module) or not type(model).__module__.startswith("transformers."):
-        yield
-        return
-
-    def register_if_cache(module: torch.nn.Module, inputs: Any, output: Any) -> None:
-        if any(_is_cache(leaf) for leaf in pytree.tree_leaves(output)):
-            started = time.perf_counter()
-            register_library_pytrees(model)
-            seconds[0] += time.perf_counter() - started
-
-    handle = model.register_forward_hook(register_if_cache)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
-def _is_cache(value: Any) -> bool:
-    """transformers' rule for a cache (unregistered, so a pytree leaf): a ``Cache`` subclass, or a model's own class
-    named ``...Cache``."""
-    kind = type(value)
-    return kind.__name__.endswith("Cache") or any(
-        base.__name__ == "Cache" and base.__module__.startswith("transformers.") for base in kind.__mro__
-    )
-
-
-def _forward_arguments(
-    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
-) -> Mapping[str, Any] | None:
-    """`forward`'s arguments by name, where a dict `dynamic_shapes` is to be read against them; else None."""
-    if not isinstance(dynamic_shapes, Mapping) or not isinstance(model, torch.nn.Module):
-        return None
-    try:
-        return inspect.signature(model.forward).bind(*args, **kwargs).arguments
-    except (TypeError, ValueError):
-        return None
-
-
-def cache_shapes_in_registered_layout(
-    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
-) -> Any:
-    """A transformers cache's `dynamic_shapes` in the layout its class is registered with. Two registrations of
-    ``DynamicCache`` exist and the first made in the process wins: transformers' exporters' (every tensor of the
-    layers in one flat list: keys, values... per layer), which fx2onnx makes, and its executorch helper's
-    (``[[keys...], [values...]]``). Either layout is accepted and rewritten to the registered one (by tensor); any
-    other is refused naming the layout expected (torch.export said "Node arity mismatch")."""
-    bound = _forward_arguments(model, args, kwargs, dynamic_shapes)
-    if bound is None:
-        return dynamic_shapes
-    adapted = dict(dynamic_shapes)
-    for name, shapes in dynamic_shapes.items():
-        cache = bound.get(name)
-        node = pytree.SUPPORTED_NODES.get(type(cache))
-        layers = [layer for layer in getattr(cache, "layers", None) or () if getattr(layer, "keys", None) is not None]
-        if node is None or not layers or not isinstance(shapes, (list, tuple)):
-            continue
-        children = node.flatten_fn(cache)[0]
-        if _fits(shapes, children):
-            continue
-        flat_leaves = _exporter_layout_leaves(cache)
-        by_tensor: dict[int, Any] = {}
-        if len(shapes) == 2 and all(isinstance(s, (list, tuple)) and len(s) == len(layers) for s in shapes):
-            for layer, key_shape, value_shape in zip(layers, shapes[0], shapes[1]):  # executorch's [[keys], [values]]
-                by_tensor.update({id(layer.keys): key_shape, id(layer.values): value_shape})
-        elif flat_leaves is not None and len(shapes) == len(flat_leaves):  # transformers exporters' flat list
-            by_tensor.update({id(leaf): shape for leaf, shape in zip(flat_leaves, shapes)})
-        else:
-            expected = [
-                type(child).__name__ if not isinstance(child, list) else f"[{len(child)} tensors]" for child in children
-            ]
-            raise CaptureError(
-                f"dynamic_shapes[{name!r}] has {len(shapes)} entries, which fits neither layout of a "
-                f"{type(cache).__name__} of {len(layers)} layers: give one entry per tensor in the order the cache's "
-                f"registered pytree flattens it ({len(children)} children: {', '.join(expected)}), or "
-                f"[[one per layer's keys], [one per layer's values]]"
-            )
-        adapted[name] = [
-            [by_tensor.get(id(t)) for t in child] if isinstance(child, list) else by_tensor.get(id(child))
-            for child in children
-        ]
-    return adapted
-
-
-def _fits(shapes: Sequence[Any], children: Sequence[Any]) -> bool:
-    """Whether `shapes` has the structure of a pytree node's `children` (a list child: a list of as many)."""
-    if len(shapes) != len(children):
-        return False
-    return all(
-        isinstance(shape, (list, tuple)) and len(shape) == len(child) if isinstance(child, list) else True
-        for shape, child in zip(shapes, children)
-    )
-
-
-def _exporter_layout_leaves(cache: Any) -> list[Any] | None:
-    """The tensors of `cache` in the order transformers' exporters' registration flattens it (None: unavailable)."""
-    try:
-        from transformers.exporters.exporter_dynamo import _pytree_flatten
-    except ImportError:
-        return None
-    return list(_pytree_flatten(cache)[0])
-
-
-def complete_dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> Any:
-    """torch.export wants a key for every argument in a dict `dynamic_shapes`; the rest are static."""
-    bound = _forward_arguments(model, args, kwargs, dynamic_shapes)
-    if bound is None:
-        return dynamic_shapes
-    if not set(dynamic_shapes) <= set(bound):
-        return dynamic_shapes  # let torch.export name the unknown keys in its error
-    return {name: dynamic_shapes.get(name) for name in bound}
 
 
 EXTRACTORS: dict[str, Callable[[bool, Registry], Extractor]] = {
@@ -1309,112 +791,11 @@ def from_exported_program(program: ExportedProgram, strategy: str) -> CapturedGr
     )
 
 
-def flatten_inputs(in_spec: pytree.TreeSpec | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
-    """Flatten call arguments in the order the captured graph expects them."""
-    kwargs = dict(kwargs or {})
-    if in_spec is not None and in_spec.num_children == 2:
-        kw_spec = in_spec.child(1)
-        if kw_spec.context is not None and set(kw_spec.context) == set(kwargs):
-            kwargs = {k: kwargs[k] for k in kw_spec.context}
-    return pytree.tree_leaves((tuple(args), kwargs))
-
-
-def output_paths(out_spec: pytree.TreeSpec | None, count: int) -> list[str]:
-    """Readable names for flat outputs from their pytree paths (``logits``, ``past_key_values_0``)."""
-    if out_spec is None or out_spec.num_leaves != count:
-        return [f"output_{i}" for i in range(count)]
-    names = ["_".join(path) for path in _spec_paths(out_spec, [])]
-    names = [n if n and not n[0].isdigit() else f"output_{n}".rstrip("_") for n in names]
-    if len(set(names)) != len(names):
-        return [f"output_{i}" for i in range(count)]
-    return names
-
-
-def _spec_paths(spec: pytree.TreeSpec, prefix: list[str]) -> list[list[str]]:
-    """Key paths of a spec's leaves, read from the spec itself (no need to rebuild the objects)."""
-    if spec.is_leaf():
-        return [prefix]
-    children = spec.children()
-    context = spec.context
-    keys: list[str]
-    if (
-        isinstance(context, (list, tuple))
-        and len(context) == len(children)
-        and all(isinstance(k, str) for k in context)
-    ):
-        keys = list(context)  # dicts, named tuples, ModelOutput
-    else:
-        keys = [str(i) for i in range(len(children))]
-    if spec.type in (tuple, list) and not prefix and len(children) == 1:
-        keys = [""]  # a lone output needs no index
-    paths = []
-    for key, child in zip(keys, children):
-        paths.extend(_spec_paths(child, [*prefix, key] if key else prefix))
-    return paths
-
-
-def dynamic_dims(
-    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
-) -> dict[tuple[int, int], Any]:
-    """(id of input tensor, dim) -> what `dynamic_shapes` asks for it (a Dim, a name, Dim.DYNAMIC/AUTO...),
-    for every dim not given as static."""
-    if dynamic_shapes is None:
-        return {}
-    specs: dict[tuple[int, int], Any] = {}
-
-    def walk(value: Any, spec: Any) -> None:
-        if spec is None:
-            return
-        if isinstance(value, torch.Tensor):
-            items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)
-            for dim, dim_spec in items:
-                if dim_spec is not None and not isinstance(dim_spec, int) and dim_spec is not torch.export.Dim.STATIC:
-                    specs[(id(value), int(dim) % max(value.dim(), 1))] = dim_spec
-            return
-        if isinstance(value, Mapping) and isinstance(spec, Mapping):
-            for key in value:
-                if key in spec:
-                    walk(value[key], spec[key])
-        elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
-            for item, item_spec in zip(value, spec):
-                walk(item, item_spec)
-        else:  # a library container (a Hugging Face cache...) given a flat list of specs
-            leaves = [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
-            if isinstance(spec, (list, tuple)) and len(leaves) == len(spec):
-                for item, item_spec in zip(leaves, spec):
-                    walk(item, item_spec)
-
-    if isinstance(dynamic_shapes, Mapping):
-        forward = model.forward if isinstance(model, torch.nn.Module) else model
-        try:
-            bound = inspect.signature(forward).bind(*args, **kwargs).arguments
-        except (TypeError, ValueError):
-            bound = dict(kwargs)
-        for key, spec in dynamic_shapes.items():
-            if key in bound:
-                walk(bound[key], spec)
-    else:
-        walk(tuple(args) + tuple(kwargs.values()), tuple(dynamic_shapes))
-    return specs
-
-
-def dim_names(
-    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
-) -> dict[tuple[int, int], str]:
-    """(id of input tensor, dim) -> the name the user gave it: a ``torch.export.Dim``'s, or a string."""
-    names: dict[tuple[int, int], str] = {}
-    for key, spec in dynamic_dims(model, args, kwargs, dynamic_shapes).items():
-        name = spec if isinstance(spec, str) else getattr(spec, "__name__", None)
-        if name and not name.startswith("_"):
-            names[key] = name
-    return names
-
-
 def static_dynamic_dims(
     captured: CapturedGraph, requested: Mapping[tuple[int, int], Any], flat_inputs: list[Any]
 ) -> list[str]:
     """The dims `dynamic_shapes` asked to be dynamic that the captured graph has static or derived from others."""
-    paths = _input_paths(captured.in_spec, len(flat_inputs))
+    paths = input_paths(captured.in_spec, len(flat_inputs))
     found = []
     tensors = [(path, x) for path, x in zip(paths, flat_inputs) if isinstance(x, torch.Tensor)]
     for node, (path, example) in zip(captured.user_inputs, tensors):
@@ -1440,18 +821,6 @@ def _declared_or_fixed(spec: Any, shape_fixes: Sequence[str]) -> bool:
         return True
     name = getattr(spec, "__name__", None)
     return name is not None and any(fix.split(" = ")[0] == name for fix in shape_fixes)
-
-
-def _input_paths(in_spec: pytree.TreeSpec | None, count: int) -> list[str]:
-    if in_spec is None or in_spec.num_leaves != count:
-        return [f"input {i}" for i in range(count)]
-    paths = []
-    for path in _spec_paths(in_spec, []):
-        if path and path[0] == "0":  # positional: args[i]...
-            paths.append("args[" + "][".join(path[1:]) + "]" if len(path) > 1 else "args")
-        else:
-            paths.append(".".join(path[1:]) or "kwargs")
-    return paths
 
 
 def _overloads(graph_module: torch.fx.GraphModule) -> set[str]:

@@ -5,7 +5,7 @@ indexing) give their outputs *unbacked* sizes: symbols with no example value. Py
 a size (torchvision's ``if boxes.numel() == 0: return empty``) makes torch.export raise
 ``GuardOnDataDependentSymNode``. The strategies, in order:
 
-1. ``torch.export`` as is (``_capture._export_with_suggested_fixes``): most models.
+1. ``torch.export`` as is (``_capture_dims.export_with_suggested_fixes``): most models.
 2. **size-oblivious guards**: a guard that torch cannot decide on an unbacked size is decided as torch's own
    size-oblivious reasoning does, for a size of at least 2 (``numel() == 0`` is False, ``size(0) > 1`` is True):
    the general branch, the one that also computes the right thing on 0 or 1 elements in ops that take empty

@@ -18,6 +18,8 @@ import torch
 
 from fx2onnx import _branch_join as branch_join
 from fx2onnx import _capture as capture_stage
+from fx2onnx import _capture_dims as capture_dims
+from fx2onnx import _capture_pytrees as capture_pytrees
 from fx2onnx import _dtypes as dtypes
 from fx2onnx import _finalize as finalize_stage
 from fx2onnx import _passes as passes
@@ -226,7 +228,7 @@ def _export(
     export_report.capture_assumptions = captured.assumptions
     opset_version = opset_for_dtypes(captured, opset_version)
     export_report.opset = opset_version
-    flat_inputs = capture_stage.flatten_inputs(captured.in_spec, args, kwargs)
+    flat_inputs = capture_pytrees.flatten_inputs(captured.in_spec, args, kwargs)
     bound = _bind_weights(captured, model, weights)  # before the work of emission: a bad checkpoint fails fast
 
     with timer("fx passes"):
@@ -236,7 +238,7 @@ def _export(
         export_report.promotion_casts = casts_inserted_by_passes(captured.graph, nodes_before)
 
     with timer("dispatch+emit", f"{len(captured.graph.nodes)} FX nodes"):
-        user_dims = {**capture_stage.dim_names(model, args, kwargs, dynamic_shapes), **axis_names}
+        user_dims = {**capture_dims.dim_names(model, args, kwargs, dynamic_shapes), **axis_names}
         dispatcher = Dispatcher(registry, opset_version)
         emitter = GraphEmitter(
             captured,
@@ -276,7 +278,7 @@ def _export(
             size_one_branch = branch_join.size_one_special_branch(model_ir, captured, emitter, emit_special)
     # what the graph was captured under (torch.export's assertions, the input dims' ranges and relations) is checked
     # at run time: an input breaking it fails in ONNX Runtime naming the assumption
-    requested = capture_stage.dynamic_dims(model, args, kwargs, dynamic_shapes)
+    requested = capture_dims.dynamic_dims(model, args, kwargs, dynamic_shapes)
     checks = runtime_checks.add_runtime_checks(
         model_ir, captured, emitter.symbol_names, runtime_checks.asked_minimums(captured, requested, flat_inputs)
     )

@@ -99,7 +99,7 @@ def _is_axes(spec: Any) -> bool:
 
 def axis_names_to_dims(dynamic_shapes: Any) -> Any:
     """`dynamic_shapes` for torch.export: every axis named by a string becomes ``Dim.DYNAMIC`` (the name is kept
-    apart, by :func:`fx2onnx._capture.dim_names`, for the ONNX dim_param)."""
+    apart, by :func:`fx2onnx._capture_dims.dim_names`, for the ONNX dim_param)."""
 
     def convert(spec: Any) -> Any:
         if isinstance(spec, str):

@@ -20,7 +20,8 @@ from fx2onnx import _dtypes as dtypes
 from fx2onnx import _safe_save as safe_save
 from fx2onnx import _streaming as streaming
 from fx2onnx import _weights as checkpoint_weights
-from fx2onnx._capture import EXPORT_LOCK, SPARSE_PART, SPARSE_PARTS, flatten_inputs, sparse_part
+from fx2onnx._capture import EXPORT_LOCK, SPARSE_PART, SPARSE_PARTS, sparse_part
+from fx2onnx._capture_pytrees import flatten_inputs
 from fx2onnx._verification import (
     TOLERANCES,
     OutputVerification,

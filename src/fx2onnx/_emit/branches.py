@@ -312,7 +312,7 @@ __all__ = ["disagreement", "drop_checks_of_a_side", "join", "same_empty_results"
 
 @dataclasses.dataclass
 class QuestionRegion:
-    """What one branch on a value changes in the general graph (``_branch_join.value_regions`` found it by diffing
+    """What one branch on a value changes in the general graph (``_branch_regions.py`` found it by diffing
     the general capture against the capture with this question answered the other way), at the ONNX level.
 
     The If runs `special_nodes` (of `special`, the other side's emission) where `condition` holds, `general_nodes`

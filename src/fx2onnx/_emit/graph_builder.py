@@ -196,7 +196,7 @@ class GraphEmitter:
 
     def output(self, node: torch.fx.Node) -> None:
         outputs = self.captured.user_outputs
-        from fx2onnx._capture import output_paths
+        from fx2onnx._capture_pytrees import output_paths
 
         # A None among the outputs has no ONNX output: `program(...)` puts None back at its position.
         self.none_outputs = [index for index, arg in enumerate(outputs) if arg is None]

@@ -33,7 +33,8 @@ import sympy
 import torch
 from torch.utils._sympy import functions as sympy_functions
 
-from fx2onnx._capture import CapturedGraph, SizeOneVerdict
+from fx2onnx._capture import CapturedGraph
+from fx2onnx._capture_size_one import SizeOneVerdict
 from fx2onnx._capture_strategies import GENERAL_BRANCH, LOWERED_WHOLE, assertion_key
 from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK, STACK_TRACE
 
@@ -189,7 +190,7 @@ def asked_minimums(
     captured: CapturedGraph, requested: Mapping[tuple[int, int], Any], flat_inputs: Sequence[Any]
 ) -> dict[tuple[str, int], int]:
     """(placeholder name, dim) -> the minimum `dynamic_shapes` gave that dim (a ``Dim``'s ``min``), keyed as
-    `requested` is (:func:`fx2onnx._capture.dynamic_dims`) by the example tensor's id."""
+    `requested` is (:func:`fx2onnx._capture_dims.dynamic_dims`) by the example tensor's id."""
     tensors = [x for x in flat_inputs if isinstance(x, torch.Tensor)]
     minimums = {}
     for node, example in zip(captured.user_inputs, tensors):
@@ -207,7 +208,7 @@ def asked_minimums(
 
 
 # Where the model's code compares a backed input dim with 1, the capture ran the general branch at size 1 at export
-# (capture.general_branch_at_size_one): the same as eager there, it stays unchecked; otherwise size 1 is refused at
+# (_capture_size_one.py): the same as eager there, it stays unchecked; otherwise size 1 is refused at
 # run time, naming the model's line, rather than computing the general branch's result.
 GENERAL_BRANCH_SAME = "compared with eager at size 1 at export: the same"
 GENERAL_BRANCH_JOINED = (

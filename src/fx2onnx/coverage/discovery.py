@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from fx2onnx import _capture as capture_stage
+from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _dtypes as dtypes
 from fx2onnx._dispatch import node_arguments
 from fx2onnx._records import qualified_name
@@ -46,8 +47,18 @@ class RecordingExtractor:
         kwargs: dict[str, Any],
         dynamic_shapes: Any,
         decompositions: Mapping[Any, Callable[..., Any]],
+        special_branch: capture_strategies.BranchDecision | None = None,
+        size_one_branch: bool = False,
     ) -> capture_stage.CapturedGraph:
-        captured = self.inner.capture(model, args, kwargs, dynamic_shapes, decompositions)
+        captured = self.inner.capture(
+            model,
+            args,
+            kwargs,
+            dynamic_shapes,
+            decompositions,
+            special_branch=special_branch,
+            size_one_branch=size_one_branch,
+        )
         # Recorded before the FX passes run, so the dtypes are eager's, not the promoted ones.
         self._eager.extend((node, signature) for node, signature in graph_signatures(captured.graph))
         return captured

@@ -1,0 +1,168 @@
+"""The size-1 comparison: where the model's code compared a dynamic input dim with 1 and the size-oblivious trace
+took the general branch, whether that branch gives eager's result at size 1 too (run at export on the example
+sliced to that size); where not, what captures the special branch (the example at size 1, that dim static).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+
+from fx2onnx import _capture_strategies as capture_strategies
+from fx2onnx._capture_dims import dynamic_dims, serves_the_example
+from fx2onnx._capture_pytrees import flatten_inputs
+
+
+@dataclasses.dataclass
+class SizeOneVerdict:
+    """Whether the general branch of a size-oblivious decision on a backed input dim gives eager's result where the
+    dim is 1 (compared at export), and what was compared."""
+
+    same: bool
+    dim: str  # the symbol, as the graph names it (s77)
+    seconds: float = 0.0
+    # the example at size 1 and `dynamic_shapes` with that dim static: what captures the special branch
+    example: tuple[tuple[Any, ...], dict[str, Any]] | None = dataclasses.field(default=None, repr=False)
+    static_shapes: Any = dataclasses.field(default=None, repr=False)
+    joined: bool = False  # the export captured the special branch too, and an If chooses at run time
+
+
+_ASSERTED = re.compile(r"expression (.*) on node")
+
+
+def _size_one_decisions(program: ExportedProgram, assertion_lines: Mapping[str, str]) -> set[sympy.Symbol]:
+    """The deferred assertions ``Ne(s, 1)`` on a backed input dim `s` (the general branch of the model's own
+    comparison of a dynamic size with 1, decided size-obliviously): assertion key -> `s`. A guard of an op's fake
+    kernel (``LOWERED_WHOLE``) is left out: the lowering computes sizes at run time, whatever the branch."""
+    found: set[sympy.Symbol] = set()
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten._assert_scalar.default:
+            continue
+        matched = _ASSERTED.search(str(node.args[1]) if len(node.args) > 1 else "")
+        if matched is None:
+            continue
+        key = capture_strategies.assertion_key(matched[1])
+        if assertion_lines.get(key) == capture_strategies.LOWERED_WHOLE:
+            continue
+        try:
+            parsed = sympy.sympify(matched[1])
+        except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+            continue
+        if not isinstance(parsed, sympy.Ne) or sympy.Integer(1) not in parsed.args:
+            continue
+        (side,) = [argument for argument in parsed.args if argument != sympy.Integer(1)] or [None]
+        if isinstance(side, sympy.Symbol) and str(side).startswith("s"):  # backed: an input's dim (u0: unbacked)
+            found.add(side)
+    return found
+
+
+def general_branch_at_size_one(
+    program: ExportedProgram,
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    assertion_lines: Mapping[str, str],
+    dynamic_shapes: Any = None,
+) -> dict[tuple[str, int], SizeOneVerdict]:
+    """For each size-oblivious decision of the model's code on a backed input dim compared with 1 (``if
+    x.shape[0] == 1``, decided for the general branch and not checked at run time), whether the graph gives eager's
+    result at size 1: the example's inputs sliced to 1 along every dim of that symbol, run in eager and in the
+    captured graph (assertions off, as :func:`serves_the_example`). One eager run and one graph run per such dim,
+    none where the model's code asks no such question. A dim the graph has only in a derived form (``2 * s``), or
+    an example that cannot be sliced, is not comparable: reported as not the same (checked at run time then)."""
+    decisions = _size_one_decisions(program, assertion_lines)
+    if not decisions or not isinstance(model, torch.nn.Module):
+        return {}
+    # weights or inputs without data (meta: weights= binds them later) compute no values to compare
+    valueless = any(
+        tensor.is_meta or isinstance(tensor, torch._subclasses.FakeTensor)
+        for tensor in [*model.parameters(), *model.buffers(), *pytree.tree_leaves((args, kwargs))]
+        if isinstance(tensor, torch.Tensor)
+    )
+    user = set(program.graph_signature.user_inputs)
+    # tensors only: a constant input (``use_cache=True``) is a leaf of the inputs but no placeholder of the graph
+    placeholders = [
+        node
+        for node in program.graph.nodes
+        if node.op == "placeholder" and node.name in user and isinstance(node.meta.get("val"), torch.Tensor)
+    ]
+    leaves = [
+        leaf for leaf in flatten_inputs(program.call_spec.in_spec, args, kwargs) if isinstance(leaf, torch.Tensor)
+    ]
+    asked = dynamic_dims(model, args, kwargs, dynamic_shapes)
+    verdicts: dict[tuple[str, int], SizeOneVerdict] = {}
+    for symbol in sorted(decisions, key=str):
+        started = time.perf_counter()
+        sliced: dict[int, torch.Tensor] = {}
+        places: list[tuple[str, int]] = []
+        specs: list[Any] = []
+        comparable = len(placeholders) == len(leaves)
+        for node, leaf in zip(placeholders, leaves) if comparable else ():
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor) or not isinstance(leaf, torch.Tensor):
+                continue
+            example = leaf
+            for dim, size in enumerate(val.shape):
+                expression = size.node.expr if isinstance(size, torch.SymInt) else None
+                # by name: sympify's symbols lack torch's assumptions (integer, positive), so never equal its own
+                if str(expression) == str(symbol) and leaf.shape[dim] >= 1:
+                    leaf = sliced[id(example)] = leaf.detach().narrow(dim, 0, 1).clone()
+                    places.append((node.name, dim))
+                    specs.append(asked.get((id(example), dim)))
+                elif expression is not None and str(symbol) in map(str, expression.free_symbols):
+                    comparable = False  # a derived dim: no slicing gives its value at size 1
+        if comparable and sliced:
+            at_one_args, at_one_kwargs = pytree.tree_map(
+                lambda value, sliced=sliced: sliced.get(id(value), value), (tuple(args), dict(kwargs))
+            )
+            same = False  # not comparable by values: the special branch is captured (an If joins it)
+            if not valueless:
+                # the extra eager run leaves the user's model as it was: a module in training mode updates its
+                # buffers (BatchNorm's running statistics), and dropout draws from the global generator
+                buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+                with torch.random.fork_rng(devices=[]):
+                    same = serves_the_example(program, model, at_one_args, at_one_kwargs)
+                with torch.no_grad():
+                    for name, buffer in model.named_buffers():
+                        if name in buffers and buffer.shape == buffers[name].shape:
+                            buffer.copy_(buffers[name])
+        else:
+            same, at_one_args, at_one_kwargs = False, None, None
+        verdict = SizeOneVerdict(same, str(symbol), time.perf_counter() - started)
+        # named dims only: Dim.DYNAMIC/AUTO have no name telling this dim from the others, which must stay dynamic
+        named = specs and all(
+            isinstance(spec, str) or isinstance(getattr(spec, "__name__", None), str) for spec in specs
+        )
+        if not same and at_one_args is not None and named:
+            verdict.example = (at_one_args, at_one_kwargs)
+            verdict.static_shapes = _made_static(dynamic_shapes, specs)
+        verdicts.update(dict.fromkeys(places, verdict))
+    return verdicts
+
+
+def _made_static(dynamic_shapes: Any, specs: list[Any]) -> Any:
+    """`dynamic_shapes` with the dims asked as one of `specs` (a Dim, or the same name) given as static."""
+    names = {spec if isinstance(spec, str) else getattr(spec, "__name__", None) for spec in specs} - {None}
+
+    def static(spec: Any) -> bool:
+        if isinstance(spec, (dict, list, tuple)):
+            return False
+        name = spec if isinstance(spec, str) else getattr(spec, "__name__", None)
+        return any(spec is one for one in specs) or name in names
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: torch.export.Dim.STATIC if static(spec) else walk(spec) for key, spec in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(torch.export.Dim.STATIC if static(spec) else walk(spec) for spec in value)
+        return value
+
+    return walk(dynamic_shapes)
