@@ -13,9 +13,9 @@ positions with the window eager keeps.
 
 Values at the edges users hit: ``masked_row`` and ``masked_row_float16`` export the token models from a batch of
 3 whose attention mask pads row 0 on the left, row 1 on the right and row 2 entirely (a padded batch with an
-empty row: every attention row of it fully masked, in float32 and float16); ``float16_max`` feeds a float16
-model that takes float inputs (pixels, audio) inputs scaled so that their largest magnitude is 60000, near
-float16's max (where eager itself overflows to inf or NaN, the positions must agree).
+empty row: every attention row of it fully masked, in float32 and float16); in ``float16_max``, a float16
+model taking float inputs (pixels, audio) is fed them scaled to a largest magnitude of 60000, near float16's max
+(where eager itself overflows to inf or NaN, the positions must agree).
 
 Every (model, variant) ends in one class: ``ok``, ``eager`` (eager itself fails: nothing to compare),
 ``export`` (fx2onnx.export raised), ``load`` (ONNX Runtime refused the model), ``run`` (ONNX Runtime failed
