@@ -11,6 +11,12 @@ fed the whole history, as transformers' exporter contract has it (the mask appli
 grows by the new token): its logits are compared with eager's sliding-window step, its returned cache's last
 positions with the window eager keeps.
 
+Values at the edges users hit: ``masked_row`` and ``masked_row_float16`` export the token models from a batch of
+3 whose attention mask pads row 0 on the left, row 1 on the right and row 2 entirely (a padded batch with an
+empty row: every attention row of it fully masked, in float32 and float16); in ``float16_max``, a float16
+model taking float inputs (pixels, audio) is fed them scaled to a largest magnitude of 60000, near float16's max
+(where eager itself overflows to inf or NaN, the positions must agree).
+
 Every (model, variant) ends in one class: ``ok``, ``eager`` (eager itself fails: nothing to compare),
 ``export`` (fx2onnx.export raised), ``load`` (ONNX Runtime refused the model), ``run`` (ONNX Runtime failed
 running it) or ``mismatch`` (it ran and an output differs from eager: a silent wrong result).
@@ -44,13 +50,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fx2onnx
 
-VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "padded", "batch1", "cache", "cache_float16")
+VARIANTS = (
+    "float32",
+    "bfloat16",
+    "float16",
+    "dynamic",
+    "padded",
+    "batch1",
+    "cache",
+    "cache_float16",
+    "masked_row",
+    "masked_row_float16",
+    "float16_max",
+)
 VISION_VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "batch1")
 CACHE_VARIANTS = {"cache": torch.float32, "cache_float16": torch.float16}
 # (batch, past) of the decoding steps run: the first is the export's example (within the sliding windows of 8),
 # past 9 goes beyond them (a sliding-window model is then fed the whole history), past 1 is a cache of one token
 CACHE_RUNS = ((2, 5), (3, 9), (1, 1))
 REDUCED = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+# values at the edges users hit: a padded batch with a row of padding only (every attention row of it fully
+# masked), in float32 and float16; a float16 model fed float inputs (pixels, audio) scaled to near float16's max
+EXTREMES = {"masked_row": torch.float32, "masked_row_float16": torch.float16, "float16_max": torch.float16}
+MASKED_ROW_BATCH = 3
+FLOAT16_NEAR_MAX = 60000.0
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -449,6 +472,12 @@ def _to_dtype(value: Any, dtype: torch.dtype) -> Any:
     return value
 
 
+def _near_float16_max(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value / value.abs().max() * FLOAT16_NEAR_MAX
+    return value
+
+
 def _short(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}"
     return " ".join(text.split())[:600]
@@ -580,17 +609,23 @@ def cache_dynamic_shapes(model: torch.nn.Module, kwargs: dict[str, Any]) -> dict
 def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str, Any]:
     """Export `case` as `variant`, run it in ONNX Runtime and compare with eager: one result record."""
     record: dict[str, Any] = {"model": case.name, "group": case.group, "variant": variant}
-    args, kwargs = case.inputs(1 if variant == "batch1" else 2, 12)
+    masked_row = variant.startswith("masked_row")
+    args, kwargs = case.inputs(1 if variant == "batch1" else MASKED_ROW_BATCH if masked_row else 2, 12)
     model = model32
-    dtype = REDUCED.get(variant, CACHE_VARIANTS.get(variant, torch.float32))
+    dtype = REDUCED.get(variant, CACHE_VARIANTS.get(variant, EXTREMES.get(variant, torch.float32)))
+    if variant == "float16_max":  # every float input scaled so that its largest magnitude is near float16's max
+        args = tuple(_near_float16_max(a) for a in args)
+        kwargs = {k: _near_float16_max(v) for k, v in kwargs.items()}
     if dtype != torch.float32:
         model = copy.deepcopy(model32).to(dtype)
         args = tuple(_to_dtype(a, dtype) for a in args)
         kwargs = {k: _to_dtype(v, dtype) for k, v in kwargs.items()}
-    if variant == "padded":  # an attention mask with padding, as batched generation passes it
+    if variant == "padded" or masked_row:  # an attention mask with padding, as batched generation passes it
         mask = torch.ones(kwargs["input_ids"].shape, dtype=torch.long)
         mask[0, :3] = 0  # row 0 left-padded
         mask[1, -2:] = 0  # row 1 right-padded
+        if masked_row:
+            mask[2, :] = 0  # row 2 padding only: its attention rows are fully masked
         kwargs = {**kwargs, "attention_mask": mask}
     runs = [(args, kwargs)]
     options: dict[str, Any] = {}
@@ -667,8 +702,10 @@ def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None) -> lis
     def applies(case: Case, variant: str) -> bool:
         if variant == "dynamic":
             return case.dynamic_axes is not None
-        if variant == "padded":
+        if variant == "padded" or variant.startswith("masked_row"):
             return case.group == "transformers" and case.inputs in (_token_inputs, _seq2seq_inputs)
+        if variant == "float16_max":  # models fed float inputs: pixels, audio
+            return case.inputs not in (_token_inputs, _seq2seq_inputs)
         if variant in CACHE_VARIANTS:
             return case.decoder
         if variant == "batch1":

@@ -198,6 +198,19 @@ def test_scaled_dot_product_attention_float_mask() -> None:
     check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m), query, key, value, mask)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_scaled_dot_product_attention_bool_mask_scores_beyond_float16(dtype: torch.dtype) -> None:
+    """Eager's CPU kernels compute float16 attention in float32: queries and keys of 100 give scores of about
+    1e5, beyond float16's max, which float16 arithmetic turned into inf and its rows into zeros (zoo: a float16
+    model fed large values). A padding row (mask all False) still gives zeros."""
+    query, key = floats(2, 4, 6, 64, dtype=dtype) * 100, floats(2, 4, 6, 64, dtype=dtype, seed=2) * 100
+    value = floats(2, 4, 6, 64, dtype=dtype, seed=3)
+    mask = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    mask[0, :, :, :2] = False  # left padding
+    mask[1] = False  # a row of padding only
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m), query, key, value, mask)
+
+
 # --- convolutions -----------------------------------------------------------------------------------------------------
 def test_conv_transpose_output_padding_beyond_stride() -> None:
     """Eager allows output_padding < max(stride, dilation); ORT's ConvTranspose only < stride."""

@@ -45,27 +45,34 @@ def scaled_dot_product_attention_bool_mask(
     """SDPA with a boolean mask. A query row whose mask is all False gives zeros, as in eager.
 
     (torchlib fills masked scores with the dtype's minimum, which turns such rows into a uniform
-    average of the values instead.) Dropout is an identity at inference.
+    average of the values instead.) float16/bfloat16 compute in float32, as eager's CPU kernels: float16 scores
+    of large queries and keys (|q.k| beyond 65504) would overflow to inf and their rows turn to zeros. Dropout is
+    an identity at inference.
     """
     del dropout_p, is_causal  # torch refuses is_causal together with an explicit mask
+    dtype = query.dtype
+    low_precision = dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    compute_type = ir.DataType.FLOAT if low_precision else dtype
+    q, k, v = (op.Cast(t, to=compute_type) if low_precision else t for t in (query, key, value))
     rank = len(query.shape)
-    key_transposed = op.Transpose(key, perm=[*range(rank - 2), rank - 1, rank - 2])
+    key_transposed = op.Transpose(k, perm=[*range(rank - 2), rank - 1, rank - 2])
     if scale is None:
         head_dim = query.shape[-1]
         if isinstance(head_dim, int):
             scale = 1.0 / math.sqrt(head_dim)
     if scale is None:
-        width = op.Cast(op.Shape(query, start=-1), to=query.dtype)
-        scale_value = op.Div(op.CastLike(1.0, query), op.Sqrt(width))
+        width = op.Cast(op.Shape(q, start=-1), to=compute_type)
+        scale_value = op.Div(op.CastLike(1.0, q), op.Sqrt(width))
     else:
-        scale_value = op.CastLike(scale, query)
-    scores = op.Mul(op.MatMul(query, key_transposed), scale_value)
-    zero = op.Constant(value=ir.tensor(0.0, dtype=query.dtype))
-    minus_infinity = op.Constant(value=ir.tensor(-math.inf, dtype=query.dtype))
+        scale_value = op.CastLike(scale, q)
+    scores = op.Mul(op.MatMul(q, key_transposed), scale_value)
+    zero = op.Constant(value=ir.tensor(0.0, dtype=compute_type))
+    minus_infinity = op.Constant(value=ir.tensor(-math.inf, dtype=compute_type))
     scores = op.Add(scores, op.Where(attn_mask, zero, minus_infinity))
     weights = op.Softmax(scores, axis=-1)
     weights = op.Where(op.IsNaN(weights), zero, weights)  # rows with no allowed key: 0/0 -> 0
-    return op.MatMul(weights, value)
+    attended = op.MatMul(weights, v)
+    return op.Cast(attended, to=dtype) if low_precision else attended
 
 
 @lowering("aten::scaled_dot_product_attention", opset=(23, None))
