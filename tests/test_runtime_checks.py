@@ -345,3 +345,81 @@ def test_the_checks_cost_one_reshape_and_leave_unchecked_models_alone(tmp_path: 
     gates = [node for node in program.model.graph if node.name.startswith("fx2onnx_checks_feed")]
     assert [node.op_type for node in gates] == ["Reshape"] and gates[0] is program.model.graph.outputs[0].producer()
     assert [value.name for value in program.model.graph.outputs] == ["output"]
+
+
+class SmallCountsBranch(torch.nn.Module):
+    """``kept.shape[0] < 3`` taken as True for the smallest sizes (2, the lower bound the model checks): the capture
+    pins the data-dependent length to 2, and the graph's shapes say 2."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x != 0]
+        torch._check(kept.shape[0] >= 2)
+        if kept.shape[0] < 3:
+            return kept * 2
+        return kept * 3
+
+
+class SplitOfMasked(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first, second = torch.split(x[x != 0], [2, 2])
+        return first * second
+
+
+def _claimed_checks_are_in_the_model(program: fx2onnx.ONNXProgram, tmp_path: Path) -> list[str]:
+    """Every check node the report names, in the saved model; every assumption it says is checked, there too."""
+    import onnx
+
+    path = tmp_path / "claims.onnx"
+    program.save(path)
+    saved = {node.name for node in onnx.load(str(path)).graph.node}
+    claimed = [
+        m.group(1)
+        for note in program.report.dynamic_dims
+        for m in [re.match(r"checked at run time \(ONNX node '(.*)'\)", note)]
+        if m
+    ]
+    assert set(claimed) <= saved, set(claimed) - saved
+    for assumption in program.report.capture_assumptions:
+        if assumption.endswith("(checked at run time by the ONNX model)"):
+            expression = assumption.split(" taken as ")[0]
+            assert any(f"check: {expression}," in name for name in claimed), (assumption, claimed)
+    return claimed
+
+
+def test_a_data_dependent_size_pinned_at_capture_is_checked_in_the_saved_model(tmp_path: Path) -> None:
+    """The checks of a size the capture decided (``u0 < 3`` with ``u0 >= 2``: u0 is 2) read a Shape that emission
+    folded (the graph's shape said 2), and were gone while the report said "checked at run time": 3 kept values
+    gave the small counts' result ([2, 6, 4] where eager gives [3, 9, 6])."""
+    model = SmallCountsBranch()
+    program = _export(model, (torch.tensor([1.0, 0.0, 2.0, 0.0]),))
+    (assumption,) = program.report.capture_assumptions
+    assert "checked at run time by the ONNX model" in str(assumption)
+    claimed = _claimed_checks_are_in_the_model(program, tmp_path)
+    assert any("u0 < 3" in name for name in claimed), claimed
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.tensor([0.0, -3.0, 0.0, 7.0]))
+    _fails_naming(session, r"u\d+ < 3", torch.tensor([1.0, 3.0, 2.0, 0.0]))
+
+    model = SplitOfMasked()
+    program = _export(model, (torch.tensor([1.0, 0.0, 2.0, 3.0, 4.0]),))
+    assert any("u0 <= 4" in name or "u0 >= 4" in name for name in _claimed_checks_are_in_the_model(program, tmp_path))
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.tensor([5.0, 6.0, 0.0, 7.0, 8.0]))
+    _fails_naming(session, r"u\d+ [<>]= 4", torch.tensor([1.0, 0.0, 0.0, 3.0, 4.0]))  # was Split's own error
+
+
+def test_the_report_never_claims_a_check_the_model_lacks(tmp_path: Path) -> None:
+    """A check removed after the report was written (here: by hand, as a pass might) is said not to be checked."""
+    from fx2onnx._emit import runtime_checks
+
+    program = _export(SmallCountsBranch(), (torch.tensor([1.0, 0.0, 2.0, 0.0]),))
+    graph = program.model.graph
+    check = next(node for node in graph if (node.name or "").startswith("fx2onnx_check: u0 < 3"))
+    check.name = "renamed"
+    check.metadata_props.pop("pkg.fx2onnx.runtime_check", None)
+    notes, assumptions, false_claims = runtime_checks.claims_in_model(
+        program.model, list(program.report.dynamic_dims), list(program.report.capture_assumptions)
+    )
+    assert len(false_claims) == 2, false_claims  # the note naming the node and the capture's assumption
+    assert [a.endswith(f"({runtime_checks.MISSING})") for a in assumptions] == [True]
+    assert sum(note.startswith(runtime_checks.MISSING) for note in notes) == 1

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
 
@@ -312,6 +313,7 @@ def _export(
         if not finalize_stage.every_value_typed(model_ir):
             common_passes.ShapeInferencePass()(model_ir)
         finalize_stage.check_model(model_ir)
+    _claim_only_checks_in_model(model_ir, export_report)
     if bound is not None:
         checkpoint_weights.record_provenance(model_ir)
 
@@ -390,6 +392,24 @@ def _warn_about_dynamic_dims(
         export_report.dynamic_dims = reported
     if notes and (requested or checks.unchecked or static or captured.shape_fixes):
         warnings.warn("dynamic_shapes asked for more than the model allows:\n  " + "\n  ".join(notes), stacklevel=3)
+
+
+def _claim_only_checks_in_model(model: ir.Model, export_report: ExportReport) -> None:
+    """The report claims no run-time check that the saved model lacks: such a claim is said not to hold, and warned
+    about (an input breaking the assumption computes something else than eager, silently)."""
+    notes, assumptions, false_claims = runtime_checks.claims_in_model(
+        model, list(export_report.dynamic_dims or []), list(export_report.capture_assumptions)
+    )
+    if not false_claims:
+        return
+    if export_report.dynamic_dims:
+        export_report.dynamic_dims = notes
+    export_report.capture_assumptions = assumptions
+    warnings.warn(
+        "the ONNX model does not check at run time what the capture assumed (an input breaking it is computed "
+        "without error, possibly unlike eager):\n  " + "\n  ".join(false_claims),
+        stacklevel=3,
+    )
 
 
 MIN_OPSET_THAT_WORKS = "min"

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import inspect
 import operator
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -82,6 +83,7 @@ class GraphEmitter:
         self.complex_inputs: list[int] = []
         self.complex_outputs: list[int] = []
         self.none_outputs: list[int] = []  # positions among the flat outputs of the Nones the model returns
+        self._data_dependent_dims = data_dependent_dims(captured.graph)
 
     # --- driver ---------------------------------------------------------------------------------
     def run(self) -> EmitResult:
@@ -277,6 +279,10 @@ class GraphEmitter:
         if expected is not None and value.dtype is not None and value.dtype != expected:
             value = self._cast(node, value, expected, "eager-dtype")
         self._set_type(value, val)
+        unbacked = self._data_dependent_dims.get(node)
+        if unbacked and value.shape is not None:  # not static: a Shape of it must not fold (the checks read it)
+            dims = [ir.SymbolicDim(unbacked[i]) if i in unbacked else d for i, d in enumerate(value.shape)]
+            value.shape = ir.Shape(dims)
         owned = value.is_graph_input() or value.is_initializer() or id(value) in self._named
         if not owned and value.producer() is not None and value.producer().op_type != "Constant":
             value.name = name
@@ -376,6 +382,45 @@ def is_runtime_check(node: torch.fx.Node) -> bool:
 
 
 _is_runtime_check = is_runtime_check  # the former private name
+
+
+def data_dependent_dims(graph: torch.fx.Graph) -> dict[torch.fx.Node, dict[int, str]]:
+    """FX node -> {dim: its symbol} for the data-dependent sizes the capture pinned to one number.
+
+    A size decided at capture (``u0 < 3`` taken as True where ``u0 >= 2``: u0 is 2) is a constant in the graph's
+    metadata (``index: "f32[2]"``), but torch.export still reads it from the tensor to assert it (``sym_size.int``
+    feeding ``_assert_scalar``). Emitted static, the Shape those checks read folds at emit, and with it every check
+    of that size: the report claimed checks the model did not have. Such a dim is emitted symbolic instead."""
+    found: dict[torch.fx.Node, dict[int, str]] = {}
+    for node in graph.nodes:
+        if node.target is not torch.ops.aten.sym_size.int or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Integer):
+            val = int(val.node.expr)
+        if not isinstance(val, int) or isinstance(val, bool):
+            continue  # symbolic: the dim is emitted symbolic anyway
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        symbol = next(iter(_asserted_symbols(node)), f"{node.args[0].name}_size{dim}")
+        found.setdefault(node.args[0], {})[int(dim)] = symbol  # type: ignore[arg-type]
+    return found
+
+
+def _asserted_symbols(size: torch.fx.Node) -> list[str]:
+    """The unbacked symbols (``u0``) named by the assertions that read `size`, through the comparisons."""
+    symbols: list[str] = []
+    pending, seen = list(size.users), set()
+    while pending:
+        user = pending.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.target is torch.ops.aten._assert_scalar.default:
+            message = user.args[1] if len(user.args) > 1 else ""
+            symbols += re.findall(r"\bu\d+\b", str(message).split(" on node ")[0])
+        else:
+            pending += list(user.users)
+    return symbols
 
 
 def _checked_at_run_time(node: torch.fx.Node, registry: Any) -> bool:

@@ -35,7 +35,7 @@ from torch.utils._sympy import functions as sympy_functions
 
 from fx2onnx._capture import CapturedGraph
 from fx2onnx._capture_size_one import SizeOneVerdict
-from fx2onnx._capture_strategies import GENERAL_BRANCH, LOWERED_WHOLE, assertion_key
+from fx2onnx._capture_strategies import GENERAL_BRANCH, LOWERED_WHOLE, Assumption, assertion_key
 from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK, STACK_TRACE
 
 
@@ -506,4 +506,74 @@ def feed_an_output(model: ir.Model, checks: RuntimeChecks) -> None:
     _feed_an_output(graph, zeros)
 
 
-__all__ = ["RuntimeChecks", "add_runtime_checks", "asked_minimums", "condition_to_onnx", "feed_an_output"]
+# --- what the report claims, against the model --------------------------------------------------------------------
+MISSING = "NOT checked at run time: the ONNX model has no check of it"
+_CLAIM = re.compile(r"^checked at run time \(ONNX node '(.*)'\): ", re.DOTALL)
+
+
+def _condition_key(text: str) -> str | None:
+    """A condition over sizes in one canonical form (sympy's), its symbols unnumbered (``assertion_key``)."""
+    try:
+        parsed = sympy.sympify(text)
+    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+        return None
+    return assertion_key(str(parsed))
+
+
+_CHECKED_ASSUMPTION = f" ({Assumption.at_run_time})"
+
+
+def _asserted(assumption: str) -> str | None:
+    """The condition the capture asserted for a decision it reports (``str`` of an ``Assumption`` that
+    ``_capture_strategies.size_oblivious_guards`` took: ``u0 < 3 taken as True (for the smallest sizes) at ...``)."""
+    taken = re.match(r"^(.*?) taken as (\S+)", assumption)
+    if taken is None:
+        return None
+    expression, decided = taken.groups()
+    if decided in ("True", "False"):
+        return expression if decided == "True" else f"Not({expression})"
+    if re.fullmatch(r"-?\d+", decided):  # an integer taken as its largest value
+        return f"Eq({expression}, {decided})"
+    return None
+
+
+def claims_in_model(
+    model: ir.Model, dynamic_dims: list[str], assumptions: list[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """The report's notes and the capture's assumptions, where each claim of a run-time check names a check node of
+    the final model (one that a pass after emission removed, or that emission folded, is said not to be checked),
+    and the claims that were not true."""
+    checks = [node for node in ir.traversal.RecursiveGraphIterator(model.graph) if RUNTIME_CHECK in node.metadata_props]
+    names = {node.name for node in checks if node.graph is model.graph}
+    conditions = {
+        _condition_key(node.metadata_props[RUNTIME_CHECK].split(", assumed by")[0])
+        for node in checks
+        if node.graph is model.graph
+    }
+    false_claims = []
+    notes = []
+    for note in dynamic_dims:
+        claim = _CLAIM.match(note)
+        if claim is not None and claim.group(1) not in names:
+            false_claims.append(note)
+            note = f"{MISSING} (node '{claim.group(1)}' is not in the ONNX model): {note[claim.end() :]}"
+        notes.append(note)
+    kept = []
+    for assumption in assumptions:
+        if assumption.endswith(_CHECKED_ASSUMPTION):
+            asserted = _asserted(assumption)
+            if asserted is None or _condition_key(asserted) not in conditions:
+                false_claims.append(assumption)
+                assumption = assumption.removesuffix(_CHECKED_ASSUMPTION) + f" ({MISSING})"
+        kept.append(assumption)
+    return notes, kept, false_claims
+
+
+__all__ = [
+    "RuntimeChecks",
+    "add_runtime_checks",
+    "asked_minimums",
+    "claims_in_model",
+    "condition_to_onnx",
+    "feed_an_output",
+]
