@@ -8,7 +8,11 @@ whether the exported model is as close to the exact result as eager is. Its answ
 float32 (parameters, buffers and floating inputs upcast; eager's own float32 result stands for the exact
 one), and accept an output whose distance to it is within a small factor of eager's own distance, in the
 maximum and in the mean. A wrong lowering shows up as an error several times eager's noise; rounding does
-not.
+not. Where eager's own mean error is half the float32 outputs' mean magnitude or more (random weights amplifying
+float16 inputs near its maximum: EfficientNet-B0's sigmoid gates flip on one ulp), the mean error is one draw of
+noise as large as the signal, and another draw differs by more than MEAN_FACTOR (eager on inputs nudged by one ulp
+at 1% of positions: 0.76-1.13 times eager's mean error; the same ONNX model in ONNX Runtime with and without
+its NCHWc float32 Conv: 1.15 and 1.29 times): there the mean is held to MAX_FACTOR too.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ REFERENCE_DTYPE = torch.float32
 # How much farther from the float32 result than eager's own output the exported model's may be.
 MAX_FACTOR = 2.0
 MEAN_FACTOR = 1.25
+# Eager's mean error from this share of the float32 outputs' mean magnitude up: noise as large as the signal.
+NOISE_DOMINATED_SHARE = 0.5
 # The float32 copy of the weights must fit in this share of the memory available.
 MEMORY_SHARE = 0.5
 
@@ -38,19 +44,29 @@ class NoiseComparison:
     onnx_max: float
     onnx_mean: float
     floor: float  # an absolute allowance: one fixed-tolerance step, for outputs eager computes exactly
+    reference_mean: float = float("inf")  # the float32 result's mean magnitude
+
+    @property
+    def noise_dominated(self) -> bool:
+        return self.eager_mean >= NOISE_DOMINATED_SHARE * self.reference_mean
 
     @property
     def within_noise(self) -> bool:
+        mean_factor = MAX_FACTOR if self.noise_dominated else MEAN_FACTOR
         return (
             self.onnx_max <= MAX_FACTOR * self.eager_max + self.floor
-            and self.onnx_mean <= MEAN_FACTOR * self.eager_mean + self.floor
+            and self.onnx_mean <= mean_factor * self.eager_mean + self.floor
         )
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"vs float32 eager: ONNX max/mean err {self.onnx_max:.3g}/{self.onnx_mean:.3g}, "
             f"eager {self.eager_max:.3g}/{self.eager_mean:.3g}"
         )
+        if self.noise_dominated:
+            share = self.eager_mean / self.reference_mean
+            text += f"; eager's own mean err is {share:.0%} of the float32 outputs' mean magnitude"
+        return text
 
 
 def float32_outputs(module: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor] | None:
@@ -98,6 +114,7 @@ def compare_to_reference(
         onnx_max=float(onnx_error.max()),
         onnx_mean=float(onnx_error.mean()),
         floor=floor,
+        reference_mean=float(r[finite].abs().mean()),
     )
 
 
