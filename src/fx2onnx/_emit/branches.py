@@ -223,23 +223,7 @@ def join(
     where it holds, its own nodes elsewhere (module docstring). `special` is
     consumed. Raises ValueError, leaving `general` unchanged, when the condition has no ONNX translation."""
     graph = general.graph
-    prefix = f"{_SPECIAL_PREFIX}condition_"
-    symbols: dict[sympy.Symbol, ir.Value] = {}
-    size_nodes: list[ir.Node] = []
-    for position, (symbol, (value, dim)) in enumerate(sources.items()):
-        if dim is None:
-            cast = ir.node("Cast", [value], {"to": ir.DataType.INT64}, name=f"{prefix}size_{position}_cast")
-            shape = ir.node("Constant", [], {"value": ir.tensor(np.array([1], np.int64))})
-            size = ir.node("Reshape", [cast.outputs[0], shape.outputs[0]], name=f"{prefix}size_{position}")
-            size_nodes += [cast, shape, size]
-        else:
-            size = ir.node("Shape", [value], {"start": dim, "end": dim + 1}, name=f"{prefix}size_{position}")
-            size_nodes.append(size)
-        for index, node in enumerate(size_nodes[-3 if dim is None else -1 :]):
-            node.outputs[0].name = f"{prefix}size_{position}_{index}"
-            node.outputs[0].dtype = ir.DataType.INT64
-        symbols[symbol] = size.outputs[0]
-    condition_nodes, flag = runtime_checks.condition_to_onnx(condition, symbols, f"{prefix}value_")
+    condition_nodes, flag = _condition_flag(condition, sources, f"{_SPECIAL_PREFIX}condition_")
 
     # the main graph: what the condition and the run-time checks read; the rest is the general branch
     main = _ancestors(graph, [value for value, _ in sources.values()] + list(graph.outputs[outputs:]))
@@ -295,7 +279,7 @@ def join(
         value.name = name
         value.dtype = general_value.dtype
         value.shape = _merged_shape(general_value.shape, special_value.shape)
-    graph.extend([*size_nodes, *condition_nodes, branch])
+    graph.extend([*condition_nodes, branch])
     for index in range(outputs):
         graph.outputs[index] = branch.outputs[index]
     for key, function in special.functions.items():
