@@ -310,6 +310,15 @@ def test_a_branch_on_a_value_captures_both_sides_in_an_if(check) -> None:
     check(BranchOnValue(), (-x,), run_with=[((example,), {}) for example in examples])  # the other side first
 
 
+def test_a_branch_on_a_value_leaves_no_partial_graph_on_stderr(check, capfd) -> None:
+    """torch.export prints the graph traced so far when the trace meets the question; fx2onnx answers it, so the
+    user's terminal gets neither that graph nor torch's "Unable to find user code" line (BART: both, per layer)."""
+    x = torch.ones(3)
+    check(BranchOnValue(), (x,), run_with=[((x,), {}), ((-x,), {})])
+    printed = capfd.readouterr().err
+    assert "def forward" not in printed and "Unable to find user code" not in printed, printed
+
+
 def test_barts_float16_clamp_where_not_finite_matches_eager(check) -> None:
     finite = torch.tensor([[1.0, -2.0], [3.0, 0.5]], dtype=torch.float16)
     big = torch.tensor([[60000.0, -60000.0], [1.0, 2.0]], dtype=torch.float16)  # doubled: inf, clamped by eager

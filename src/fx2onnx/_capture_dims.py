@@ -8,6 +8,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import io
+import logging
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -18,6 +21,35 @@ from torch.export import ExportedProgram
 
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx.errors import CaptureError
+
+
+class _DropUnfoundUserCode(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Unable to find user code corresponding to")
+
+
+@contextlib.contextmanager
+def _without_partial_graph_print() -> Iterator[None]:
+    """torch.export prints the graph traced so far to stderr when a trace fails, and logs that it found no user code
+    for a data-dependent symbol. fx2onnx handles such failures itself (a branch on a value is captured both ways, a
+    suggested fix applied) or raises an error naming the model's line, so both are dropped: the print (a whole graph
+    module, once per torch.export wrapper the error passes) and that log line; the graph stays on the error as
+    ``partial_fx_graph``. Anything else printed to stderr meanwhile is passed on when the trace ends."""
+    printed = io.StringIO()
+    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    unfound = _DropUnfoundUserCode()
+    logger.addFilter(unfound)
+    try:
+        with contextlib.redirect_stderr(printed):
+            yield
+    except BaseException as error:
+        partial = getattr(error, "partial_fx_graph", None)
+        text = printed.getvalue()
+        sys.stderr.write(text.replace(f"{partial}\n", "") if partial is not None else text)
+        raise
+    finally:
+        logger.removeFilter(unfound)
+    sys.stderr.write(printed.getvalue())
 
 
 def export_with_suggested_fixes(
@@ -34,7 +66,11 @@ def export_with_suggested_fixes(
     from torch.fx.experimental import _config as symbolic_config
 
     def run(shapes: Any) -> ExportedProgram:
-        with symbolic_config.patch(backed_size_oblivious=dynamic_shapes is not None), declared_dim_relations():
+        with (
+            symbolic_config.patch(backed_size_oblivious=dynamic_shapes is not None),
+            declared_dim_relations(),
+            _without_partial_graph_print(),
+        ):
             return torch.export.export(
                 model,
                 args,
