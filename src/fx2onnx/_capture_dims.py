@@ -9,7 +9,6 @@ import contextlib
 import copy
 import inspect
 import io
-import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -20,12 +19,10 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from fx2onnx import _capture_strategies as capture_strategies
+from fx2onnx._log_filters import without_messages
 from fx2onnx.errors import CaptureError
 
-
-class _DropUnfoundUserCode(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Unable to find user code corresponding to")
+_UNFOUND_USER_CODE = {"torch.fx.experimental.symbolic_shapes": ("Unable to find user code corresponding to",)}
 
 
 @contextlib.contextmanager
@@ -36,19 +33,14 @@ def _without_partial_graph_print() -> Iterator[None]:
     module, once per torch.export wrapper the error passes) and that log line; the graph stays on the error as
     ``partial_fx_graph``. Anything else printed to stderr meanwhile is passed on when the trace ends."""
     printed = io.StringIO()
-    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
-    unfound = _DropUnfoundUserCode()
-    logger.addFilter(unfound)
     try:
-        with contextlib.redirect_stderr(printed):
+        with contextlib.redirect_stderr(printed), without_messages(_UNFOUND_USER_CODE):
             yield
     except BaseException as error:
         partial = getattr(error, "partial_fx_graph", None)
         text = printed.getvalue()
         sys.stderr.write(text.replace(f"{partial}\n", "") if partial is not None else text)
         raise
-    finally:
-        logger.removeFilter(unfound)
     sys.stderr.write(printed.getvalue())
 
 

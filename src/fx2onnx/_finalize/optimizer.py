@@ -26,8 +26,6 @@ checks (``_LiftConstants``).
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -41,46 +39,22 @@ from onnxscript.rewriter.rules.common import _redundant_scatter_nd, slice_split_
 
 from fx2onnx import _weights
 from fx2onnx._constant_arrays import constant_attribute_tensor, number_attribute_tensor
+from fx2onnx._log_filters import without_messages
 
 
 def optimize(model: ir.Model, num_iterations: int = 2) -> None:
     """What ``onnxscript.optimizer.optimize_ir(model)`` does, without the quadratic rule where it cannot match."""
-    with _without_unactionable_warnings():
+    with without_messages(_UNACTIONABLE_WARNINGS):
         _optimize(model, num_iterations)
 
 
 # Warnings the passes log that say nothing wrong about the model: a constant the ONNX reference evaluator
 # cannot fold (its GatherElements handles at most 64 distinct values, say) stays a node and runs in the
-# runtime; a graph output that is also an initializer is not deduplicated.
+# runtime; a graph output that is also an initializer is not deduplicated. Shown at INFO or DEBUG.
 _UNACTIONABLE_WARNINGS = {
     "onnxscript.optimizer._constant_folding": ("Evaluation failed",),
     "onnx_ir.passes.common.initializer_deduplication": ("as it is a graph input or output",),
 }
-
-
-class _DropMessages(logging.Filter):
-    def __init__(self, fragments: tuple[str, ...]) -> None:
-        super().__init__()
-        self.fragments = fragments
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not any(fragment in str(record.msg) for fragment in self.fragments)
-
-
-@contextlib.contextmanager
-def _without_unactionable_warnings() -> Iterator[None]:
-    """Keep those warnings off the user's terminal, unless the user turned their logger up to INFO or DEBUG."""
-    installed = []
-    for name, fragments in _UNACTIONABLE_WARNINGS.items():
-        logger = logging.getLogger(name)
-        if not logger.isEnabledFor(logging.INFO):
-            installed.append((logger, _DropMessages(fragments)))
-            logger.addFilter(installed[-1][1])
-    try:
-        yield
-    finally:
-        for logger, message_filter in installed:
-            logger.removeFilter(message_filter)
 
 
 def _optimize(model: ir.Model, num_iterations: int) -> None:
