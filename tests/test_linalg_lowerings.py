@@ -1,4 +1,5 @@
-"""fx2onnx's lowerings of data-dependent ops and of dense linear algebra (src/fx2onnx/_lowerings/linalg.py).
+"""fx2onnx's lowerings of data-dependent ops and of dense linear algebra (src/fx2onnx/_lowerings/linalg.py,
+linalg_eigen.py).
 
 Each export runs in ONNX Runtime and is compared with eager. The data-dependent ops (take, nonzero_static,
 unique_consecutive, combinations, narrow with a tensor start, cov, one_hot) used to fail in capture or

@@ -1,4 +1,4 @@
-"""float16/bfloat16 matrix products with a bias round once, as eager's CPU kernels do (_lowerings/linalg.py).
+"""float16/bfloat16 matrix products with a bias round once, as eager's CPU kernels do (_lowerings/matrix_products.py).
 
 Rounding the product and then the sum (torchlib's MatMul + Add, each legalized through float32) put a quarter
 of a bfloat16 Linear's outputs one ulp off eager; rounding once, the outputs are eager's.

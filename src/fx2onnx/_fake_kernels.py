@@ -6,7 +6,7 @@ implementation reads tensor values (``masked_select``, ``.item()``, ``equal``) a
 does not depend on them, and capture fails (PendingUnbackedSymbolNotFound, DataDependentOutputException).
 Within :func:`static_fake_kernels` these ops get a kernel that, on fake tensors, returns an empty tensor of
 the output's true (static) shape, as export itself does for the composite ops it preserves; real tensors
-still run torch's composite implementation. fx2onnx lowers each op whole (lowerings/linalg.py), so the
+still run torch's composite implementation. fx2onnx lowers each op whole (_lowerings/), so the
 composite implementation never reaches the graph.
 
 A few ops with a kernel per device are tagged ``dynamic_output_shape`` although their shapes follow from the

@@ -1,17 +1,22 @@
-"""Tensor creation: arange, full, ... where torchlib's loses precision or dtype."""
+"""Tensor creation: arange, full, ... where torchlib's loses precision or dtype; index tables known at export
+(tril_indices, triu_indices, combinations).
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TypeVar, Union
 
+import numpy as np
 import onnx_ir as ir
+import torch
 from onnxscript import DOUBLE, FLOAT, INT16, INT32, INT64
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.ops.core import aten_arange_start_step
 from onnxscript.function_libs.torch_lib.tensor_typing import TTensor
 
-from fx2onnx._lowerings.builders import _double
+from fx2onnx._lowerings.builders import TReal, _double
 from fx2onnx._lowerings.rules import lowering
 
 
@@ -77,3 +82,50 @@ def arange_start_step(start: TRangeArg, end: TRangeArg, step: TRangeArg = 1, dty
     if dtype not in (-1, None) and ir.DataType(dtype) != ir.DataType.DOUBLE:
         values = op.Cast(values, to=dtype)
     return values
+
+
+# --- index tables known at export: tril/triu_indices, combinations' positions -----------------------------------
+@lowering("aten::combinations")
+def combinations(self: TReal, r: int = 2, with_replacement: bool = False) -> TReal:
+    """A Gather of the r-tuples of positions, known at export from the static length, in eager's order."""
+    if r == 0:
+        return op.Slice(self, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]))
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = [list(row) for row in pick(range(self.shape[0]), r)]
+    positions = np.array(rows, dtype=np.int64).reshape(len(rows), r)
+    return op.Gather(self, op.Constant(value=ir.tensor(positions)), axis=0)
+
+
+def _constant_of_dtype(values: torch.Tensor, dtype: int | None) -> INT64:
+    from fx2onnx import _dtypes as dtype_table
+
+    torch_dtype = dtype_table.to_torch(ir.DataType(dtype)) if dtype is not None else torch.int64
+    return op.Constant(value=ir.tensor(values.to(torch_dtype)))
+
+
+@lowering("aten::tril_indices")
+def tril_indices(
+    row: int,
+    col: int,
+    offset: int = 0,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+) -> INT64:
+    """All arguments are constants: eager's indices, computed once at export."""
+    return _constant_of_dtype(torch.tril_indices(row, col, offset), dtype)
+
+
+@lowering("aten::triu_indices")
+def triu_indices(
+    row: int,
+    col: int,
+    offset: int = 0,
+    dtype: int | None = None,
+    layout: int | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+) -> INT64:
+    """All arguments are constants: eager's indices, computed once at export."""
+    return _constant_of_dtype(torch.triu_indices(row, col, offset), dtype)

@@ -1,5 +1,5 @@
-"""Reductions and scans: sum/prod/mean/var/std, all/any, min/max/median, norms, cumulative ops,
-logsumexp/logcumsumexp, histograms.
+"""Reductions and scans: sum/prod/mean/var/std, covariance, all/any, min/max/median, norms (vector norms, cdist's
+pairwise distances), cumulative ops, logsumexp/logcumsumexp, histograms.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
+import torch
 from onnxscript import (
     BFLOAT16,
     BOOL,
@@ -21,6 +22,9 @@ from onnxscript import (
     INT32,
     INT64,
     UINT8,
+    UINT16,
+    UINT32,
+    UINT64,
 )
 from onnxscript import opset18 as op
 
@@ -30,6 +34,8 @@ from fx2onnx._lowerings.builders import (
     _NARROW_INTS,
     _NUMPY,
     TFloat,
+    TIntegral,
+    TOther,
     TReal,
     _back,
     _cast,
@@ -1015,6 +1021,86 @@ def std_mean_correction(
     return _back(deviation, self), _back(mean, self)
 
 
+# --- covariance of integers with float weights -----------------------------------------------------------------
+TWeightInt = TypeVar("TWeightInt", INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64)
+
+
+@lowering("aten::cov")
+def cov_integer_weighted(
+    self: TIntegral, aweights: TFloat, correction: int = 1, fweights: TWeightInt | None = None
+) -> TFloat:
+    """Eager multiplies `self` by the weights first (``in * w``): `self` becomes the weights' float dtype
+    (promote_types(integer, float) is the float), and everything after computes in it. Without `aweights`
+    (required here; parameters bind by name) integers keep the float lowering, which computes in float32."""
+    return cov.func(op.Cast(self, to=aweights.dtype), correction, fweights, aweights)
+
+
+# --- covariance -------------------------------------------------------------------------------------------
+@lowering("aten::cov")
+def cov(self: TReal, correction: int = 1, fweights: TOther | None = None, aweights: TReal | None = None) -> TReal:
+    """Eager's covariance formula with its data-dependent check (a non-positive normalizer becomes 0) as a Max.
+
+    Variables are rows, observations columns; a 1-D input is one variable and gives a 0-d result.
+    Integers and bools compute in float32 (the default dtype); float16/bfloat16 in float32, as eager's
+    accumulations do.
+    """
+    rank = len(self.shape)
+    x = self if rank == 2 else op.Reshape(self, op.Constant(value_ints=[1, -1]))
+    compute = self.dtype if self.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE) else ir.DataType.FLOAT
+    x = op.Cast(x, to=compute)
+    observations = self.shape[-1] if rank else 1
+    columns = op.Constant(value_ints=[1])
+    weights = None
+    if fweights is not None:
+        weights = op.Cast(fweights, to=compute)
+    if aweights is not None:
+        scaled = op.Cast(aweights, to=compute)
+        weights = scaled if weights is None else op.Mul(weights, scaled)
+    integral = self.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    if weights is None:
+        total = op.Constant(value=ir.tensor(float(observations), dtype=compute))
+        mean = op.ReduceMean(x, columns, keepdims=True)
+        if integral and isinstance(observations, int) and observations > 0:
+            # Eager sums integers exactly (int64) and divides the sum in float32: a float32 sum rounds above 2**24.
+            exact = op.CumSum(
+                op.Cast(self if rank == 2 else op.Reshape(self, op.Constant(value_ints=[1, -1])), to=ir.DataType.INT64),
+                op.Constant(value=ir.tensor(1, dtype=ir.DataType.INT64)),
+            )
+            row_sums = op.Slice(exact, op.Constant(value_ints=[-1]), op.Constant(value_ints=[observations]), columns)
+            mean = op.Div(op.Cast(row_sums, to=compute), total)
+    else:
+        total = op.ReduceSum(weights, keepdims=False)
+        mean = op.Div(op.ReduceSum(op.Mul(x, weights), columns, keepdims=True), total)
+    correction_value = op.Constant(value=ir.tensor(float(correction), dtype=compute))
+    if weights is None:
+        normalizer = op.Sub(total, correction_value)
+    elif correction == 0:
+        normalizer = total
+    elif aweights is None:
+        normalizer = op.Sub(total, correction_value)
+    else:
+        spread = op.Div(op.ReduceSum(op.Mul(weights, op.Cast(aweights, to=compute)), keepdims=False), total)
+        normalizer = op.Sub(total, op.Mul(correction_value, spread))
+    normalizer = op.Max(normalizer, op.Constant(value=ir.tensor(0.0, dtype=compute)))
+    centered = op.Sub(x, mean)
+    right = centered if weights is None else op.Mul(centered, weights)
+    result = op.Div(op.MatMul(centered, op.Transpose(right, perm=[1, 0])), normalizer)
+    if rank < 2 or self.shape[0] == 1:  # eager squeezes a single variable's 1x1 result
+        result = op.Reshape(result, op.Constant(value=ir.tensor(np.array([], dtype=np.int64))))
+    return op.Cast(result, to=_cov_dtype(self, aweights))
+
+
+def _cov_dtype(self: TReal, aweights: TReal | None) -> int:
+    from fx2onnx import _dtypes as dtype_table
+
+    dtype = dtype_table.to_torch(self.dtype)
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    if aweights is not None:
+        dtype = torch.promote_types(dtype, dtype_table.to_torch(aweights.dtype))
+    return dtype_table.to_onnx(dtype).value
+
+
 # --- segment reductions -------------------------------------------------------------------------------------------
 builtins_range = builtins.range  # the histogram lowerings take an argument named `range`
 
@@ -1022,6 +1108,33 @@ builtins_range = builtins.range  # the histogram lowerings take an argument name
 @lowering("aten::norm.Scalar")
 def norm_scalar(self: TFloat, p: float = 2.0) -> TFloat:
     return _back(_p_norm(_in_float32(self), float(p), None, False), self)
+
+
+# --- vector norms over given dims, rank 0 included ----------------------------------------------------------------
+@lowering("aten::linalg_vector_norm")
+def linalg_vector_norm(
+    self: TFloat, ord: float = 2.0, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
+) -> TFloat:
+    """torch.linalg.vector_norm; a 0-d input with dim 0 or -1 reduces nothing (ONNX refuses the axis)."""
+    x = op.Cast(self, to=dtype) if dtype is not None else self
+    computed = _in_float32(x)
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    axes = op.Constant(value_ints=dims) if dims and len(self.shape) else None
+    return _back(_p_norm(computed, float(ord), axes, keepdim), x)
+
+
+# --- pairwise distances ----------------------------------------------------------------------------------------------
+@lowering("aten::_cdist_forward")
+def cdist_forward(x1: TFloat, x2: TFloat, p: float, compute_mode: int | None = None) -> TFloat:
+    """[..., P, M] x [..., R, M] -> [..., P, R] p-norm distances, from the broadcast differences directly."""
+    del compute_mode  # eager's matrix-product shortcut for p=2 is a speed/accuracy trade-off; this is exact
+    if any(size == 0 for size in [*x1.shape[:-1], *x2.shape[:-1]]):
+        # ORT's reductions keep the reduced axis of a zero-size tensor: build the empty result directly.
+        shape = op.Concat(op.Shape(x1, start=0, end=-1), op.Shape(x2, start=-2, end=-1), axis=0)
+        return op.CastLike(op.ConstantOfShape(shape), x1)
+    a = op.Unsqueeze(_in_float32(x1), op.Constant(value_ints=[-2]))  # [..., P, 1, M]
+    b = op.Unsqueeze(_in_float32(x2), op.Constant(value_ints=[-3]))  # [..., 1, R, M]
+    return _back(_p_norm(op.Sub(a, b), float(p), op.Constant(value_ints=[-1]), False), x1)
 
 
 # --- histograms -------------------------------------------------------------------------------------------------------
