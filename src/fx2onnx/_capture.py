@@ -1076,6 +1076,15 @@ def _capture_remedy(error: Exception, strict: bool) -> str:
             "outputs. Pass the number of sections as a Python int, or split at a 1-D tensor of indices (exported "
             "with its split points read at run time)."
         )
+    text = "\n".join([str(error), *getattr(error, "__notes__", [])])
+    if "Could not extract specialized integer from data-dependent expression" in text:
+        # Python asked a data-dependent size as an int: unbind/chunk/split's number of outputs, len(), range()
+        return (
+            "Python needs a data-dependent size as an int here (the number of outputs of unbind, chunk or split, "
+            "len(), range()), and an ONNX graph has a fixed number of outputs. Bound the size first: slice to at "
+            "most K (kept[:K], whose count is taken as K and checked at run time by the ONNX model), or keep the "
+            "tensor whole (index it, or reduce over the dim, instead of unbinding it)."
+        )
     if "data-dependent" in str(error) or "DataDependent" in type(error).__name__:
         # Neither mode nor symbolic_trace can follow Python control flow on a tensor's value.
         return (
