@@ -569,3 +569,23 @@ def test_chunk_of_a_data_dependent_length_matches_eager_or_fails_naming_the_line
         assert len(model(_first_nonzero(count))) < chunks  # eager makes fewer
         with pytest.raises(Exception, match=r"fx2onnx_check: .*kept.chunk\(self.chunks\)"):
             program(_first_nonzero(count))
+
+
+def test_intermediates_across_a_branch_on_a_value_compare_the_side_taken(check) -> None:
+    """verify(intermediates=True) ran the general capture (``x.sum() > 0`` taken True, asserted ``u0 >= 1``) node
+    by node in eager and raised at that assertion on an input taking the other side, which the ONNX model's If
+    computes. Now the nodes before the If are compared, those the If computes are skipped saying why, and the
+    outputs are compared with eager's on both sides."""
+    finfo = torch.finfo(torch.float32)
+    positive = torch.tensor([1.5, -2.0, finfo.max / 2])
+    negative = torch.tensor([-1.5, 2.0, -finfo.max / 2])
+    zero = torch.tensor([0.0, finfo.tiny, -finfo.tiny])
+    program = check(BranchOnValue(), (positive,), run_with=[((x,), {}) for x in (positive, negative, zero)])
+    for x, other_side in ((positive, False), (negative, True), (zero, True)):
+        result = program.verify(x, intermediates=True)
+        assert result.passed and result.first_mismatch is None, str(result)
+        statuses = {c.node: c.status for c in result.intermediates}
+        assert statuses["sum_1"] == "ok", statuses
+        skipped = [c for c in result.intermediates if c.status == "skipped"]
+        assert bool(skipped) == other_side, statuses
+        assert all("other side of a branch" in c.note for c in skipped)
