@@ -589,3 +589,32 @@ def test_intermediates_across_a_branch_on_a_value_compare_the_side_taken(check) 
         skipped = [c for c in result.intermediates if c.status == "skipped"]
         assert bool(skipped) == other_side, statuses
         assert all("other side of a branch" in c.note for c in skipped)
+
+
+class EmptyCheckAndHalves(torch.nn.Module):
+    """A data-dependent empty check beside a chunk of a dynamic dim, which torch.export captures again with its
+    suggested fix applied."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kept = x[x != 0]
+        if kept.numel() == 0:
+            return torch.zeros(1), x.chunk(2)[1]
+        first, second = x.chunk(2)
+        return kept * 2, first + second.sum()
+
+
+def test_a_retrace_does_not_count_its_decisions_twice(check) -> None:
+    """The retrace (suggested fixes applied) asked ``numel() == 0`` again, and the decision recorded by the first
+    trace stayed: two decisions, so no If, and the general branch alone returned [] on an all-zero input where eager
+    returns zeros(1), silently. The capture keeps the last trace's decisions."""
+    finfo = torch.finfo(torch.float32)
+    x = torch.tensor([1.0, 0.0, 3.0, 2.0])
+    examples = [x, torch.zeros(4), torch.tensor([finfo.max, -finfo.max, finfo.tiny, -0.0])]
+    program = check(
+        EmptyCheckAndHalves(),
+        (x,),
+        dynamic_shapes=({0: torch.export.Dim("n", min=2)},),
+        run_with=[((example,), {}) for example in examples],
+    )
+    (assumption,) = program.report.capture_assumptions
+    assert "both branches captured" in assumption

@@ -228,6 +228,19 @@ def size_oblivious_guards(
         position["next"] += 1
         return position["next"] - 1
 
+    # what this context had recorded before its first trace: a retrace (torch.export's suggested fixes applied)
+    # asks its decisions again, and the graph captured is the last trace's
+    recorded_before = (len(assumptions), len(decisions) if decisions is not None else 0)
+    deciding: dict[str, Any] = {"trace": None}
+
+    def forget_earlier_traces() -> None:
+        trace = torch._guards.detect_fake_mode()
+        if deciding["trace"] is not None and deciding["trace"] is not trace:
+            del assumptions[recorded_before[0] :]
+            if decisions is not None:
+                del decisions[recorded_before[1] :]
+        deciding["trace"] = trace
+
     def evaluate(
         self: ShapeEnv,
         orig_expr: Any,
@@ -243,6 +256,7 @@ def size_oblivious_guards(
         except GuardOnDataDependentSymNode:
             if size_oblivious:
                 raise
+            forget_earlier_traces()
             if not _is_condition(orig_expr):
                 result = _largest_value(self, orig_expr)
                 if result is None:
@@ -346,7 +360,7 @@ def _chunk_of_a_data_dependent_size(
     def fallback(self: torch.Tensor, chunks: int, dim: int = 0) -> Any:
         if original is not None:
             return original(self, chunks, dim)
-        return NotImplemented  # torch's own C++ decomposition
+        return _CHUNK._op_dk(DispatchKey.CompositeImplicitAutograd, self, chunks, dim)  # torch's own (C++)
 
     def chunk(self: torch.Tensor, chunks: int, dim: int = 0) -> Any:
         if self.dim() == 0 or not isinstance(chunks, int) or chunks < 1:
