@@ -228,18 +228,12 @@ def size_oblivious_guards(
         position["next"] += 1
         return position["next"] - 1
 
-    # what this context had recorded before its first trace: a retrace (torch.export's suggested fixes applied)
-    # asks its decisions again, and the graph captured is the last trace's
-    recorded_before = (len(assumptions), len(decisions) if decisions is not None else 0)
-    deciding: dict[str, Any] = {"trace": None}
+    # A retrace (torch.export's suggested fixes applied) asks its guards again, and the graph captured is the last
+    # trace's: what these guards decided in an earlier trace is forgotten (a decision counted twice kept the If out)
+    decided_in: dict[int, Any] = {}  # id of an assumption or decision made here -> the trace that made it
 
-    def forget_earlier_traces() -> None:
-        trace = torch._guards.detect_fake_mode()
-        if deciding["trace"] is not None and deciding["trace"] is not trace:
-            del assumptions[recorded_before[0] :]
-            if decisions is not None:
-                del decisions[recorded_before[1] :]
-        deciding["trace"] = trace
+    def recorded() -> list[Any]:
+        return [*assumptions, *(decisions or [])]
 
     def evaluate(
         self: ShapeEnv,
@@ -256,7 +250,35 @@ def size_oblivious_guards(
         except GuardOnDataDependentSymNode:
             if size_oblivious:
                 raise
-            forget_earlier_traces()
+        trace = torch._guards.detect_fake_mode()
+        stale = {key for key, made_in in decided_in.items() if made_in is not trace}
+        if stale:
+            assumptions[:] = [item for item in assumptions if id(item) not in stale]
+            if decisions is not None:
+                decisions[:] = [item for item in decisions if id(item) not in stale]
+            for key in stale:
+                del decided_in[key]
+        known = {id(item) for item in recorded()}
+        try:
+            return decide(self, orig_expr, hint, fx_node, size_oblivious, fallback_value, forcing_spec=forcing_spec)
+        finally:
+            decided_in.update((id(item), trace) for item in recorded() if id(item) not in known)
+
+    def decide(
+        self: ShapeEnv,
+        orig_expr: Any,
+        hint: Any = None,
+        fx_node: Any = None,
+        size_oblivious: bool = False,
+        fallback_value: bool | None = None,
+        *,
+        forcing_spec: bool = False,
+    ) -> Any:
+        try:
+            return original(self, orig_expr, hint, fx_node, size_oblivious, fallback_value, forcing_spec=forcing_spec)
+        except GuardOnDataDependentSymNode:
+            if size_oblivious:
+                raise
             if not _is_condition(orig_expr):
                 result = _largest_value(self, orig_expr)
                 if result is None:
