@@ -398,7 +398,8 @@ def test_a_data_dependent_size_pinned_at_capture_is_checked_in_the_saved_model(t
     assert any("u0 < 3" in name for name in claimed), claimed
     session = _session(program, tmp_path)
     _matches_eager(session, model, torch.tensor([0.0, -3.0, 0.0, 7.0]))
-    _fails_naming(session, r"u\d+ < 3", torch.tensor([1.0, 3.0, 2.0, 0.0]))
+    # u0 <= 2 (torch's bound of the pinned size) or u0 < 3, whichever ONNX Runtime runs first
+    _fails_naming(session, r"u\d+ (< 3|<= 2)", torch.tensor([1.0, 3.0, 2.0, 0.0]))
 
     model = SplitOfMasked()
     program = _export(model, (torch.tensor([1.0, 0.0, 2.0, 3.0, 4.0]),))
