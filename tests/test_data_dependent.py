@@ -13,6 +13,8 @@ import fx2onnx
 from fx2onnx import _branch_join as branch_join
 from fx2onnx.errors import CaptureError
 
+from conftest import Call
+
 
 class EmptyCheckAfterMask(torch.nn.Module):
     """torchvision's ``if boxes.numel() == 0: return empty`` after a boolean mask (an unbacked size)."""
@@ -474,3 +476,145 @@ def test_diff_of_a_data_dependent_length_has_no_assumed_length(check) -> None:
         lengths.append(((x,), {}))
     program = check(DiffOfMasked(), lengths[4][0], run_with=lengths)
     assert not program.report.capture_assumptions
+
+
+class UnbindAtMostThree(torch.nn.Module):
+    """unbind of at most K kept values: Python needs the count (the number of outputs), taken as K."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        first, second, third = x[x != 0][:3].unbind(0)
+        return first, second * third, torch.stack([third, first])
+
+
+def _kept_first(count: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Five values, the first `count` of them non-zero (extremes of the dtype among them)."""
+    info = torch.finfo(dtype)
+    values = torch.tensor([info.max, -2.5, info.tiny, 7.0, -info.max], dtype=dtype)
+    values[count:] = 0
+    return values
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_unbind_of_at_most_k_kept_values_has_eagers_0d_parts(check, dtype: torch.dtype) -> None:
+    """torch's unbind squeezed each part only where it could prove its size 1, so at the count (min(3, u0)) taken
+    as 3 the parts were 1-D where eager's are 0-d: the ONNX model (SequenceAt of a SplitToSequence, 0-d) failed the
+    checker ('Inferred shape and existing shape differ in rank: (0) vs (1)'). Fewer kept values than the parts
+    fail at run time on the count's check, never compute something else."""
+    program = check(
+        UnbindAtMostThree(),
+        (_kept_first(3, dtype),),
+        run_with=[((_kept_first(count, dtype),), {}) for count in (3, 4, 5)],
+    )
+    assert all(len(output.shape) == 0 for output in program(_kept_first(4, dtype))[:2])
+    with pytest.raises(Exception, match="fx2onnx_check: Eq"):
+        program(_kept_first(2, dtype))
+
+
+class UnbindBoundedAbove(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        kept = x[x != 0]
+        torch._check(kept.shape[0] <= 3)
+        return kept.unbind(0)
+
+
+@pytest.mark.parametrize("model", [UnbindBoundedAbove(), Call(lambda x: x[x != 0].unbind(0))], ids=["bounded", "plain"])
+def test_unbind_of_a_data_dependent_count_fails_naming_the_line_and_the_way_out(model, tmp_path) -> None:
+    """The number of outputs is the data's: a bare count ``u0`` asked as an int was decided size-obliviously as a
+    guard (sympy's Symbol is a Boolean too) and taken as 2, unchecked: the model failed the checker (unbind's parts
+    1-D) or would have returned 2 parts for any count. Now it is an integer without a bound: a CaptureError before
+    any file is written, naming the user's line and the way out."""
+    path = tmp_path / "model.onnx"
+    with pytest.raises(CaptureError) as raised:
+        fx2onnx.export(model, (_kept_first(3),), path)
+    message = str(raised.value)
+    assert "unbind(0)" in message and "test_data_dependent.py" in message
+    assert "aten::unbind: " in message and "kept[:K]" in message and "float32 (5,)" in message
+    assert "taken as 2" not in message
+    assert not path.exists()
+
+
+class ChunkOfKept(torch.nn.Module):
+    def __init__(self, chunks: int) -> None:
+        super().__init__()
+        self.chunks = chunks
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        kept = x[x != 0]
+        return tuple(part * 2 for part in kept.chunk(self.chunks))
+
+
+def _first_nonzero(count: int, length: int = 8, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    info = torch.finfo(dtype)
+    values = torch.tensor([info.max / 4, -info.max / 4, info.tiny, -1.5, 3.0, -info.tiny, 7.0, 1.0], dtype=dtype)
+    values[count:] = 0
+    return values[:length]
+
+
+@pytest.mark.parametrize(
+    ("chunks", "counts_made", "counts_refused"), [(2, (0, 2, 3, 4, 5, 8), (1,)), (3, (0, 3, 5, 6, 7), (1, 2, 4))]
+)
+def test_chunk_of_a_data_dependent_length_matches_eager_or_fails_naming_the_line(
+    check, chunks: int, counts_made: tuple[int, ...], counts_refused: tuple[int, ...]
+) -> None:
+    """``kept.chunk(n)``: eager's number of parts is the data's (n for an empty tensor and wherever the last part is
+    not empty, fewer otherwise). torch's decomposition asked it as an int and the capture failed
+    (``Eq((u0+1)//2, 0)``); now there are n parts, each of eager's length at every count that makes n, and a count
+    that makes fewer fails at run time naming the model's line, never returns another number of parts."""
+    model = ChunkOfKept(chunks)
+    program = check(model, (_first_nonzero(5),), run_with=[((_first_nonzero(n),), {}) for n in counts_made])
+    (assumption,) = program.report.capture_assumptions
+    assert f"chunk({chunks}) makes {chunks} parts" in assumption and "checked at run time" in assumption
+    assert "NOT checked" not in assumption
+    for count in counts_refused:
+        assert len(model(_first_nonzero(count))) < chunks  # eager makes fewer
+        with pytest.raises(Exception, match=r"fx2onnx_check: .*kept.chunk\(self.chunks\)"):
+            program(_first_nonzero(count))
+
+
+def test_intermediates_across_a_branch_on_a_value_compare_the_side_taken(check) -> None:
+    """verify(intermediates=True) ran the general capture (``x.sum() > 0`` taken True, asserted ``u0 >= 1``) node
+    by node in eager and raised at that assertion on an input taking the other side, which the ONNX model's If
+    computes. Now the nodes before the If are compared, those the If computes are skipped saying why, and the
+    outputs are compared with eager's on both sides."""
+    finfo = torch.finfo(torch.float32)
+    positive = torch.tensor([1.5, -2.0, finfo.max / 2])
+    negative = torch.tensor([-1.5, 2.0, -finfo.max / 2])
+    zero = torch.tensor([0.0, finfo.tiny, -finfo.tiny])
+    program = check(BranchOnValue(), (positive,), run_with=[((x,), {}) for x in (positive, negative, zero)])
+    for x, other_side in ((positive, False), (negative, True), (zero, True)):
+        result = program.verify(x, intermediates=True)
+        assert result.passed and result.first_mismatch is None, str(result)
+        statuses = {c.node: c.status for c in result.intermediates}
+        assert statuses["sum_1"] == "ok", statuses
+        skipped = [c for c in result.intermediates if c.status == "skipped"]
+        assert bool(skipped) == other_side, statuses
+        assert all("other side of a branch" in c.note for c in skipped)
+
+
+class EmptyCheckAndHalves(torch.nn.Module):
+    """A data-dependent empty check beside a chunk of a dynamic dim, which torch.export captures again with its
+    suggested fix applied."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kept = x[x != 0]
+        if kept.numel() == 0:
+            return torch.zeros(1), x.chunk(2)[1]
+        first, second = x.chunk(2)
+        return kept * 2, first + second.sum()
+
+
+def test_a_retrace_does_not_count_its_decisions_twice(check) -> None:
+    """The retrace (suggested fixes applied) asked ``numel() == 0`` again, and the decision recorded by the first
+    trace stayed: two decisions, so no If, and the general branch alone returned [] on an all-zero input where eager
+    returns zeros(1), silently. The capture keeps the last trace's decisions."""
+    finfo = torch.finfo(torch.float32)
+    x = torch.tensor([1.0, 0.0, 3.0, 2.0])
+    examples = [x, torch.zeros(4), torch.tensor([finfo.max, -finfo.max, finfo.tiny, -0.0])]
+    program = check(
+        EmptyCheckAndHalves(),
+        (x,),
+        dynamic_shapes=({0: torch.export.Dim("n", min=2)},),
+        run_with=[((example,), {}) for example in examples],
+    )
+    (assumption,) = program.report.capture_assumptions
+    assert "both branches captured" in assumption

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -1075,6 +1076,18 @@ def _capture_remedy(error: Exception, strict: bool) -> str:
             "the number of outputs, would come from a tensor's value, and an ONNX graph has a fixed number of "
             "outputs. Pass the number of sections as a Python int, or split at a 1-D tensor of indices (exported "
             "with its split points read at run time)."
+        )
+    text = "\n".join([str(error), *getattr(error, "__notes__", [])])
+    if "Could not extract specialized integer from data-dependent expression" in text:
+        # Python asked a data-dependent size as an int: unbind/chunk/split's number of outputs, len(), range()
+        asked_in = re.search(r"Caused by: \([^()]* in (\w+)\)", text)
+        op = asked_in.group(1) if asked_in else None
+        return (
+            (f"aten::{op}: " if op and hasattr(torch.ops.aten, op) else "")
+            + "Python needs a data-dependent size as an int here (the number of outputs of unbind, chunk or split, "
+            "len(), range()), and an ONNX graph has a fixed number of outputs. Bound the size first: slice to at "
+            "most K (kept[:K], whose count is taken as K and checked at run time by the ONNX model), or keep the "
+            "tensor whole (index it, or reduce over the dim, instead of unbinding it)."
         )
     if "data-dependent" in str(error) or "DataDependent" in type(error).__name__:
         # Neither mode nor symbolic_trace can follow Python control flow on a tensor's value.

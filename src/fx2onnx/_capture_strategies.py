@@ -60,7 +60,13 @@ from typing import Any
 import sympy
 import torch
 from torch._C import DispatchKey
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+from torch._decomp import decomposition_table
+from torch.fx.experimental.symbolic_shapes import (
+    GuardOnDataDependentSymNode,
+    ShapeEnv,
+    free_unbacked_symbols,
+    sym_or,
+)
 from torch.overrides import TorchFunctionMode
 
 __all__ = [
@@ -222,6 +228,13 @@ def size_oblivious_guards(
         position["next"] += 1
         return position["next"] - 1
 
+    # A retrace (torch.export's suggested fixes applied) asks its guards again, and the graph captured is the last
+    # trace's: what these guards decided in an earlier trace is forgotten (a decision counted twice kept the If out)
+    decided_in: dict[int, Any] = {}  # id of an assumption or decision made here -> the trace that made it
+
+    def recorded() -> list[Any]:
+        return [*assumptions, *(decisions or [])]
+
     def evaluate(
         self: ShapeEnv,
         orig_expr: Any,
@@ -237,7 +250,36 @@ def size_oblivious_guards(
         except GuardOnDataDependentSymNode:
             if size_oblivious:
                 raise
-            if not isinstance(orig_expr, sympy.logic.boolalg.Boolean):
+        trace = torch._guards.detect_fake_mode()
+        stale = {key for key, made_in in decided_in.items() if made_in is not trace}
+        if stale:
+            assumptions[:] = [item for item in assumptions if id(item) not in stale]
+            if decisions is not None:
+                decisions[:] = [item for item in decisions if id(item) not in stale]
+            for key in stale:
+                del decided_in[key]
+        known = {id(item) for item in recorded()}
+        try:
+            return decide(self, orig_expr, hint, fx_node, size_oblivious, fallback_value, forcing_spec=forcing_spec)
+        finally:
+            decided_in.update((id(item), trace) for item in recorded() if id(item) not in known)
+
+    def decide(
+        self: ShapeEnv,
+        orig_expr: Any,
+        hint: Any = None,
+        fx_node: Any = None,
+        size_oblivious: bool = False,
+        fallback_value: bool | None = None,
+        *,
+        forcing_spec: bool = False,
+    ) -> Any:
+        try:
+            return original(self, orig_expr, hint, fx_node, size_oblivious, fallback_value, forcing_spec=forcing_spec)
+        except GuardOnDataDependentSymNode:
+            if size_oblivious:
+                raise
+            if not _is_condition(orig_expr):
                 result = _largest_value(self, orig_expr)
                 if result is None:
                     raise
@@ -288,10 +330,101 @@ def size_oblivious_guards(
             return result
 
     ShapeEnv._evaluate_expr = evaluate  # type: ignore[method-assign]
+    # fake tensors at symbolic sizes run torch's Python decomposition of unbind (its table's, before the op's Meta)
+    unbind_decomposition = decomposition_table.get(_UNBIND)
+    if unbind_decomposition is not None:
+        decomposition_table[_UNBIND] = _unbind_by_select(unbind_decomposition)
+    # chunk is decomposed in C++ (CompositeImplicitAutograd): a Python kernel of that key takes its place while set
+    chunk_kernel = _CHUNK.py_kernels.get(DispatchKey.CompositeImplicitAutograd)
+    _CHUNK.py_kernels[DispatchKey.CompositeImplicitAutograd] = _chunk_of_a_data_dependent_size(
+        chunk_kernel, assumptions
+    )
+    _CHUNK._dispatch_cache.clear()
     try:
         yield
     finally:
         ShapeEnv._evaluate_expr = original  # type: ignore[method-assign]
+        if unbind_decomposition is not None:
+            decomposition_table[_UNBIND] = unbind_decomposition
+        if chunk_kernel is None:
+            del _CHUNK.py_kernels[DispatchKey.CompositeImplicitAutograd]
+        else:
+            _CHUNK.py_kernels[DispatchKey.CompositeImplicitAutograd] = chunk_kernel
+        _CHUNK._dispatch_cache.clear()
+
+
+def _is_condition(expression: Any) -> bool:
+    """A true/false question, not an integer. sympy's plain Symbol is also a ``Boolean`` (it may stand for a
+    truth value), but torch's symbols are integers (``u0``; a SymBool is ``Eq(u0, 1)``): a bare ``u0`` asked as an
+    int (``range(kept.shape[0])``) is an integer to bound, not a guard to decide size-obliviously (that took
+    ``u0`` as 2, unchecked)."""
+    return isinstance(expression, sympy.logic.boolalg.Boolean) and not isinstance(expression, sympy.Symbol)
+
+
+_UNBIND = torch.ops.aten.unbind.int
+
+
+_CHUNK = torch.ops.aten.chunk.default
+
+
+def _chunk_of_a_data_dependent_size(
+    original: Callable[..., Any] | None, assumptions: list[Assumption]
+) -> Callable[..., Any]:
+    """torch's chunk at a data-dependent size, as `chunks` parts, the count checked at run time.
+
+    Eager's count is the data's: ``ceil(size / ceil(size / chunks))``, `chunks` for an empty tensor and wherever
+    the last part is not empty, fewer otherwise (``chunk(2)`` of one element: one part). torch's decomposition
+    asked that count as an int (``Eq((u0+1)//2, 0)``, then the count itself), which no bound decides. Here the
+    parts are `chunks` (each ``ceil(size / chunks)`` long, the last the rest) and the ONNX model checks, naming the
+    model's line, that eager makes as many: it fails at run time on a size that makes fewer, never returns
+    another count of parts."""
+
+    def fallback(self: torch.Tensor, chunks: int, dim: int = 0) -> Any:
+        if original is not None:
+            return original(self, chunks, dim)
+        return _CHUNK._op_dk(DispatchKey.CompositeImplicitAutograd, self, chunks, dim)  # torch's own (C++)
+
+    def chunk(self: torch.Tensor, chunks: int, dim: int = 0) -> Any:
+        if self.dim() == 0 or not isinstance(chunks, int) or chunks < 1:
+            return fallback(self, chunks, dim)
+        axis = dim % self.dim()
+        size = self.shape[axis]
+        if not free_unbacked_symbols(size) or chunks == 1:  # a backed size: torch guards on its example
+            return fallback(self, chunks, dim)
+        part = (size + chunks - 1) // chunks
+        # the last part is not empty, written as torch's graph prints it (the check's line is found by its text)
+        as_many = sym_or(size == 0, (chunks - 1) * part + 1 <= size)
+        torch._check(as_many, lambda: f"chunk({chunks}): fewer parts")
+        decided = f"True (chunk({chunks}) makes {chunks} parts)"
+        assumption = Assumption(str(as_many.node.expr), decided, _asking_line())
+        if assumption not in assumptions:
+            assumptions.append(assumption)
+        return torch.split_with_sizes(self, [part] * (chunks - 1) + [size - (chunks - 1) * part], axis)
+
+    return chunk
+
+
+def _unbind_by_select(original: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's unbind at a data-dependent size, with eager's ranks: each part one index of the dim.
+
+    torch's own (``_refs.unbind``) splits into size-1 parts and squeezes them, and ``squeeze`` keeps a dim it
+    cannot prove is 1 (``(u0//3)`` once the count is taken as its bound 3): its parts were 1-D where eager's are
+    0-d, and the ONNX model (SequenceAt of a SplitToSequence without keepdims: 0-d) failed the checker or declared
+    outputs of the wrong rank. ``select`` needs no guard: the count (asked by ``range``) is taken as its largest
+    value and asserted at run time, as any count Python needs."""
+
+    def unbind(self: torch.Tensor, dim: int = 0) -> Any:
+        if self.dim() == 0:
+            return original(self, dim)
+        axis = dim % self.dim()
+        size = self.shape[axis]
+        if not free_unbacked_symbols(size):  # a backed size: torch guards on its example
+            return original(self, dim)
+        if size == 0:  # decided size-obliviously (False) as torch's own unbind asks it
+            return ()
+        return tuple(self.select(axis, index) for index in range(size))
+
+    return unbind
 
 
 # A size-oblivious decision (``numel() == 0`` taken as False) is not asserted: the model's general branch is the one

@@ -158,7 +158,9 @@ def compare_intermediates(
     onnx_values = _run_onnx(program, [n for n in wanted.values() if n is not None], flat)
 
     comparisons: list[NodeComparison] = []
-    for index, (node, eager) in enumerate(_eager_values(captured, flat)):
+    broken: list[str] = []  # the captured graph's assertions this input breaks
+    after_if = _after_an_if(program.model)
+    for index, (node, eager) in enumerate(_eager_values(captured, flat, broken)):
         if node.op != "call_function" or not isinstance(eager, torch.Tensor):
             continue
         target = _target_name(node)
@@ -166,6 +168,10 @@ def compare_intermediates(
         name = wanted.get(node)
         if _is_random(node):
             comparisons.append(NodeComparison(index, node.name, target, name, trace, None, "skipped: random op"))
+            continue
+        if broken and name in after_if:
+            note = f"skipped: {OTHER_SIDE} ({broken[0]})"
+            comparisons.append(NodeComparison(index, node.name, target, name, trace, None, note))
             continue
         if name is None:
             note = "no ONNX value is named after this node (folded or renamed by the optimizer)"
@@ -189,8 +195,28 @@ def _captured_graph(program: ONNXProgram) -> CapturedGraph:
     return from_exported_program(program.exported_program, "torch.export")
 
 
-def _eager_values(captured: CapturedGraph, flat_inputs: Sequence[Any]) -> Iterator[tuple[torch.fx.Node, Any]]:
-    """Run the ATen graph node by node, yielding (node, value) in graph order; values are freed after last use."""
+# A branch on a value (``if x.sum() > 0``) is captured once per side and joined in an If; the graph compared here
+# is the general capture, whose assertion of its side (``u0 >= 1``) an input taking the other side breaks. Its
+# nodes after the If are that side's values, which eager does not compute for such an input: not compared.
+OTHER_SIDE = "this input takes the other side of a branch the ONNX model joins in an If, not this graph's"
+
+
+def _after_an_if(model: ir.Model) -> set[str]:
+    """Names of the main graph's values an If computes, or that are computed from one."""
+    after: set[str] = set()
+    for node in model.graph:
+        if node.op_type == "If" or any(value is not None and value.name in after for value in node.inputs):
+            after.update(value.name for value in node.outputs if value.name)
+    return after
+
+
+def _eager_values(
+    captured: CapturedGraph, flat_inputs: Sequence[Any], broken: list[str] | None = None
+) -> Iterator[tuple[torch.fx.Node, Any]]:
+    """Run the ATen graph node by node, yielding (node, value) in graph order; values are freed after last use.
+
+    A run-time assertion of the graph that fails is appended to `broken` (when given) and the run goes on: the
+    nodes it guards are computed as the graph says (the side of a value branch the capture took)."""
     user_placeholders = [n for n in captured.graph.nodes if n.op == "placeholder" and n not in captured.weights]
     if len(user_placeholders) != len(flat_inputs):
         raise ValueError(
@@ -217,7 +243,13 @@ def _eager_values(captured: CapturedGraph, flat_inputs: Sequence[Any]) -> Iterat
         for node in captured.graph.nodes:
             if node.op == "output":
                 break
-            value = interpreter.run_node(node)
+            try:
+                value = interpreter.run_node(node)
+            except RuntimeError as error:
+                if broken is None or node.target is not torch.ops.aten._assert_scalar.default:
+                    raise
+                broken.append(str(error).strip())
+                value = None
             interpreter.env[node] = value
             yield node, value
             for used in freed_after.get(node, []):

@@ -84,6 +84,7 @@ class GraphEmitter:
         self.complex_outputs: list[int] = []
         self.none_outputs: list[int] = []  # positions among the flat outputs of the Nones the model returns
         self._data_dependent_dims = data_dependent_dims(captured.graph)
+        self._pinned_symbols = {symbol for dims in self._data_dependent_dims.values() for symbol in dims.values()}
 
     # --- driver ---------------------------------------------------------------------------------
     def run(self) -> EmitResult:
@@ -278,11 +279,14 @@ class GraphEmitter:
                 value = complex_layout.from_complex_cast(value) or value
         if expected is not None and value.dtype is not None and value.dtype != expected:
             value = self._cast(node, value, expected, "eager-dtype")
+        recorded = value.shape
         self._set_type(value, val)
         unbacked = self._data_dependent_dims.get(node)
         if unbacked and value.shape is not None:  # not static: a Shape of it must not fold (the checks read it)
             dims = [ir.SymbolicDim(unbacked[i]) if i in unbacked else d for i, d in enumerate(value.shape)]
             value.shape = ir.Shape(dims)
+        elif self._pinned_symbols and recorded is not None and value.shape is not None:
+            value.shape = _pinned_dims_kept_symbolic(value.shape, recorded, self._pinned_symbols)
         owned = value.is_graph_input() or value.is_initializer() or id(value) in self._named
         if not owned and value.producer() is not None and value.producer().op_type != "Constant":
             value.name = name
@@ -404,6 +408,22 @@ def data_dependent_dims(graph: torch.fx.Graph) -> dict[torch.fx.Node, dict[int, 
         symbol = next(iter(_asserted_symbols(node)), f"{node.args[0].name}_size{dim}")
         found.setdefault(node.args[0], {})[int(dim)] = symbol  # type: ignore[arg-type]
     return found
+
+
+def _pinned_dims_kept_symbolic(declared: ir.Shape, recorded: ir.Shape, pinned: set[str]) -> ir.Shape:
+    """`declared` (the FX graph's: a pinned size as its number) with the dims that the recorded ONNX nodes
+    computed from a pinned data-dependent size (ONNX inference of ``Mul(index[u0], 2)``: ``[u0]``) symbolic.
+
+    The capture's number holds only where the size's checks hold; a value computed from it, a graph output
+    most of all, declared the number (``f32[2]``) where the run's size is the data's: ONNX Runtime warned
+    'Expected shape from model of {2} does not match actual shape of {1}' wherever a check was missing."""
+    if len(declared) != len(recorded):
+        return declared
+    dims = [
+        kept if isinstance(dim, int) and isinstance(kept, ir.SymbolicDim) and kept.value in pinned else dim
+        for dim, kept in zip(declared, recorded)
+    ]
+    return ir.Shape(dims)
 
 
 def _asserted_symbols(size: torch.fx.Node) -> list[str]:

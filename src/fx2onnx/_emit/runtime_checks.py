@@ -258,6 +258,14 @@ def _general_branch(expression: str) -> bool:
     )
 
 
+def _users_own_check(line: str | None) -> bool:
+    """Whether the model's line that asked is its own ``torch._check(...)``: the model states the condition
+    (``torch._check(kept.shape[0] >= 2)``), and eager raises where it is false, so the ONNX model checks it, even
+    in the form a size-oblivious decision takes (``u0 >= 2``, else left unchecked as the general branch)."""
+    code = (line or "").partition(": ")[2]
+    return re.search(r"\b_check(_with)?\(", code) is not None
+
+
 def _recorded_line(captured: CapturedGraph, expression: str) -> str | None:
     """The line the capture recorded for an assertion; the graph prints its expression otherwise than sympy does
     (``1 < (Mod(s0, 3))`` for ``Mod(s0, 3) > 1``): read back by sympy when the text alone does not match."""
@@ -401,7 +409,7 @@ def _assertion_checks(
             continue
         if verdict is not None and not verdict.same:  # the general branch is wrong at 1: refuse 1 rather than lie
             assumption += f" ({GENERAL_BRANCH_DIFFERS})"
-        elif _general_branch(expression):
+        elif _general_branch(expression) and not _users_own_check(line):
             same = f"; {GENERAL_BRANCH_SAME}" if verdict is not None else ""
             found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH}{same}): {assumption}")
             continue
