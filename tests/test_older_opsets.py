@@ -160,3 +160,22 @@ def test_saved_model_holds_the_target_schemas(tmp_path: Path) -> None:
     onnx.checker.check_model(model, full_check=True)
     for node in model.graph.node:
         assert onnx.defs.get_schema(node.op_type, 13, node.domain).since_version <= 13
+
+
+class Flatten(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(2) * 2
+
+
+def test_flatten_of_a_dynamic_dim_at_opset_13(check) -> None:
+    """torchlib's flatten is Reshape with allowzero=1 (opset 14); at 13 it goes without, and an empty batch still
+    matches eager (its 0 copies the input's own empty dim)."""
+    batch = torch.export.Dim("batch", min=0)
+    program = check(
+        Flatten(),
+        (torch.randn(2, 3, 4, 5),),
+        dynamic_shapes=({0: batch},),
+        run_with=[((torch.randn(4, 3, 4, 5),), {}), ((torch.randn(0, 3, 4, 5),), {})],
+        opset_version=13,
+    )
+    assert _opset_of(program) == 13 and "Reshape" in _op_types(program)

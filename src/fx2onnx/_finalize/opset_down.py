@@ -362,6 +362,19 @@ def _roi_align_mode(node: ir.Node, opset: int) -> None:
     del node.attributes["coordinate_transformation_mode"]
 
 
+def _reshape_13(node: ir.Node, opset: int) -> None:
+    """Reshape-14's allowzero=1 (torchlib's flatten, view) dropped: it differs from Reshape-13 only where the shape
+    holds a 0 and the input's dim at that position is not 0. A constant shape with a 0 is refused; a computed one
+    holds a 0 only from an empty dimension of the model's, which ONNX Runtime's Reshape-13 copies as every exporter
+    targeting opset 13 has it (torch.onnx's TorchScript exporter included)."""
+    allowzero = node.attributes.pop("allowzero", None)
+    if allowzero is None or allowzero.as_int() == 0:
+        return
+    shape = _constant_ints(node.inputs[1])
+    if shape is not None and 0 in shape:
+        raise OpsetRefused("Reshape to a constant shape holding 0 with allowzero=1 needs opset 14")
+
+
 def _batch_norm_inference(node: ir.Node, opset: int) -> None:
     if len(node.outputs) > 1 and any(output.uses() for output in node.outputs[1:]):
         raise OpsetRefused("BatchNormalization's running statistics outputs changed meaning at opset 14")
@@ -391,7 +404,7 @@ _ADAPTERS: dict[str, Adapter] = {
     "HardSwish": _hard_swish_spelt_out,
     "Mish": _mish_spelt_out,
     "RoiAlign": _roi_align_mode,
-    "Reshape": _defaults_dropped({"allowzero": 0}, new_in=14),
+    "Reshape": _reshape_13,
     "BatchNormalization": _batch_norm_inference,
     "LpPool": _lp_pool_13,
     **dict.fromkeys(("GRU", "LSTM", "RNN"), _defaults_dropped({"layout": 0}, new_in=14)),
