@@ -179,3 +179,27 @@ def test_flatten_of_a_dynamic_dim_at_opset_13(check) -> None:
         opset_version=13,
     )
     assert _opset_of(program) == 13 and "Reshape" in _op_types(program)
+
+
+class Upsample(torch.nn.Module):
+    """float16 bilinear upsampling: Resize-18 over the two spatial axes only, spread over all four below 18."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (
+            torch.nn.functional.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False),
+            torch.nn.functional.interpolate(x, size=(5, 7), mode="nearest"),
+        )
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_resize_over_some_axes(check, opset: int, dtype: torch.dtype) -> None:
+    batch = torch.export.Dim("batch")
+    program = check(
+        Upsample(),
+        (torch.randn(2, 3, 4, 6, dtype=dtype),),
+        dynamic_shapes=({0: batch},),
+        run_with=[((torch.randn(3, 3, 4, 6, dtype=dtype),), {})],
+        opset_version=opset,
+    )
+    assert _opset_of(program) == opset

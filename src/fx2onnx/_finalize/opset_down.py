@@ -236,13 +236,40 @@ def _defaults_dropped(defaults: dict[str, object], *, new_in: int) -> Adapter:
 
 
 def _resize_13(node: ir.Node, opset: int) -> None:
+    """Resize-18's new attributes at the values Resize-13 means; its axes spread over every dimension (the other
+    dimensions keep scale 1, or their input size)."""
     for name, default in (("antialias", 0), ("keep_aspect_ratio_policy", "stretch")):
         attribute = node.attributes.get(name)
         if attribute is not None and attribute.value != default:
             raise OpsetRefused(f"Resize with {name}={attribute.value!r} needs opset 18")
         node.attributes.pop(name, None)
-    if "axes" in node.attributes:
-        raise OpsetRefused("Resize over some axes needs opset 18")
+    axes_attribute = node.attributes.pop("axes", None)
+    if axes_attribute is None:
+        return
+    x = node.inputs[0]
+    if x is None or x.shape is None:
+        raise OpsetRefused("Resize over some axes of an input of unknown rank")
+    rank = len(x.shape)
+    axes = [axis % rank for axis in axes_attribute.as_ints()]
+    roi = node.inputs[1] if len(node.inputs) > 1 else None
+    if roi is not None and _constant_ints(roi) != []:
+        raise OpsetRefused("Resize over some axes with a region of interest needs opset 18")
+    tape = ir.tape.Tape()
+    positions = tape.op("Constant", [], {"value": ir.tensor(np.asarray(axes, dtype=np.int64))})
+    spread: dict[int, ir.Value] = {}
+    for index in (2, 3):
+        given = node.inputs[index] if len(node.inputs) > index else None
+        if given is None or given.shape == ir.Shape([0]):
+            continue
+        if index == 2:
+            whole = tape.op("Constant", [], {"value": ir.tensor(np.ones(rank, dtype=np.float32))})
+        else:
+            whole = tape.op("Shape", [x])
+        spread[index] = tape.op("ScatterElements", [whole, positions, given], {"axis": 0})
+    _typed(tape.nodes)
+    node.graph.insert_before(node, list(tape.nodes))
+    for index, full in spread.items():
+        node.replace_input_with(index, full)
 
 
 def _scatter_reduction(node: ir.Node, opset: int) -> None:
