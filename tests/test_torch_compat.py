@@ -13,6 +13,7 @@ import torch
 from onnxscript import opset18 as op
 
 import fx2onnx
+from fx2onnx import examples
 
 
 class TwoInputs(torch.nn.Module):
@@ -246,3 +247,64 @@ def test_assumptions_on_dynamic_dims_the_model_makes_are_checked_at_run_time() -
     assert all(r.passed for r in program.verify(torch.randn(0, 3)))
     with pytest.raises(Exception, match=r"fx2onnx_check: .*s\d+//2"):
         program(torch.randn(5, 3))
+
+
+class AddsTwoInputs(torch.nn.Module):
+    """Its code makes the batches of `x` and `y` equal (the sum broadcasts them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + y
+
+
+def _dynamic_shape_warnings(export: Any) -> tuple[fx2onnx.ONNXProgram, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = export()
+    return program, [str(w.message) for w in caught if "more than the model allows" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "dynamic_shapes", [{"x": {0: "batch"}, "y": {0: "batch"}}, ({0: "batch"}, {0: "batch"})], ids=["by-name", "tuple"]
+)
+def test_a_name_several_axes_share_is_one_dim_not_an_assumption_of_the_model(dynamic_shapes: Any) -> None:
+    """Axes given one name are one dim, as torch.export's shared Dim: the model's code equating them is no news (no
+    warning), the ONNX inputs share the name, and inputs whose batches differ are refused at run time."""
+    model, x, y = AddsTwoInputs().eval(), torch.randn(2, 4), torch.randn(2, 3)
+    program, warned = _dynamic_shape_warnings(lambda: fx2onnx.export(model, (x, y), dynamic_shapes=dynamic_shapes))
+    assert warned == []
+    assert _input_dims(program) == {"x": ["batch", 4], "y": ["batch", 3]}
+    assert all(r.passed for r in program.verify(torch.randn(5, 4), torch.randn(5, 3)))
+    with pytest.raises(Exception, match=r"batch|fx2onnx_check"):
+        program(torch.randn(5, 4), torch.randn(6, 3))
+
+
+def test_names_the_model_equates_are_still_warned_about() -> None:
+    model, x, y = AddsTwoInputs().eval(), torch.randn(2, 4), torch.randn(2, 3)
+    program, warned = _dynamic_shape_warnings(
+        lambda: fx2onnx.export(model, (x, y), dynamic_shapes=({0: "batch"}, {0: "rows"}))
+    )
+    assert len(warned) == 1 and "assumed by the model's code" in warned[0]
+    with pytest.raises(Exception, match=r"fx2onnx_check"):
+        program(torch.randn(5, 4), torch.randn(6, 3))
+
+
+def test_dynamic_axes_of_a_transformers_model_as_torch_onnx_users_write_them() -> None:
+    """GPT-2 with the legacy dynamic_axes (`batch`, `sequence` on ids and mask): its `view(batch_size, -1)` made
+    torch.export defer `Mod(batch*seq, batch) == 0` and the like when each axis was a dim of its own, which fx2onnx
+    then warned about as the model's assumptions."""
+    model = examples.transformers_model("gpt2", "small").eval()
+    ids, mask = torch.randint(0, 100, (2, 7)), torch.ones(2, 7, dtype=torch.int64)
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
+    program, warned = _dynamic_shape_warnings(
+        lambda: fx2onnx.export(
+            model, (ids,), kwargs={"attention_mask": mask}, input_names=list(axes), dynamic_axes=axes
+        )
+    )
+    assert warned == []
+    ids, mask = torch.randint(0, 100, (3, 5)), torch.ones(3, 5, dtype=torch.int64)
+    mask[0, :2] = 0
+    assert all(r.passed for r in program.verify(ids, attention_mask=mask))

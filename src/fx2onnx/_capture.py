@@ -38,6 +38,7 @@ from fx2onnx._capture_dims import (
     cache_shapes_in_registered_layout,
     complete_dynamic_shapes,
     export_with_suggested_fixes,
+    shared_axis_names,
 )
 from fx2onnx._capture_functionalize import PROVENANCE_META, NeedsFullDecomposition, functionalize_locally
 from fx2onnx._capture_pytrees import (
@@ -494,7 +495,8 @@ class TorchExportExtractor:
         else:
             pytrees_registered = register_library_pytrees_for_inputs(model, args, kwargs, strict=self.strict)
             refuse_windowed_caches(args, kwargs)  # its example would be traced wrong (see the stand-in)
-            dynamic_shapes = torch_compat.axis_names_to_dims(dynamic_shapes)
+            shared = shared_axis_names(model, args, kwargs, dynamic_shapes)
+            dynamic_shapes = torch_compat.axis_names_to_dims(dynamic_shapes, shared)
             dynamic_shapes = complete_dynamic_shapes(model, args, kwargs, dynamic_shapes)
             dynamic_shapes = cache_shapes_in_registered_layout(model, args, kwargs, dynamic_shapes)
             try:

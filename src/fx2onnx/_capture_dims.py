@@ -422,6 +422,27 @@ def dynamic_dims(
     return specs
 
 
+def shared_axis_names(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> dict[str, torch.export.Dim]:
+    """A ``Dim`` for each string axis name (``dynamic_shapes={"ids": {0: "batch"}, "mask": {0: "batch"}}``, or
+    ``dynamic_axes``) given to several axes whose example sizes agree (at least 2, torch.export's smallest dynamic
+    size), unless a ``Dim`` object of the user's carries the name too."""
+    sizes = {id(x): x.shape for x in pytree.tree_leaves((args, dict(kwargs))) if isinstance(x, torch.Tensor)}
+    axes: dict[str, list[int]] = {}
+    taken: set[str] = set()
+    for (tensor, dim), spec in dynamic_dims(model, args, kwargs, dynamic_shapes).items():
+        if isinstance(spec, str):
+            axes.setdefault(spec, []).append(int(sizes[tensor][dim]) if tensor in sizes else -1)
+        elif isinstance(getattr(spec, "__name__", None), str):
+            taken.add(spec.__name__)
+    return {
+        name: torch.export.Dim(name)
+        for name, found in axes.items()
+        if len(found) > 1 and len(set(found)) == 1 and found[0] >= 2 and name.isidentifier() and name not in taken
+    }
+
+
 def dim_names(
     model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
 ) -> dict[tuple[int, int], str]:

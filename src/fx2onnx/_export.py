@@ -80,7 +80,8 @@ def export(
     paths) to write the export report to: Markdown, or SARIF 2.1.0 for a ``.sarif`` path (``True``: a
     Markdown file in `artifacts_dir`, as torch does); it is written on failure too (and then no model is
     saved). `dump_exported_program=True` writes torch.export's program to `artifacts_dir`.
-    `opset_version` is 18 unless given; ``"min"`` is the lowest opset (18 or above) that every dtype of the graph
+    `opset_version` is 18 unless given; 13 to 17 export at 18 and adapt the model op by op (an op the older opset
+    cannot express is an error naming it); ``"min"`` is the lowest opset (18 or above) that every dtype of the graph
     needs (float8 types: 19), otherwise a dtype the opset cannot hold is an error that names it. `progress=True`
     (or `verbose=True`, as torch reads it) shows the stages and the emitted nodes on stderr, `progress=False`
     (or `verbose=False`) never; by default they show once an export has taken two seconds, when stderr is a
@@ -229,6 +230,8 @@ def _export(
     export_report.capture_assumptions = captured.assumptions
     opset_version = opset_for_dtypes(captured, opset_version)
     export_report.opset = opset_version
+    # implementations are chosen at opset 18 and up (torchlib's); finalize adapts the model to an older target
+    lowering_opset = max(opset_version, BASE_OPSET)
     flat_inputs = capture_pytrees.flatten_inputs(captured.in_spec, args, kwargs)
     bound = _bind_weights(captured, model, weights)  # before the work of emission: a bad checkpoint fails fast
 
@@ -240,7 +243,7 @@ def _export(
 
     with timer("dispatch+emit", f"{len(captured.graph.nodes)} FX nodes"):
         user_dims = {**capture_dims.dim_names(model, args, kwargs, dynamic_shapes), **axis_names}
-        dispatcher = Dispatcher(registry, opset_version)
+        dispatcher = Dispatcher(registry, lowering_opset)
         emitter = GraphEmitter(
             captured,
             dispatcher,
@@ -266,7 +269,7 @@ def _export(
         model=model,
         decompositions=decompositions,
         registry=registry,
-        opset_version=opset_version,
+        opset_version=lowering_opset,
         input_names=input_names,
         output_names=output_names,
         user_dims=user_dims,

@@ -97,13 +97,16 @@ def _is_axes(spec: Any) -> bool:
     return False
 
 
-def axis_names_to_dims(dynamic_shapes: Any) -> Any:
+def axis_names_to_dims(dynamic_shapes: Any, shared: Mapping[str, Any] | None = None) -> Any:
     """`dynamic_shapes` for torch.export: every axis named by a string becomes ``Dim.DYNAMIC`` (the name is kept
-    apart, by :func:`fx2onnx._capture_dims.dim_names`, for the ONNX dim_param)."""
+    apart, by :func:`fx2onnx._capture_dims.dim_names`, for the ONNX dim_param), or, for a name in `shared` (one
+    several axes share), that name's ``Dim``: the axes are one dim, as the user wrote, not dims the model's code
+    happens to make equal (which torch.export would check, and fx2onnx warn about, as the model's assumption)."""
+    shared = shared or {}
 
     def convert(spec: Any) -> Any:
         if isinstance(spec, str):
-            return torch.export.Dim.DYNAMIC
+            return shared.get(spec, torch.export.Dim.DYNAMIC)
         if _is_axes(spec):
             if isinstance(spec, Mapping):
                 return {axis: convert(dim) for axis, dim in spec.items()}
@@ -178,7 +181,11 @@ def dynamic_shapes_from_axes(
                 "give its dynamic dimensions with dynamic_shapes instead"
             )
         named = dict(axes) if isinstance(axes, Mapping) else {int(axis): None for axis in axes}
-        shapes[parameter] = {int(axis) % tensor.dim(): torch.export.Dim.DYNAMIC for axis in named}
+        # a name stays in the spec: capture makes a name several axes share one dim (see axis_names_to_dims)
+        shapes[parameter] = {
+            int(axis) % tensor.dim(): str(axis_name) if axis_name else torch.export.Dim.DYNAMIC
+            for axis, axis_name in named.items()
+        }
         for axis, axis_name in named.items():
             if axis_name:
                 axis_names[(id(tensor), int(axis) % tensor.dim())] = str(axis_name)

@@ -1,8 +1,9 @@
 """Finalize: the emitted model made ready to save, as a sequence of ``onnx_ir`` passes.
 
 Inline the script functions, run onnxscript's optimizer (:mod:`~fx2onnx._finalize.optimizer`), convert to the
-requested opset (onnxscript's version converter) with, at opset >= 23, the fusions into ``RMSNormalization`` and
-``RotaryEmbedding`` (:mod:`~fx2onnx._finalize.fusions`), drop what is unused, and stamp the opset and IR version.
+requested opset (onnxscript's version converter upward; below 18, :mod:`~fx2onnx._finalize.opset_down`) with, at
+opset >= 23, the fusions into ``RMSNormalization`` and ``RotaryEmbedding`` (:mod:`~fx2onnx._finalize.fusions`),
+drop what is unused, and stamp the opset and IR version.
 Also here: the opsets an export may target, and the ONNX checker run on the final (legalized) model.
 """
 
@@ -16,13 +17,19 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from fx2onnx import _dtypes as dtypes
+from fx2onnx._finalize import opset_down
 from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
 from fx2onnx.errors import ExportError, InvalidModelError, source_line
 
 
 def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
     """Inline script functions, optimize, convert the opset, drop what is unused."""
-    finalize_passes(opset_version, optimize=optimize)(model)
+    try:
+        finalize_passes(opset_version, optimize=optimize)(model)
+    except ir.passes.PassError as error:
+        if isinstance(error.__cause__, ExportError):  # a node the target opset cannot express: the user's error
+            raise error.__cause__ from None
+        raise
 
 
 def finalize_passes(opset_version: int, *, optimize: bool) -> ir.passes.Sequential:
@@ -31,7 +38,9 @@ def finalize_passes(opset_version: int, *, optimize: bool) -> ir.passes.Sequenti
     steps.append(Float8CastsPass())
     if optimize:
         steps.append(OptimizePass())
-    if opset_version != BASE_OPSET:
+    if opset_version < BASE_OPSET:
+        steps.append(opset_down.DownConvertPass(opset_version))
+    elif opset_version != BASE_OPSET:
         if optimize and opset_version >= FUSION_OPSET:
             steps.append(FuseOperatorsPass())
         steps.append(ConvertVersionPass(opset_version))
@@ -194,10 +203,11 @@ def max_opset() -> int:
 
 
 def check_opset(opset_version: int) -> None:
-    if not isinstance(opset_version, int) or not BASE_OPSET <= opset_version <= max_opset():
+    if not isinstance(opset_version, int) or not opset_down.LOWEST_OPSET <= opset_version <= max_opset():
         raise ExportError(
-            f"opset_version={opset_version!r} is not supported: choose from {BASE_OPSET} to {max_opset()} "
-            f"(the newest opset both onnx {onnx.__version__} and the installed onnxruntime accept)"
+            f"opset_version={opset_version!r} is not supported: choose from {opset_down.LOWEST_OPSET} to "
+            f"{max_opset()} (the newest opset both onnx {onnx.__version__} and the installed onnxruntime accept; "
+            f"below {BASE_OPSET}, fx2onnx adapts its opset-{BASE_OPSET} model op by op)"
         )
 
 

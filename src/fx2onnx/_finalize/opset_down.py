@@ -1,0 +1,438 @@
+"""Down-conversion: a model emitted at opset 18 (the lowest torchlib implements) rewritten for an older opset.
+
+Users pass ``opset_version=17`` (or 13 to 16) where their deployment runtime needs it. onnx's C++ version converter
+has no down adapter for Split-18, Pow-15 or LayerNormalization-17, and onnxscript's converts upward only, so each
+op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
+
+- an op whose newer version only took more types is kept: legalize, which runs next at the target opset, casts
+  what the target has no kernel for, and the ONNX checker then holds the types to the target's schemas;
+- an op whose newer version moved an input to an attribute (Reduce*'s axes), split its sizes differently (Split's
+  ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form;
+- an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish) is spelt out in older ops;
+- anything else is refused with the op, the opset it needs and the user's source line: never a node that means
+  something else at the older version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx.defs
+import onnx_ir as ir
+
+from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
+from fx2onnx.errors import ExportError, source_line
+
+LOWEST_OPSET = 13
+"""The oldest opset an export may target: 13 made Split's, Squeeze's and ReduceSum's axes inputs, as torchlib
+emits them; below it every such node would need rewriting too."""
+
+
+class OpsetRefused(Exception):
+    """A node the target opset cannot express; the message says what it needs."""
+
+
+class DownConvertPass(ir.passes.InPlacePass):
+    """Every default-domain node made valid at `opset` (< 18), or an ExportError naming the first that cannot be."""
+
+    def __init__(self, opset: int) -> None:
+        super().__init__()
+        self.opset = opset
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+        for graph in graphs:
+            for node in list(ir.traversal.RecursiveGraphIterator(graph)):
+                if node.domain not in ("", "ai.onnx") or _since(node.op_type, BASE_OPSET) <= self.opset:
+                    continue
+                try:
+                    modified |= _convert(node, self.opset)
+                except OpsetRefused as refusal:
+                    raise _refusal_error(node, self.opset, str(refusal)) from None
+        return ir.passes.PassResult(model, modified)
+
+
+def _since(op_type: str, opset: int) -> int:
+    """The version of `op_type` in force at `opset` (0 when the op does not exist there)."""
+    try:
+        return onnx.defs.get_schema(op_type, opset, "").since_version
+    except onnx.defs.SchemaError:
+        return 0
+
+
+def _convert(node: ir.Node, opset: int) -> bool:
+    adapter = _ADAPTERS.get(node.op_type)
+    if adapter is not None:
+        adapter(node, opset)
+        return True
+    old_version = _since(node.op_type, opset)
+    if old_version == 0:
+        raise OpsetRefused(f"{node.op_type} does not exist before opset {_first_version(node.op_type)}")
+    old = onnx.defs.get_schema(node.op_type, opset, "")
+    new_attributes = sorted(set(node.attributes) - set(old.attributes))
+    if new_attributes:
+        raise OpsetRefused(f"{node.op_type}-{old_version} has no attribute {', '.join(new_attributes)}")
+    variadic = bool(old.inputs) and old.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+    if len(node.inputs) > len(old.inputs) and not variadic:
+        count = len(node.inputs)
+        raise OpsetRefused(f"{node.op_type}-{old_version} takes {len(old.inputs)} inputs, the node has {count}")
+    return False  # the same op with fewer types: legalize and the checker hold the types to the target
+
+
+def _first_version(op_type: str) -> int:
+    versions = onnx.defs.get_all_schemas_with_history()
+    return min(schema.since_version for schema in versions if schema.name == op_type and schema.domain == "")
+
+
+def _refusal_error(node: ir.Node, opset: int, reason: str) -> ExportError:
+    trace = node.metadata_props.get(STACK_TRACE)
+    fx_node = node.metadata_props.get(FX_NODE)
+    origin = f" from FX node `{fx_node}` ({node.metadata_props.get(TARGET, '?')})" if fx_node else ""
+    where = f"\n  from: {source_line(trace)}" if trace else ""
+    return ExportError(
+        f"opset_version={opset}: ONNX node {node.name or node.op_type} ({node.op_type}){origin} cannot be written "
+        f"at opset {opset}: {reason}{where}\n"
+        f"  remedy: pass opset_version={max(BASE_OPSET, _since(node.op_type, BASE_OPSET))} or newer (fx2onnx emits "
+        f"opset {BASE_OPSET} and adapts older opsets op by op), or register an implementation of the op with "
+        "fx2onnx.register that avoids it."
+    )
+
+
+# --- adapters -----------------------------------------------------------------------------------------------------
+Adapter = Callable[[ir.Node, int], None]
+
+
+def _constant_ints(value: ir.Value | None) -> list[int] | None:
+    if value is None:
+        return None
+    tensor = value.const_value
+    if tensor is None and value.producer() is not None and value.producer().op_type == "Constant":
+        attribute = value.producer().attributes.get("value")
+        tensor = attribute.as_tensor() if attribute is not None else None
+    if tensor is None:
+        return None
+    return [int(v) for v in np.asarray(tensor.numpy()).reshape(-1)]
+
+
+def _replace(node: ir.Node, new_nodes: Sequence[ir.Node], new_outputs: Sequence[ir.Value]) -> None:
+    """Replace `node` by `new_nodes` in its graph, its outputs by `new_outputs` (names, types and uses carried)."""
+    for new_node in new_nodes:
+        for key, value in node.metadata_props.items():
+            new_node.metadata_props.setdefault(key, value)
+    _typed(new_nodes)
+    graph = node.graph
+    assert graph is not None
+    outputs = list(node.outputs[: len(new_outputs)])
+    ir.convenience.replace_nodes_and_values(graph, node, [node], list(new_nodes), outputs, list(new_outputs))
+
+
+_BOOLEAN_RESULTS = frozenset(("GreaterOrEqual", "LessOrEqual", "Equal", "Less", "Greater", "Not", "And", "Or"))
+
+
+def _typed(nodes: Sequence[ir.Node]) -> None:
+    """The dtypes of the adapters' new values (legalize reads them); shapes are left to ONNX's inference."""
+    for node in nodes:
+        output = node.outputs[0]
+        if output.dtype is not None:
+            continue
+        if node.op_type == "Constant":
+            output.dtype = node.attributes["value"].as_tensor().dtype
+        elif node.op_type == "Cast":
+            output.dtype = ir.DataType(node.attributes["to"].as_int())
+        elif node.op_type == "Shape":
+            output.dtype = ir.DataType.INT64
+        elif node.op_type in _BOOLEAN_RESULTS:
+            output.dtype = ir.DataType.BOOL
+        elif node.op_type == "Where":
+            output.dtype = node.inputs[1].dtype if node.inputs[1] is not None else None
+        else:
+            output.dtype = node.inputs[0].dtype if node.inputs[0] is not None else None
+
+
+def _int64s(values: Sequence[int], name: str) -> ir.Node:
+    tensor = ir.tensor(np.asarray(values, dtype=np.int64), name=name)
+    node = ir.node("Constant", [], {"value": tensor})
+    node.outputs[0].dtype, node.outputs[0].shape = ir.DataType.INT64, ir.Shape([len(values)])
+    return node
+
+
+def _reduce_axes_as_attribute(node: ir.Node, opset: int) -> None:
+    """Reduce*-18's axes input (ReduceSum's since 13) as the attribute older versions take."""
+    noop = node.attributes.get("noop_with_empty_axes")
+    noop_value = noop.as_int() if noop is not None else 0
+    axes_input = node.inputs[1] if len(node.inputs) > 1 else None
+    axes = _constant_ints(axes_input) if axes_input is not None else []
+    if axes is None:
+        raise OpsetRefused(f"{node.op_type}'s axes are computed at run time; before opset 18 they are an attribute")
+    if not axes and noop_value:
+        raise OpsetRefused(f"{node.op_type} with noop_with_empty_axes=1 and no axes has no form before opset 18")
+    node.attributes.pop("noop_with_empty_axes", None)
+    node.resize_inputs(1)
+    if axes:
+        node.attributes["axes"] = ir.AttrInt64s("axes", axes)
+
+
+def _split_sizes_as_input(node: ir.Node, opset: int) -> None:
+    """Split-18's num_outputs as the sizes input Split-13 takes (ceil-sized parts, the last smaller)."""
+    count_attribute = node.attributes.pop("num_outputs", None)
+    if count_attribute is None:
+        return
+    count = count_attribute.as_int()
+    axis_attribute = node.attributes.get("axis")
+    axis = axis_attribute.as_int() if axis_attribute is not None else 0
+    data = node.inputs[0]
+    assert data is not None
+    shape = data.shape
+    if shape is None:
+        raise OpsetRefused("Split by num_outputs of an input of unknown rank")
+    size = shape[axis]
+    if not isinstance(size, int):
+        raise OpsetRefused(f"Split by num_outputs along a dimension not known at export ({size})")
+    part = -(-size // count)
+    sizes = [part] * (count - 1) + [size - part * (count - 1)]
+    constant = _int64s(sizes, f"{node.name or 'split'}_sizes")
+    node.graph.insert_before(node, constant)
+    node.resize_inputs(2)
+    node.replace_input_with(1, constant.outputs[0])
+
+
+def _pad_without_axes(node: ir.Node, opset: int) -> None:
+    """Pad-18's axes input spread into pads over every dimension, as Pad-13 takes them."""
+    if len(node.inputs) < 4 or node.inputs[3] is None:
+        return
+    axes = _constant_ints(node.inputs[3])
+    pads = _constant_ints(node.inputs[1])
+    shape = node.inputs[0].shape if node.inputs[0] is not None else None
+    if axes is None or pads is None or shape is None:
+        raise OpsetRefused("Pad over some axes, with axes, pads or the rank known only at run time")
+    rank = len(shape)
+    full = [0] * (2 * rank)
+    for i, axis in enumerate(axes):
+        full[axis % rank] = pads[i]
+        full[axis % rank + rank] = pads[i + len(axes)]
+    constant = _int64s(full, f"{node.name or 'pad'}_pads")
+    node.graph.insert_before(node, constant)
+    node.replace_input_with(1, constant.outputs[0])
+    node.resize_inputs(3)
+
+
+def _defaults_dropped(defaults: dict[str, object], *, new_in: int) -> Adapter:
+    """An adapter dropping attributes added in opset `new_in` that hold the value the older op means."""
+
+    def adapt(node: ir.Node, opset: int) -> None:
+        if opset >= new_in:
+            return
+        for name, default in defaults.items():
+            attribute = node.attributes.get(name)
+            if attribute is None:
+                continue
+            if attribute.value != default and not (isinstance(default, list) and list(attribute.value) == default):
+                raise OpsetRefused(f"{node.op_type} with {name}={attribute.value!r} needs opset {new_in}")
+            del node.attributes[name]
+
+    return adapt
+
+
+def _resize_13(node: ir.Node, opset: int) -> None:
+    """Resize-18's new attributes at the values Resize-13 means; its axes spread over every dimension (the other
+    dimensions keep scale 1, or their input size)."""
+    for name, default in (("antialias", 0), ("keep_aspect_ratio_policy", "stretch")):
+        attribute = node.attributes.get(name)
+        if attribute is not None and attribute.value != default:
+            raise OpsetRefused(f"Resize with {name}={attribute.value!r} needs opset 18")
+        node.attributes.pop(name, None)
+    axes_attribute = node.attributes.pop("axes", None)
+    if axes_attribute is None:
+        return
+    x = node.inputs[0]
+    if x is None or x.shape is None:
+        raise OpsetRefused("Resize over some axes of an input of unknown rank")
+    rank = len(x.shape)
+    axes = [axis % rank for axis in axes_attribute.as_ints()]
+    roi = node.inputs[1] if len(node.inputs) > 1 else None
+    if roi is not None and _constant_ints(roi) != []:
+        raise OpsetRefused("Resize over some axes with a region of interest needs opset 18")
+    tape = ir.tape.Tape()
+    positions = tape.op("Constant", [], {"value": ir.tensor(np.asarray(axes, dtype=np.int64))})
+    spread: dict[int, ir.Value] = {}
+    for index in (2, 3):
+        given = node.inputs[index] if len(node.inputs) > index else None
+        if given is None or given.shape == ir.Shape([0]):
+            continue
+        if index == 2:
+            whole = tape.op("Constant", [], {"value": ir.tensor(np.ones(rank, dtype=np.float32))})
+        else:
+            whole = tape.op("Shape", [x])
+        spread[index] = tape.op("ScatterElements", [whole, positions, given], {"axis": 0})
+    _typed(tape.nodes)
+    node.graph.insert_before(node, list(tape.nodes))
+    for index, full in spread.items():
+        node.replace_input_with(index, full)
+
+
+def _scatter_reduction(node: ir.Node, opset: int) -> None:
+    attribute = node.attributes.get("reduction")
+    reduction = attribute.as_string() if attribute is not None else "none"
+    needs = {"none": 0, "add": 16, "mul": 16, "max": 18, "min": 18}[reduction]
+    if needs > opset:
+        raise OpsetRefused(f"{node.op_type} with reduction={reduction!r} needs opset {needs}")
+    if opset < 16:
+        node.attributes.pop("reduction", None)
+
+
+def _shape_sliced(node: ir.Node, opset: int) -> None:
+    """Shape-15's start and end as Shape then Slice."""
+    if opset >= 15:
+        return
+    start = node.attributes.pop("start", None)
+    end = node.attributes.pop("end", None)
+    if start is None and end is None:
+        return
+    whole = ir.node("Shape", [node.inputs[0]])
+    rank = len(node.inputs[0].shape) if node.inputs[0] is not None and node.inputs[0].shape is not None else None
+    whole.outputs[0].dtype = ir.DataType.INT64
+    if rank is not None:
+        whole.outputs[0].shape = ir.Shape([rank])
+    starts = _int64s([start.as_int() if start is not None else 0], "shape_start")
+    ends = _int64s([end.as_int() if end is not None else 2**62], "shape_end")
+    sliced = ir.node("Slice", [whole.outputs[0], starts.outputs[0], ends.outputs[0]])
+    _replace(node, [whole, starts, ends, sliced], sliced.outputs)
+
+
+def _cast_like_as_cast(node: ir.Node, opset: int) -> None:
+    like = node.inputs[1]
+    if like is None or like.dtype is None:
+        raise OpsetRefused("CastLike to a type not known at export")
+    cast = ir.node("Cast", [node.inputs[0]], {"to": ir.AttrInt64("to", like.dtype.value)})
+    _replace(node, [cast], cast.outputs)
+
+
+def _layer_norm_spelt_out(node: ir.Node, opset: int) -> None:
+    """LayerNormalization-17 as its definition: mean and variance over the trailing axes in the stash type
+    (float32 unless stash_type says otherwise), normalized, cast back, then scaled and shifted."""
+    if len(node.outputs) > 1 and any(output.uses() for output in node.outputs[1:]):
+        raise OpsetRefused("LayerNormalization's Mean or InvStdDev output is used")
+    x, scale = node.inputs[0], node.inputs[1]
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    assert x is not None and scale is not None
+    if x.shape is None or x.dtype is None:
+        raise OpsetRefused("LayerNormalization of an input of unknown rank or type")
+    rank = len(x.shape)
+    axis = node.attributes["axis"].as_int() if "axis" in node.attributes else -1
+    epsilon = node.attributes["epsilon"].as_float() if "epsilon" in node.attributes else 1e-5
+    stash = node.attributes["stash_type"].as_int() if "stash_type" in node.attributes else 1
+    stash_type = ir.DataType(stash)
+    axes = list(range(axis % rank, rank))
+    tape = ir.tape.Tape()
+    computed = tape.op("Cast", [x], {"to": stash_type}) if stash_type != x.dtype else x
+    mean = tape.op("ReduceMean", [computed], {"axes": axes, "keepdims": 1})
+    centered = tape.op("Sub", [computed, mean])
+    variance = tape.op("ReduceMean", [tape.op("Mul", [centered, centered])], {"axes": axes, "keepdims": 1})
+    epsilon_value = tape.op("Constant", [], {"value": ir.tensor(np.asarray(epsilon, dtype=stash_type.numpy()))})
+    deviation = tape.op("Sqrt", [tape.op("Add", [variance, epsilon_value])])
+    normalized = tape.op("Div", [centered, deviation])
+    if stash_type != x.dtype:
+        normalized = tape.op("Cast", [normalized], {"to": x.dtype})
+    result = tape.op("Mul", [normalized, scale])
+    if bias is not None:
+        result = tape.op("Add", [result, bias])
+    _replace(node, tape.nodes, [result])
+
+
+def _trilu_as_where(node: ir.Node, opset: int) -> None:
+    """Trilu-14 as a Where over row and column indices: upper keeps column - row >= k, lower keeps <= k."""
+    x = node.inputs[0]
+    assert x is not None
+    if x.shape is None or len(x.shape) < 2 or x.dtype is None:
+        raise OpsetRefused("Trilu of an input of unknown rank or type")
+    upper = node.attributes["upper"].as_int() if "upper" in node.attributes else 1
+    rank = len(x.shape)
+    tape = ir.tape.Tape()
+
+    def constant(value: object, dtype: ir.DataType = ir.DataType.INT64) -> ir.Value:
+        return tape.op("Constant", [], {"value": ir.tensor(np.asarray(value, dtype=dtype.numpy()))})
+
+    shape = tape.op("Shape", [x])
+    zero, one = constant(0), constant(1)
+    rows = tape.op("Gather", [shape, constant(rank - 2)])
+    columns = tape.op("Gather", [shape, constant(rank - 1)])
+    row_index = tape.op("Unsqueeze", [tape.op("Range", [zero, rows, one]), constant([1])])
+    offset = tape.op("Sub", [tape.op("Range", [zero, columns, one]), row_index])
+    k = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] is not None else zero
+    keep = tape.op("GreaterOrEqual" if upper else "LessOrEqual", [offset, k])
+    result = tape.op("Where", [keep, x, constant(0, x.dtype)])
+    _replace(node, tape.nodes, [result])
+
+
+def _hard_swish_spelt_out(node: ir.Node, opset: int) -> None:
+    x = node.inputs[0]
+    tape = ir.tape.Tape()
+    gate = tape.op("HardSigmoid", [x], {"alpha": 1.0 / 6.0, "beta": 0.5})
+    result = tape.op("Mul", [x, gate])
+    _replace(node, tape.nodes, [result])
+
+
+def _mish_spelt_out(node: ir.Node, opset: int) -> None:
+    x = node.inputs[0]
+    tape = ir.tape.Tape()
+    result = tape.op("Mul", [x, tape.op("Tanh", [tape.op("Softplus", [x])])])
+    _replace(node, tape.nodes, [result])
+
+
+def _roi_align_mode(node: ir.Node, opset: int) -> None:
+    """RoiAlign-10 always shifts by half a pixel the other way; only that mode (spelt out at 16) carries over."""
+    attribute = node.attributes.get("coordinate_transformation_mode")
+    if attribute is None or attribute.as_string() != "output_half_pixel":
+        raise OpsetRefused("RoiAlign with half_pixel coordinates needs opset 16 (RoiAlign-10 means output_half_pixel)")
+    del node.attributes["coordinate_transformation_mode"]
+
+
+def _reshape_13(node: ir.Node, opset: int) -> None:
+    """Reshape-14's allowzero=1 (torchlib's flatten, view) dropped: it differs from Reshape-13 only where the shape
+    holds a 0 and the input's dim at that position is not 0. A constant shape with a 0 is refused; a computed one
+    holds a 0 only from an empty dimension of the model's, which ONNX Runtime's Reshape-13 copies as every exporter
+    targeting opset 13 has it (torch.onnx's TorchScript exporter included)."""
+    allowzero = node.attributes.pop("allowzero", None)
+    if allowzero is None or allowzero.as_int() == 0:
+        return
+    shape = _constant_ints(node.inputs[1])
+    if shape is not None and 0 in shape:
+        raise OpsetRefused("Reshape to a constant shape holding 0 with allowzero=1 needs opset 14")
+
+
+def _batch_norm_inference(node: ir.Node, opset: int) -> None:
+    if len(node.outputs) > 1 and any(output.uses() for output in node.outputs[1:]):
+        raise OpsetRefused("BatchNormalization's running statistics outputs changed meaning at opset 14")
+    _defaults_dropped({"training_mode": 0}, new_in=14)(node, opset)
+
+
+def _lp_pool_13(node: ir.Node, opset: int) -> None:
+    dilations = node.attributes.get("dilations")
+    if dilations is not None and any(d != 1 for d in dilations.as_ints()):
+        raise OpsetRefused("LpPool with dilations needs opset 18")
+    node.attributes.pop("dilations", None)
+    _defaults_dropped({"ceil_mode": 0}, new_in=18)(node, opset)
+
+
+_REDUCTIONS = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin")
+_ADAPTERS: dict[str, Adapter] = {
+    **dict.fromkeys((*_REDUCTIONS, "ReduceProd", "ReduceSumSquare"), _reduce_axes_as_attribute),
+    "Split": _split_sizes_as_input,
+    "Pad": _pad_without_axes,
+    "Resize": _resize_13,
+    "ScatterElements": _scatter_reduction,
+    "ScatterND": _scatter_reduction,
+    "Shape": _shape_sliced,
+    "CastLike": _cast_like_as_cast,
+    "LayerNormalization": _layer_norm_spelt_out,
+    "Trilu": _trilu_as_where,
+    "HardSwish": _hard_swish_spelt_out,
+    "Mish": _mish_spelt_out,
+    "RoiAlign": _roi_align_mode,
+    "Reshape": _reshape_13,
+    "BatchNormalization": _batch_norm_inference,
+    "LpPool": _lp_pool_13,
+    **dict.fromkeys(("GRU", "LSTM", "RNN"), _defaults_dropped({"layout": 0}, new_in=14)),
+}

@@ -1,0 +1,205 @@
+"""opset_version 13 to 17: exported at 18, adapted op by op (fx2onnx/_finalize/opset_down.py), run in ONNX Runtime.
+
+Each model is compared with eager in a default ONNX Runtime session (the `check` fixture); the saved model's opset
+is the one asked for and passes the full ONNX checker at it. An op the older opset cannot express is refused with
+its name, the opset it needs and the user's line, and no file is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx import examples
+
+from conftest import Call
+
+OLDER = [13, 14, 15, 16, 17]
+
+
+def _opset_of(program: fx2onnx.ONNXProgram) -> int:
+    return program.model.opset_imports[""]
+
+
+def _op_types(program: fx2onnx.ONNXProgram) -> set[str]:
+    return {node.op_type for node in program.model_proto.graph.node}
+
+
+class Norms(torch.nn.Module):
+    """LayerNormalization-17, Reduce*-18 (mean, max, amax, prod, logsumexp), Split-18 by num_outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(12)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a, b, c = x.chunk(3, dim=-1)
+        return (
+            self.norm(x),
+            x.mean(-1),
+            x.amax(1, keepdim=True),
+            a.prod(-1),
+            torch.logsumexp(b, dim=0),
+            c.norm(dim=-1),
+            x.var(-1),
+        )
+
+
+@pytest.mark.parametrize("opset", OLDER)
+def test_reductions_splits_and_layer_norm(check, opset: int) -> None:
+    program = check(Norms(), (torch.randn(2, 5, 12),), opset_version=opset)
+    assert _opset_of(program) == opset
+    if opset < 17:
+        assert "LayerNormalization" not in _op_types(program)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_layer_norm_in_reduced_and_double_precision(check, opset: int, dtype: torch.dtype) -> None:
+    model = torch.nn.LayerNorm(64).to(dtype)
+    x = torch.randn(3, 64, dtype=dtype) * 100
+    # large values whose squares overflow float16 (not float32): eager and the spelt-out form compute in float32
+    x[0, :4] = {torch.float16: 8000.0, torch.bfloat16: 1e18, torch.float64: 1e150}[dtype]
+    program = check(model, (x,), opset_version=opset)
+    assert _opset_of(program) == opset
+
+
+class Masks(torch.nn.Module):
+    """Trilu-14 (causal masks), HardSwish-14, Mish-18, CastLike-15, Pad-18, constant padding."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        square = x[..., : x.shape[-2]]
+        return (
+            torch.tril(square),
+            torch.triu(square, diagonal=1),
+            torch.tril(torch.ones(4, 6, dtype=torch.bool), diagonal=-1),
+            torch.nn.functional.hardswish(x),
+            torch.nn.functional.mish(x),
+            torch.nn.functional.pad(x, (1, 2, 0, 1), value=-3.0),
+            x.to(torch.int32).to(x.dtype),
+        )
+
+
+@pytest.mark.parametrize("opset", OLDER)
+def test_masks_activations_and_padding(check, opset: int) -> None:
+    x = torch.randn(2, 4, 6) * 4
+    x[0, 0, 0] = float("inf")
+    x[1, 1, 1] = float("-inf")
+    program = check(Masks(), (x,), opset_version=opset)
+    assert _opset_of(program) == opset
+    if opset < 14:
+        assert not {"Trilu", "HardSwish"} & _op_types(program)
+
+
+@pytest.mark.parametrize("opset", [13, 15, 17])
+def test_int_and_bool_ops_whose_types_widened_later(check, opset: int) -> None:
+    """Add/Mul on int8 (types added at 14), Where on bfloat16 (16), Pow on bfloat16 (15): legalize casts at the
+    target opset what it has no kernel or schema for, the dtypes at the boundary stay eager's."""
+
+    def forward(a: torch.Tensor, b: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return a + b, a * b, torch.where(a > 0, h, h * 2), h.pow(2), (a > 0) & (b > 0)
+
+    a = torch.tensor([[-128, 127, 3], [5, -7, 0]], dtype=torch.int8)
+    b = torch.tensor([[1, 1, -2], [100, 20, 0]], dtype=torch.int8)
+    h = torch.tensor([[1.5, -2.25, 3e38], [0.0, -0.0, 7.0]], dtype=torch.bfloat16)
+    program = check(Call(forward), (a, b, h), opset_version=opset)
+    assert _opset_of(program) == opset
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_dynamic_shapes_survive(check, opset: int) -> None:
+    batch = torch.export.Dim("batch")
+    program = check(
+        Norms(),
+        (torch.randn(2, 5, 12),),
+        dynamic_shapes=({0: batch},),
+        run_with=[((torch.randn(4, 5, 12),), {})],
+        opset_version=opset,
+    )
+    assert _opset_of(program) == opset
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_transformers_gpt2(check, opset: int) -> None:
+    args, kwargs = examples.transformers_inputs("gpt2", "small")
+    program = check(examples.transformers_model("gpt2", "small"), args, kwargs, opset_version=opset)
+    assert _opset_of(program) == opset
+
+
+def test_op_newer_than_target_is_refused_without_a_file(tmp_path: Path) -> None:
+    def forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.bitwise_and(a, b)  # BitwiseAnd is new at 18
+
+    path = tmp_path / "model.onnx"
+    args = (torch.tensor([3, 5], dtype=torch.int32), torch.tensor([6, 4], dtype=torch.int32))
+    with pytest.raises(fx2onnx.ExportError) as raised:
+        fx2onnx.export(Call(forward), args, str(path), opset_version=17)
+    message = str(raised.value)
+    assert "BitwiseAnd" in message and "opset_version=18" in message
+    assert "test_older_opsets.py" in message  # the user's line
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("opset", [12, 26, 999])
+def test_opsets_outside_the_range_are_refused(opset: int) -> None:
+    if opset <= fx2onnx.max_opset():
+        pytest.skip("onnxruntime here accepts it")
+    with pytest.raises(fx2onnx.ExportError, match=r"choose from 13 to"):
+        fx2onnx.export(Norms(), (torch.randn(2, 5, 12),), opset_version=opset)
+
+
+def test_saved_model_holds_the_target_schemas(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    fx2onnx.export(Masks(), (torch.randn(2, 4, 6),), str(path), opset_version=13)
+    model = onnx.load(str(path))
+    assert [(o.domain, o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")] == [("", 13)]
+    onnx.checker.check_model(model, full_check=True)
+    for node in model.graph.node:
+        assert onnx.defs.get_schema(node.op_type, 13, node.domain).since_version <= 13
+
+
+class Flatten(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(2) * 2
+
+
+def test_flatten_of_a_dynamic_dim_at_opset_13(check) -> None:
+    """torchlib's flatten is Reshape with allowzero=1 (opset 14); at 13 it goes without, and an empty batch still
+    matches eager (its 0 copies the input's own empty dim)."""
+    batch = torch.export.Dim("batch", min=0)
+    program = check(
+        Flatten(),
+        (torch.randn(2, 3, 4, 5),),
+        dynamic_shapes=({0: batch},),
+        run_with=[((torch.randn(4, 3, 4, 5),), {}), ((torch.randn(0, 3, 4, 5),), {})],
+        opset_version=13,
+    )
+    assert _opset_of(program) == 13 and "Reshape" in _op_types(program)
+
+
+class Upsample(torch.nn.Module):
+    """float16 bilinear upsampling: Resize-18 over the two spatial axes only, spread over all four below 18."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (
+            torch.nn.functional.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False),
+            torch.nn.functional.interpolate(x, size=(5, 7), mode="nearest"),
+        )
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_resize_over_some_axes(check, opset: int, dtype: torch.dtype) -> None:
+    batch = torch.export.Dim("batch")
+    program = check(
+        Upsample(),
+        (torch.randn(2, 3, 4, 6, dtype=dtype),),
+        dynamic_shapes=({0: batch},),
+        run_with=[((torch.randn(3, 3, 4, 6, dtype=dtype),), {})],
+        opset_version=opset,
+    )
+    assert _opset_of(program) == opset
