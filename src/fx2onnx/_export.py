@@ -394,7 +394,12 @@ def _warn_about_dynamic_dims(
     if reported:
         export_report.dynamic_dims = reported
     if notes and (requested or checks.unchecked or static or captured.shape_fixes):
-        warnings.warn("dynamic_shapes asked for more than the model allows:\n  " + "\n  ".join(notes), stacklevel=3)
+        heading = (
+            "dynamic_shapes asked for more than the model allows"
+            if requested
+            else "the captured graph assumes of its sizes what the model's code assumed"  # no dynamic_shapes given
+        )
+        warnings.warn(f"{heading}:\n  " + "\n  ".join(notes), stacklevel=3)
 
 
 def _claim_only_checks_in_model(model: ir.Model, export_report: ExportReport) -> None:
