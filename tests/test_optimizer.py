@@ -8,8 +8,11 @@ inference), so ``value_info`` is left out of the comparison. The rules fx2onnx m
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
 import pytest
@@ -17,7 +20,9 @@ import torch
 
 import fx2onnx
 from fx2onnx import examples
-from fx2onnx._finalize import optimizer
+from fx2onnx._finalize import check_model, graph_walks, optimizer
+from fx2onnx._records import FX_NODE, TARGET
+from fx2onnx.errors import InvalidModelError
 
 
 class _TwoSlices(torch.nn.Module):
@@ -424,3 +429,59 @@ def test_fold_passes_over_only_nodes_it_cannot_change() -> None:
     assert ir.to_proto(ours).SerializeToString(deterministic=True) == ir.to_proto(theirs).SerializeToString(
         deterministic=True
     )
+
+
+def _two_node_model(input_type: ir.DataType = ir.DataType.FLOAT) -> ir.Model:
+    x = ir.Value(name="x", type=ir.TensorType(input_type), shape=ir.Shape([2]))
+    relu = ir.node("Relu", [x], name="relu", metadata_props={FX_NODE: "relu_1", TARGET: "aten.relu.default"})
+    relu.outputs[0].name = "y"
+    neg = ir.node("Neg", [relu.outputs[0]], name="neg", metadata_props={FX_NODE: "neg_1"})
+    neg.outputs[0].name = "z"
+    for value in (relu.outputs[0], neg.outputs[0]):
+        value.type, value.shape = ir.TensorType(input_type), ir.Shape([2])
+    graph = ir.Graph([x], [neg.outputs[0]], nodes=[relu, neg], opset_imports={"": 18}, name="g")
+    return ir.Model(graph, ir_version=8)
+
+
+def _rename(model: ir.Model, change: str) -> None:
+    relu, neg = list(model.graph)
+    if change == "value named as another":
+        neg.outputs[0].name = "y"
+    elif change == "value named as an input":
+        relu.outputs[0].name = "x"
+    elif change == "unnamed value":
+        relu.outputs[0].name = ""
+    elif change == "node named as another":
+        neg.name = "relu"
+    elif change == "unnamed node":
+        neg.name = ""
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "none",
+        "value named as another",
+        "value named as an input",
+        "unnamed value",
+        "node named as another",
+        "unnamed node",
+    ],
+)
+def test_name_fix_is_left_out_only_where_it_would_rename_nothing(change: str) -> None:
+    model = _two_node_model()
+    _rename(model, change)
+    needed = graph_walks.names_need_fixing(model)
+    assert needed == (change != "none")
+    assert common_passes.NameFixPass()(model).modified == needed  # the check agrees with the pass it spares
+
+
+def test_the_checker_reads_no_node_metadata_and_leaves_it_as_it_was() -> None:
+    model = _two_node_model()
+    before = [dict(node.metadata_props) for node in model.graph]
+    check_model(model)
+    assert [dict(node.metadata_props) for node in model.graph] == before
+    invalid = _two_node_model(ir.DataType.STRING)  # Relu of strings: refused by the checker's strict inference
+    with pytest.raises(InvalidModelError, match=re.escape("from FX node `relu_1` (aten.relu.default)")):
+        check_model(invalid)
+    assert [dict(node.metadata_props) for node in invalid.graph] == before

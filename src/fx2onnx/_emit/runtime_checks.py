@@ -551,6 +551,10 @@ def claims_in_model(
     """The report's notes and the capture's assumptions, where each claim of a run-time check names a check node of
     the final model (one that a pass after emission removed, or that emission folded, is said not to be checked),
     and the claims that were not true."""
+    if not any(_CLAIM.match(note) for note in dynamic_dims) and not any(
+        assumption.endswith(_CHECKED_ASSUMPTION) for assumption in assumptions
+    ):
+        return list(dynamic_dims), list(assumptions), []  # no claim to look for: the graph is not walked
     checks = [node for node in ir.traversal.RecursiveGraphIterator(model.graph) if RUNTIME_CHECK in node.metadata_props]
     names = {node.name for node in checks if node.graph is model.graph}
     conditions = {

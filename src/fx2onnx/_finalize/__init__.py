@@ -9,7 +9,9 @@ Also here: the opsets an export may target, and the ONNX checker run on the fina
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -17,7 +19,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from fx2onnx import _dtypes as dtypes
-from fx2onnx._finalize import opset_down
+from fx2onnx._finalize import graph_walks, opset_down
 from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
 from fx2onnx.errors import ExportError, InvalidModelError, source_line
 
@@ -33,22 +35,27 @@ def finalize(model: ir.Model, opset_version: int, *, optimize: bool) -> None:
 
 
 def finalize_passes(opset_version: int, *, optimize: bool) -> ir.passes.Sequential:
-    """The passes of :func:`finalize`, in order."""
-    steps: list[ir.passes.PassBase] = [common_passes.InlinePass(), common_passes.RemoveUnusedFunctionsPass()]
+    """The passes of :func:`finalize`, in order.
+
+    Passes that would find nothing to do are left out (graph_walks.UnlessNothingToDo): the inliner without a function,
+    the final removal of unused nodes after the optimizer when no version conversion follows it (the optimizer's
+    rewrite removes them last, and what runs after it, the lifting of Constants, deduplication, CSE, output and name
+    fixes, leaves none unused).
+    """
+    steps: list[ir.passes.PassBase] = [graph_walks.inline_functions(), graph_walks.remove_unused_functions()]
     steps.append(Float8CastsPass())
     if optimize:
         steps.append(OptimizePass())
+    converted = opset_version != BASE_OPSET
     if opset_version < BASE_OPSET:
         steps.append(opset_down.DownConvertPass(opset_version))
-    elif opset_version != BASE_OPSET:
+    elif converted:
         if optimize and opset_version >= FUSION_OPSET:
             steps.append(FuseOperatorsPass())
         steps.append(ConvertVersionPass(opset_version))
-    steps += [
-        common_passes.RemoveUnusedNodesPass(),
-        common_passes.RemoveUnusedOpsetsPass(),
-        StampOpsetPass(opset_version),
-    ]
+    if converted or not optimize:
+        steps.append(common_passes.RemoveUnusedNodesPass())
+    steps += [graph_walks.remove_unused_opsets(), StampOpsetPass(opset_version)]
     return ir.passes.Sequential(*steps)
 
 
@@ -120,7 +127,7 @@ FUSION_OPSET = 23
 
 def _type_new_constants(model: ir.Model) -> None:
     """Type the Constants the version converter's adapters add untyped (DFT-17 -> 20 adds its axis as one)."""
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+    for node in graph_walks.all_nodes(model.graph):
         if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.outputs[0].type is not None:
             continue
         value = node.attributes.get("value")
@@ -136,7 +143,7 @@ def _type_new_constants(model: ir.Model) -> None:
 
 def every_value_typed(model: ir.Model) -> bool:
     """Whether emission and the passes left a dtype and a shape on every value (then ONNX inference adds nothing)."""
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+    for node in graph_walks.all_nodes(model.graph):
         for value in node.outputs:
             if value.type is None or value.shape is None:
                 return False
@@ -146,7 +153,8 @@ def every_value_typed(model: ir.Model) -> bool:
 def check_model(model: ir.Model) -> None:
     """``onnx.checker.check_model(full_check=True)``; on failure, name the offending node."""
     try:
-        common_passes.CheckerPass(full_check=True)(model)
+        with _without_node_metadata(model):
+            common_passes.CheckerPass(full_check=True)(model)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
         message = str(error)
         culprit = next((n for n in model.graph if n.name and n.name in message), None)
@@ -169,6 +177,24 @@ def check_model(model: ir.Model) -> None:
             "custom_translation_table (see the report's dispatch table for which one was chosen).",
             **details,
         ) from error
+
+
+@contextlib.contextmanager
+def _without_node_metadata(model: ir.Model) -> Iterator[None]:
+    """The nodes' metadata (fx2onnx's FX node, target and stack trace of each node: nine tenths of a T5's graph
+    proto) left out while the model is serialized for the checker, which reads none of it (only the model's own
+    metadata_props), and put back as it was."""
+    saved = []
+    for node in graph_walks.all_nodes(model.graph):
+        metadata = node.metadata_props
+        if metadata:
+            saved.append((metadata, dict(metadata)))
+            metadata.clear()
+    try:
+        yield
+    finally:
+        for metadata, entries in saved:
+            metadata.update(entries)
 
 
 def ir_version(opset: int) -> int:
@@ -217,7 +243,7 @@ _FLOAT8_TYPES = frozenset(dtypes.to_onnx(dtype) for dtype in dtypes.FLOAT8)
 def _float8_casts_do_not_saturate(model: ir.Model) -> None:
     """Casts to float8 as torch casts: out of range gives NaN (inf for e5m2), where ONNX's default clamps to the
     largest value; torch clamps only float8_e4m3fn (1e9 -> 448), which keeps ONNX's default."""
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+    for node in graph_walks.all_nodes(model.graph):
         if node.op_type not in ("Cast", "CastLike") or node.domain not in ("", "ai.onnx"):
             continue
         dtype = node.outputs[0].dtype

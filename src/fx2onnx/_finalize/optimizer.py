@@ -27,6 +27,7 @@ checks (``_LiftConstants``).
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -39,12 +40,13 @@ from onnxscript.rewriter.rules.common import _redundant_scatter_nd, slice_split_
 
 from fx2onnx import _weights
 from fx2onnx._constant_arrays import constant_attribute_tensor, number_attribute_tensor
+from fx2onnx._finalize import graph_walks
 from fx2onnx._log_filters import without_messages
 
 
 def optimize(model: ir.Model, num_iterations: int = 2) -> None:
     """What ``onnxscript.optimizer.optimize_ir(model)`` does, without the quadratic rule where it cannot match."""
-    with without_messages(_UNACTIONABLE_WARNINGS):
+    with without_messages(_UNACTIONABLE_WARNINGS), _REWRITE_IN_USE:  # one optimization at a time uses the rewrite
         _optimize(model, num_iterations)
 
 
@@ -62,20 +64,39 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
     if not rules or slice_split_rule not in rules:  # another onnxscript: use its optimizer as it is
         onnxscript.optimizer.optimize_ir(model)
         return
-    rewrite = _Rewrite(_with_exact_scatter_nd(_with_exact_no_ops(rules)))
+    rewrite = _rewrite_with(rules)
     _number_constants_as_tensors(model.graph)
     passes = ir.passes.Sequential(
-        _InlineIfAnyFunction(),
+        graph_walks.inline_functions(),
         _FoldAndRewrite(_FoldConstants(), rewrite, num_iterations),
         *(() if rewrite.removes_unused_nodes else (common_passes.RemoveUnusedNodesPass(),)),
         _lift_constants(),
-        common_passes.LiftSubgraphInitializersToMainGraphPass(),
+        graph_walks.lift_subgraph_initializers(),
         common_passes.DeduplicateInitializersPass(),
         common_passes.CommonSubexpressionEliminationPass(),
         common_passes.OutputFixPass(),
-        common_passes.NameFixPass(),
+        graph_walks.fix_names(),
     )
     passes(model)
+
+
+# The rewrite made from onnxscript's default rules, kept from one export to the next: building it (the exact no-op and
+# ScatterND rules, each rule's pattern read for its root, inputs and depth) took ~10 ms an export. Keyed by the rules
+# it was made from; its per-run state is reset before each run, under _REWRITE_IN_USE.
+_REWRITES: dict[tuple[int, ...], tuple[Sequence[pattern.RewriteRule], _Rewrite]] = {}
+_REWRITE_IN_USE = threading.Lock()
+
+
+def _rewrite_with(rules: Sequence[pattern.RewriteRule]) -> _Rewrite:
+    key = tuple(id(rule) for rule in rules)
+    cached = _REWRITES.get(key)
+    if cached is None:
+        cached = (list(rules), _Rewrite(_with_exact_scatter_nd(_with_exact_no_ops(rules))))  # the list keeps the ids
+        _REWRITES.clear()
+        _REWRITES[key] = cached
+    rewrite = cached[1]
+    rewrite.reset()
+    return rewrite
 
 
 def _number_constants_as_tensors(graph: ir.Graph) -> None:
@@ -159,20 +180,9 @@ class _FoldAndRewrite(ir.passes.InPlacePass):
                 common_passes.RemoveUnusedNodesPass()(model)
             modified = modified or folded or rewritten
             fold_pending = rewrite_pending = rewritten
-        if model.functions:
-            modified = common_passes.RemoveUnusedFunctionsPass()(model).modified or modified
-        modified = common_passes.RemoveUnusedOpsetsPass()(model).modified or modified
+        modified = graph_walks.remove_unused_functions()(model).modified or modified
+        modified = graph_walks.remove_unused_opsets()(model).modified or modified
         return ir.passes.PassResult(model, modified)
-
-
-class _InlineIfAnyFunction(ir.passes.InPlacePass):
-    """onnx_ir's InlinePass, which walks the whole graph even when the model has no function left to inline
-    (finalize has inlined them before the optimizer runs)."""
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        if not model.functions:
-            return ir.passes.PassResult(model, modified=False)
-        return common_passes.InlinePass()(model)
 
 
 def _with_exact_no_ops(rules: Sequence[pattern.RewriteRule]) -> list[pattern.RewriteRule]:
@@ -324,6 +334,7 @@ class _Rewrite(ir.passes.InPlacePass):
         self.without_slice_split = onnxscript.rewriter.RewritePass(
             [_RulesByRoot([r for r in rules if r is not slice_split_rule])]  # type: ignore[list-item]
         )
+        self.reset()
 
     @property
     def removes_unused_nodes(self) -> bool:
@@ -333,9 +344,18 @@ class _Rewrite(ir.passes.InPlacePass):
             getattr(self.without_slice_split.rules, "remove_unused_nodes", False)
         )
 
+    def reset(self) -> None:
+        """Forget the last run's changes (of another model: the rewrite is kept from one export to the next)."""
+        self._last_changes: tuple[list[ir.Node], list[ir.Value | None]] | None = None
+        self._pass: Any = None
+        for rewrite in (self.all_rules, self.without_slice_split):
+            by_root = _rules_by_root(rewrite)
+            if by_root is not None:
+                by_root.reset()
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         # The nodes and what they read (a removed node no longer reads its inputs), to know what the rewrite changed.
-        before = {node: tuple(node.inputs) for node in ir.traversal.RecursiveGraphIterator(model.graph)}
+        before = {node: tuple(node.inputs) for node in graph_walks.all_nodes(model.graph)}
         slices = sum(1 for node in before if node.op_type == "Slice" and node.domain in ("", "ai.onnx"))
         for function in model.functions.values():
             slices += sum(1 for node in function if node.op_type == "Slice")
@@ -346,7 +366,7 @@ class _Rewrite(ir.passes.InPlacePass):
         result = self._pass(model)
         self._last_changes = None
         if result.modified and not model.functions and by_root is not None:
-            after = set(ir.traversal.RecursiveGraphIterator(model.graph))
+            after = set(graph_walks.all_nodes(model.graph))
             added = [node for node in after if node not in before]
             # Also what the nodes that went unused, and were removed at the end of the pass, read.
             read = by_root.changes_read + [v for node, inputs in before.items() if node not in after for v in inputs]
@@ -429,6 +449,13 @@ class _RulesByRoot:
         known = [depth for depth in self._depths.values() if depth is not None]
         self.max_depth = max(known) if known and len(known) == len(self.rules) else None
         self._checks_fail = _known_failing_checks()
+        self.reset()
+        visitors = [rule for rule in self.rules if rule.graph_pre_visitor or rule.graph_post_visitor]
+        self.graph_pre_visitor = self._pre_visit if visitors else None
+        self.graph_post_visitor = self._post_visit if visitors else None
+
+    def reset(self) -> None:
+        """The state before a run: what the last run's matches set."""
         # The values read by the nodes each rewrite matched or made (read when they were, as a node a later
         # rewrite of the same pass removes no longer reads its inputs): whose uses the rewrites changed.
         self.changes_read: list[ir.Value | None] = []
@@ -436,9 +463,6 @@ class _RulesByRoot:
         self.remove_nodes = all(rule.remove_nodes for rule in self.rules)
         self.name: str | None = None
         self.as_function = False
-        visitors = [rule for rule in self.rules if rule.graph_pre_visitor or rule.graph_post_visitor]
-        self.graph_pre_visitor = self._pre_visit if visitors else None
-        self.graph_post_visitor = self._post_visit if visitors else None
 
     def _pre_visit(self) -> None:
         for rule in self.rules:
