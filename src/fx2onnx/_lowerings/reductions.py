@@ -207,6 +207,21 @@ def min_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]
     return _extreme_along(self, dim, keepdim, largest=False)
 
 
+# torch.max(x)/torch.min(x) over every element: NaN when one is NaN, as amax/amin (torchlib's ReduceMax skipped it).
+@lowering("aten::max")
+def max_all(self: TReal) -> TReal:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return _nan_propagated(self, op.ReduceMax(self, keepdims=False), None, False)
+
+
+@lowering("aten::min")
+def min_all(self: TReal) -> TReal:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return _nan_propagated(self, op.ReduceMin(self, keepdims=False), None, False)
+
+
 def _arg_extreme(self: TReal, dim: int | None, keepdim: bool, largest: bool) -> INT64:
     """argmax/argmin: the first NaN's index in a slice holding one, as eager (ONNX Runtime's ArgMax skips NaN);
     dim=None: the index into the flattened tensor (keepdim: shaped [1] * rank)."""

@@ -1,0 +1,192 @@
+"""Value edges of selections, normalizations and casts, in every dtype that takes them, against eager in a default
+ONNX Runtime session: NaN and ties in argmax/max.dim/sort/cummax (eager: NaN is the largest, ties give the first
+index, a stable sort keeps their order), rows all -inf or holding +inf in softmax/log_softmax/logsumexp, float to
+integer casts of in-range values next to the integer type's bounds (truncation toward zero), clamp at the integer
+extremes, nan_to_num, where/masked_fill with NaN. The fuzzer draws them from tests/fuzzing.py's EDGE_FIRST_SEED on.
+
+Out of range (NaN, +-inf, beyond the integer type) a float to integer cast is undefined in C++: eager's result is
+the platform's (x86: the integer minimum for int32/int64, the low bits of that for narrower types); ONNX Runtime's
+Cast on this machine gives the same, which no test pins.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import Call
+
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INT_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+NAN, INF = math.nan, math.inf
+
+# Rows: NaN among numbers, ties, all NaN, -inf ties, +inf beside NaN, all equal.
+SELECTION_ROWS = [
+    [1.0, NAN, 3.0, NAN],
+    [2.0, 2.0, 1.0, 2.0],
+    [NAN, NAN, NAN, NAN],
+    [-INF, -INF, 0.0, 0.0],
+    [INF, NAN, INF, -INF],
+    [0.5, 0.5, 0.5, 0.5],
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("function", [torch.max, torch.min], ids=["max", "min"])
+def test_max_and_min_of_every_element_are_nan_where_one_is(check, function, dtype: torch.dtype) -> None:
+    """torch.max(x)/torch.min(x) (aten.max.default): NaN when any element is, as amax and max.dim are (ONNX
+    Runtime's ReduceMax skips NaN: torch.max of [1, nan, 3] was 3)."""
+    for values in ([1.0, NAN, 3.0, -1.0], [NAN, NAN], [-INF, INF, 0.0], [2.0, -0.0, 2.0]):
+        check(Call(function), (torch.tensor(values, dtype=dtype),))
+    check(Call(function), (torch.tensor(SELECTION_ROWS, dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", [*INT_DTYPES, torch.bool], ids=str)
+def test_max_and_min_of_every_element_of_integers_and_bool(check, dtype: torch.dtype) -> None:
+    if dtype == torch.bool:
+        x = torch.tensor([[False, True], [False, False]])
+    else:
+        info = torch.iinfo(dtype)
+        x = torch.tensor([[info.min, 0, info.max], [1, info.max - 1, info.min + 1]], dtype=dtype)
+    check(Call(lambda x: (torch.max(x), torch.min(x), torch.max(x[0, 0]))), (x,))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_heaviside_of_nan_is_zero(check, dtype: torch.dtype) -> None:
+    """eager computes x == 0 ? values : x > 0: NaN gives 0 (torchlib's Where(x < 0, 0, 1) gave 1)."""
+    x = torch.tensor([NAN, -INF, INF, -0.0, 0.0, -2.0, 3.0, NAN], dtype=dtype)
+    values = torch.tensor([0.5, 0.5, 0.5, NAN, 7.0, 0.5, 0.5, -1.0], dtype=dtype)
+    check(Call(torch.heaviside), (x, values))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8], ids=str)
+def test_heaviside_of_integers(check, dtype: torch.dtype) -> None:
+    x = torch.tensor([0, 1, 2, 0, 100], dtype=dtype)
+    check(Call(torch.heaviside), (x, torch.tensor([5, 5, 5, 9, 5], dtype=dtype)))
+
+
+def _selections(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The selections whose indices eager defines on NaN and ties (topk/kthvalue/unstable sort leave the order of
+    ties to the implementation: their values only; mode's std::sort of a row holding NaN is undefined: eager's mode
+    of [inf, nan, inf, -inf] is -inf)."""
+    stable = torch.sort(x, dim=1, stable=True)
+    descending = torch.sort(x, dim=1, descending=True, stable=True)
+    return (
+        torch.argmax(x, 1),
+        torch.argmin(x, 0, keepdim=True),
+        torch.argmax(x),
+        *torch.max(x, 1),
+        *torch.min(x, 1),
+        *stable,
+        *descending,
+        torch.argsort(x, dim=0, stable=True),
+        torch.msort(x),
+        *torch.cummax(x, 1),
+        *torch.cummin(x, 1),
+        torch.topk(x, 2, 1).values,
+        torch.topk(x, 3, 1, largest=False).values,
+        torch.kthvalue(x, 2, 1).values,
+        torch.amax(x, 1),
+        torch.aminmax(x, dim=1).min,
+    )
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_selections_with_nan_and_ties(check, dtype: torch.dtype) -> None:
+    check(Call(_selections), (torch.tensor(SELECTION_ROWS, dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
+def test_selections_with_ties_at_the_integer_extremes(check, dtype: torch.dtype) -> None:
+    info = torch.iinfo(dtype)
+    rows = [[1, 3, 3, 0], [2, 2, 2, 2], [info.max, info.min, info.max, info.min], [info.min, info.min, 0, 1]]
+    x = torch.tensor(rows, dtype=torch.int64).clamp(info.min, info.max).to(dtype)
+    check(Call(lambda x: (*_selections(x), torch.mode(x, 1).values)), (x,))
+
+
+def _normalizations(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (
+        torch.softmax(x, 1),
+        torch.log_softmax(x, 1),
+        torch.softmax(x, 1, dtype=torch.float32),
+        torch.softmax(x, 0),
+        torch.logsumexp(x, 1),
+        torch.logsumexp(x, 0, keepdim=True),
+        torch.logcumsumexp(x, 1),
+        torch.nn.functional.softmin(x, 1),
+    )
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_softmax_and_logsumexp_of_infinite_rows(check, dtype: torch.dtype) -> None:
+    """A row all -inf: softmax NaN, logsumexp -inf; +inf in a row: NaN where eager's exp(inf - inf) is."""
+    rows = [[-INF, -INF, -INF], [1.0, INF, 2.0], [INF, INF, 0.0], [-INF, 0.0, 1.0], [NAN, 0.0, 1.0], [-INF, INF, 0.0]]
+    check(Call(_normalizations), (torch.tensor(rows, dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_masked_rows_and_nan_fills(check, dtype: torch.dtype) -> None:
+    x = torch.tensor([[1.0, -2.0, 0.5], [NAN, 3.0, -INF], [0.0, -0.0, INF]], dtype=dtype)
+    mask = torch.tensor([[True, True, True], [False, True, False], [True, False, False]])
+
+    def fills(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.softmax(x.masked_fill(mask, -INF), -1),
+            torch.log_softmax(x.masked_fill(mask, -INF), -1),
+            x.masked_fill(mask, NAN),
+            torch.where(mask, x, NAN),
+            torch.where(x > 0, x, x.flip(0)),
+            torch.nan_to_num(x),
+            torch.nan_to_num(x, nan=1.0, posinf=-7.0, neginf=7.0),
+        )
+
+    check(Call(fills), (x, mask))
+
+
+def _in_range_edges(source: torch.dtype, target: torch.dtype) -> list[float]:
+    """Values of `source` next to `target`'s bounds (and around 0) that truncate into `target`'s range."""
+    info = torch.iinfo(target)
+    wanted = [info.min, info.min + 0.5, info.min + 1, -1.5, -0.75, -0.0, 0.0, 0.75, 1.5, info.max - 1]
+    wanted += [info.max - 0.5, info.max, info.max + 0.5, info.max + 0.99, info.min - 0.5, info.min - 0.99]
+    kept = []
+    for value in wanted:
+        rounded = float(torch.tensor(value, dtype=torch.float64).to(source))
+        if info.min - 1 < rounded < info.max + 1:
+            kept.append(rounded)
+    for bound in (info.max, info.min):  # the source dtype's largest values below the bound in magnitude
+        below = torch.tensor(float(bound), dtype=torch.float64).to(source).float()
+        for _ in range(3):
+            if info.min - 1 < float(below) < info.max + 1:
+                kept.append(float(below))
+            below = torch.nextafter(below, torch.tensor(0.0)).to(source).float()
+    return sorted(set(kept))
+
+
+@pytest.mark.parametrize("target", INT_DTYPES, ids=str)
+@pytest.mark.parametrize("source", FLOAT_DTYPES, ids=str)
+def test_float_to_integer_casts_truncate_near_the_bounds(check, source: torch.dtype, target: torch.dtype) -> None:
+    x = torch.tensor(_in_range_edges(source, target), dtype=source)
+    check(Call(lambda x: (x.to(target), x.to(torch.bool), x.trunc().to(target))), (x,))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
+def test_clamp_at_the_integer_extremes(check, dtype: torch.dtype) -> None:
+    info = torch.iinfo(dtype)
+    x = torch.tensor([info.min, info.min + 1, 0, 1, info.max - 1, info.max], dtype=dtype)
+
+    def clamps(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.clamp_min(x, info.min),
+            torch.clamp_max(x, info.max),
+            torch.clamp(x, info.min + 1, info.max - 1),
+            torch.clamp(x, max=info.min),
+            torch.clamp(x, min=info.max),
+            torch.clamp_min(x, 0.5),
+            torch.clamp_max(x, -0.5),
+            torch.clamp(x, x.flip(0)),
+            torch.nan_to_num(x),
+        )
+
+    check(Call(clamps), (x,))
