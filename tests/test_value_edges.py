@@ -190,3 +190,55 @@ def test_clamp_at_the_integer_extremes(check, dtype: torch.dtype) -> None:
         )
 
     check(Call(clamps), (x,))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_attention_with_a_float_mask_that_blocks_a_whole_row(check, dtype: torch.dtype) -> None:
+    """An additive mask whose row is all -inf gives that query zeros, as eager's SDPA (its _safe_softmax), and
+    as a boolean mask's all-False row already did (Softmax of a row of -inf only was NaN)."""
+    query = torch.tensor([[[[1.0, 0.0], [0.0, 1.0], [0.5, -0.5]]]], dtype=dtype)
+    key, value = query.flip(2), query * 2
+    allowed = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
+    mask = torch.zeros(3, 3, dtype=dtype).masked_fill(~allowed, -INF)
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        return sdpa(q, k, v, attn_mask=m), sdpa(q[0], k[0], v[0], attn_mask=m, scale=0.5)
+
+    check(Call(attend), (query, key, value, mask))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_multihead_attention_with_every_key_padded(check, dtype: torch.dtype) -> None:
+    """The padding mask reaches SDPA as an additive float mask: a query with every key padded gives zeros, as
+    eager's SDPA path. (Eager's fast path, taken without autograd for self-attention, gives NaN there: the exported
+    graph holds the SDPA path, so the test attends to a second tensor, where eager takes that path too.)"""
+    torch.manual_seed(0)
+    attention = torch.nn.MultiheadAttention(4, 2, batch_first=True).to(dtype).eval()
+    x, memory = torch.randn(2, 3, 4).to(dtype), torch.randn(2, 3, 4).to(dtype)
+    padding = torch.tensor([[True, True, True], [False, True, False]])
+
+    def attend(x: torch.Tensor, memory: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        return attention(x, memory, memory, key_padding_mask=padding, need_weights=False)[0]
+
+    check(Call(attend), (x, memory, padding))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_cross_entropy_of_rows_holding_nan_or_inf(check, dtype: torch.dtype) -> None:
+    """A row holding NaN or +inf (or only -inf) gives NaN as eager's log_softmax does (float64's LogSoftmax in ONNX
+    Runtime skipped the NaN: -46.05 for [nan, 0, 1], inf for [inf, 0, 1])."""
+    logits = torch.tensor([[1.0, -INF, 2.0], [-INF, -INF, 0.0], [INF, 0.0, 1.0], [NAN, 0.0, 1.0]], dtype=dtype)
+    target = torch.tensor([0, 2, 1, 2])
+    probabilities = torch.tensor([[0.5, 0.0, 0.5], [0.0, 0.0, 1.0], [0.2, 0.3, 0.5], [0.0, 1.0, 0.0]], dtype=dtype)
+    cross_entropy = torch.nn.functional.cross_entropy
+
+    def losses(x: torch.Tensor, t: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            cross_entropy(x, t, reduction="none"),
+            cross_entropy(x, t, reduction="none", label_smoothing=0.1),
+            cross_entropy(x[:2], t[:2]),
+            cross_entropy(x, p, reduction="none"),
+        )
+
+    check(Call(losses), (logits, target, probabilities))

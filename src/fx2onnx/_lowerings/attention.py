@@ -205,5 +205,10 @@ def scaled_dot_product_attention(
     if attn_mask is not None:
         scores = op.Add(scores, compute(attn_mask))
     weights = op.Softmax(scores, axis=-1)
+    if attn_mask is not None:  # a row the mask made all -inf: zeros, as eager (its _safe_softmax), not 0/0
+        zero = op.CastLike(0.0, q)
+        blocked = op.Cast(op.Equal(scores, op.CastLike(-math.inf, q)), to=ir.DataType.INT32)
+        every_key_blocked = op.ReduceMin(blocked, op.Constant(value_ints=[-1]), keepdims=True)
+        weights = op.Where(op.Cast(every_key_blocked, to=ir.DataType.BOOL), zero, weights)
     attended = op.MatMul(weights, v)
     return op.Cast(attended, to=dtype) if low_precision else attended

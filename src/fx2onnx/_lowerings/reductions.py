@@ -38,6 +38,7 @@ from fx2onnx._lowerings.builders import (
     _in_float32,
     _int_const,
     _is_float,
+    _log_softmax,
     _p_norm,
     _positive_zero,
     _wide,
@@ -47,18 +48,6 @@ from fx2onnx._lowerings.rules import lowering
 
 
 # --- log_softmax and logsumexp ----------------------------------------------------------------------------------
-def _log_softmax(x: TFloat, dim: int) -> TFloat:
-    """LogSoftmax, with eager's NaN rows: eager subtracts the row's max, so a NaN or +inf anywhere in the row, or a
-    row of -inf only, makes every element NaN; ONNX Runtime's max skips NaN (finite results beside the NaN)."""
-    if len(x.shape) == 0:
-        return op.Sub(x, x)  # 0.0, NaN for NaN and +-inf
-    result = op.LogSoftmax(x, axis=dim)
-    axes = op.Constant(value_ints=[dim])
-    has_nan = op.Greater(op.ReduceMax(op.Cast(op.IsNaN(x), to=x.dtype), axes, keepdims=True), _const(0.0, x))
-    largest = op.ReduceMax(x, axes, keepdims=True)
-    return op.Where(op.Or(has_nan, op.IsInf(largest)), _const(math.nan, x), result)
-
-
 @lowering("aten::log_softmax.int")
 def log_softmax(self: TFloat, dim: int, dtype: int | None = None) -> TFloat:
     return _log_softmax(_cast(self, ir.DataType(dtype)) if dtype is not None else self, dim)
