@@ -242,3 +242,28 @@ def test_cross_entropy_of_rows_holding_nan_or_inf(check, dtype: torch.dtype) -> 
         )
 
     check(Call(losses), (logits, target, probabilities))
+
+
+class _LogSumExpOfBuffer(torch.nn.Module):
+    """logsumexp of a constant (a buffer: folded at export) and of the input, both with rows of -inf only."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        rows = [[-INF, -INF, -INF], [0.0, -INF, 1.0], [INF, -INF, 0.0], [NAN, -INF, -INF]]
+        self.register_buffer("table", torch.tensor(rows, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.logsumexp(self.table, -1),
+            torch.logsumexp(self.table, 0, keepdim=True),
+            torch.logsumexp(x, -1) + torch.logsumexp(self.table, (0, 1)),
+            torch.logsumexp(x, (0, 1), keepdim=True),
+        )
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_logsumexp_of_rows_of_minus_inf_folded_or_not(check, dtype: torch.dtype) -> None:
+    """-inf for a row of -inf only, in the model and where the export folds it (ONNX's reference ReduceLogSumExp,
+    which constant folding evaluates, subtracts the row's max: NaN; found by fuzz seed 30000472)."""
+    x = torch.tensor([[-INF, -INF], [1.0, -INF], [0.5, 0.25]], dtype=dtype)
+    check(_LogSumExpOfBuffer(dtype), (x,))

@@ -61,14 +61,31 @@ def log_softmax_internal(self: TFloat, dim: int, half_to_float: bool) -> TFloat:
 TLowPrecision = TypeVar("TLowPrecision", FLOAT16, BFLOAT16)
 
 
+def _logsumexp(x: TFloat, dim: Sequence[int], keepdim: bool) -> TFloat:
+    """Eager's formula: max + log(sum(exp(x - max))), the max taken as 0 where it is infinite (a row of -inf only
+    gives -inf, a +inf gives inf, a NaN NaN). ReduceLogSumExp gives the same in ONNX Runtime, but constant folding
+    evaluates it with ONNX's reference implementation, which subtracts an infinite max: NaN for a row of -inf."""
+    axes = op.Constant(value_ints=list(dim)) if dim else None
+    largest = op.ReduceMax(x, axes, keepdims=True)
+    shift = op.Where(op.IsInf(largest), _const(0.0, x), largest)
+    total = op.ReduceSum(op.Exp(op.Sub(x, shift)), axes, keepdims=keepdim)
+    return op.Add(op.Log(total), shift if keepdim else op.ReduceMax(shift, axes, keepdims=False))
+
+
 @lowering("aten::logsumexp", variant="float16")
 def logsumexp_low_precision(self: TLowPrecision, dim: Sequence[int], keepdim: bool = False) -> TLowPrecision:
     """In float32, rounded once: ONNX Runtime's float16/bfloat16 ReduceLogSumExp does not subtract the max first
     (inf for values near the dtype's max, where eager gives the max)."""
     if len(self.shape) == 0:
         return op.Identity(self)
-    axes = op.Constant(value_ints=list(dim)) if dim else None
-    return _back(op.ReduceLogSumExp(_in_float32(self), axes, keepdims=keepdim), self)
+    return _back(_logsumexp(_in_float32(self), dim, keepdim), self)
+
+
+@lowering("aten::logsumexp")
+def logsumexp(self: TFloat, dim: Sequence[int], keepdim: bool = False) -> TFloat:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return _logsumexp(self, dim, keepdim)
 
 
 # --- logcumsumexp -------------------------------------------------------------------------------------------------
