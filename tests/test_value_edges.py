@@ -278,3 +278,21 @@ def test_log_of_sigmoid_in_its_tail(check, dtype: torch.dtype) -> None:
     doing so in float32 costs three more elementwise passes per sigmoid, so it is left to a decision."""
     x = torch.tensor([-15.0, -17.0, -20.0, -30.0, -80.0, 0.0, 5.0], dtype=dtype)
     check(Call(lambda x: torch.log(torch.sigmoid(x))), (x,))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_attention_keeps_nan_of_a_query_beside_a_blocked_row(check, dtype: torch.dtype) -> None:
+    """A query holding NaN gives NaN with a boolean mask too, as eager (the boolean path zeroed every NaN weight,
+    hiding it as 0); its blocked row still gives zeros."""
+    query = torch.tensor([[[[1.0, NAN], [0.0, 1.0], [0.5, -0.5]]]], dtype=dtype)
+    key = torch.tensor([[[[1.0, 0.0], [0.0, 1.0], [0.5, -0.5]]]], dtype=dtype)
+    allowed = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
+    additive = torch.zeros(3, 3, dtype=dtype).masked_fill(~allowed, -INF)
+
+    def attend(
+        q: torch.Tensor, k: torch.Tensor, boolean: torch.Tensor, additive: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        return sdpa(q, k, k * 2, attn_mask=boolean), sdpa(q, k, k * 2, attn_mask=additive)
+
+    check(Call(attend), (query, key, allowed, additive))
