@@ -296,3 +296,22 @@ def test_attention_keeps_nan_of_a_query_beside_a_blocked_row(check, dtype: torch
         return sdpa(q, k, k * 2, attn_mask=boolean), sdpa(q, k, k * 2, attn_mask=additive)
 
     check(Call(attend), (query, key, allowed, additive))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_infinity_norms_are_nan_where_a_nan_is(check, dtype: torch.dtype) -> None:
+    """vector_norm/norm/dist/cdist with ord +-inf: NaN for a slice holding NaN, as eager's amax/amin of |x|
+    (ONNX Runtime's ReduceMax/ReduceMin skipped it: inf for [inf, nan, -inf], 1 for [1, nan])."""
+    x = torch.tensor([[-0.0, 0.0, -0.0], [1.0, NAN, 0.5], [INF, NAN, -INF], [1.0, -INF, 2.0]], dtype=dtype)
+
+    def norms(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        vector_norm = torch.linalg.vector_norm
+        return (
+            vector_norm(x, ord=INF, dim=1),
+            vector_norm(x, ord=-INF, dim=1, keepdim=True),
+            vector_norm(x, ord=INF),
+            torch.dist(x[0], x[1], p=INF),
+            torch.norm(x[1:2], p=INF),
+        )
+
+    check(Call(norms), (x,))

@@ -290,10 +290,12 @@ TIndex = TypeVar("TIndex", INT32, INT64)
 def _p_norm(x: TFloat, p: float, axes: INT64 | None, keepdim: bool) -> TFloat:
     """The p-norm of x over `axes` (all when None), as torch.linalg.vector_norm defines it for each p."""
     magnitude = op.Abs(x)
-    if p == math.inf:
-        return op.ReduceMax(magnitude, axes, keepdims=keepdim)
-    if p == -math.inf:
-        return op.ReduceMin(magnitude, axes, keepdims=keepdim)
+    if p in (math.inf, -math.inf):  # NaN where a NaN is, as eager's amax/amin (ONNX Runtime's skip it)
+        extreme = op.ReduceMax if p > 0 else op.ReduceMin
+        has_nan = op.ReduceMax(op.Cast(op.IsNaN(x), to=INT32.dtype), axes, keepdims=keepdim)
+        return op.Where(
+            op.Cast(has_nan, to=BOOL.dtype), op.CastLike(math.nan, x), extreme(magnitude, axes, keepdims=keepdim)
+        )
     if p == 0:
         return op.ReduceSum(op.CastLike(op.Not(op.Equal(x, op.CastLike(0.0, x))), x), axes, keepdims=keepdim)
     if p == 1:
