@@ -18,7 +18,10 @@ defect. Inputs are small exact numbers, with NaN, +-inf, -0.0 and the dtype's ex
 
 Seeds from WIDE_FIRST_SEED (10,000,000) on draw from a wider catalogue (scatter/index updates, shifts, scans,
 padding, resampling, convolution, pooling, normalization, searching, data-dependent sizes...) and feed subnormals
-too: ``--seed 10000000``.
+too: ``--seed 10000000``. Seeds from WIDER_FIRST_SEED (20,000,000) add rounding modes, nan_to_num's values, clamp
+with NaN bounds, var/std corrections and embedding_bag; seeds from EDGE_FIRST_SEED (30,000,000) add value edges: NaN
+and ties in selections, rows made all -inf before softmax/logsumexp, float to integer casts next to the integer
+type's bounds, clamp at the integer extremes (``--seed 30000000``).
 
 Run ``python -m tests.fuzzing --programs 2000 --seed 0`` for counts per class and cause, with each finding's
 seed and minimized program. ``--jobs N`` judges in N worker processes (a program depends on its seed only, so the
@@ -1013,6 +1016,174 @@ WIDE_SHARE = 0.6
 WIDER_SHARE = 0.35
 
 
+# --- the edge catalogue (seeds from EDGE_FIRST_SEED on): values at the edges of selections, normalizations, casts ----
+# NaN and ties in the selections whose result eager defines there (max/min of every element, max.dim/min.dim indices,
+# argmax/argmin, stable sorts with indices, aminmax), rows made all -inf (or holding NaN/+-inf) before softmax,
+# log_softmax and logsumexp, float to integer casts of in-range values next to the integer type's bounds (truncation
+# toward zero; a value out of range, NaN or infinite, is not drawn: eager's result is the platform's), clamp at the
+# integer extremes, heaviside/fmax/fmin/nansum/nanmean on NaN. A value-injecting step (masked_fill with a constant
+# mask, whole slices sometimes) puts NaN, +-inf or an integer bound's neighbour where later steps meet it. Below
+# EDGE_FIRST_SEED a seed keeps naming its program.
+EDGE_FIRST_SEED = 30_000_000
+EDGE_SHARE = 0.4
+
+
+def _edge_mask_source(rng: random.Random, x: torch.Tensor) -> str:
+    """A constant bool mask of x's shape: scattered positions, and now and then whole slices along a dim."""
+    generator = _generator(rng)
+    mask = torch.rand(x.shape, generator=generator) < rng.choice([0.2, 0.5])
+    dim = _dim(rng, x)
+    if dim is not None and x.shape[dim] and rng.random() < 0.6:
+        mask.index_fill_(dim, torch.tensor([rng.randrange(x.shape[dim])]), True)
+    flat = literal([bool(v) for v in mask.reshape(-1).tolist()])
+    return f"torch.tensor({flat}, dtype=torch.bool).reshape({literal(tuple(x.shape))})"
+
+
+def fill_special(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """NaN or +-inf at masked positions of a float tensor."""
+    x = xs[0]
+    if not x.is_floating_point() or x.numel() == 0:
+        return None
+    value = rng.choice([math.nan, math.inf, -math.inf, math.nan])
+    return f"{{0}}.masked_fill({_edge_mask_source(rng, x)}, {literal(value)})"
+
+
+def _integer_edges(source: torch.dtype, target: torch.dtype) -> list[float]:
+    """Values exact in `source` that truncate into `target`'s range, next to its bounds."""
+    info = torch.iinfo(target)
+    wanted = [info.min, info.min + 0.5, info.min + 1, info.max - 1, info.max - 0.5, info.max, info.max + 0.75]
+    wanted += [info.min - 0.75, -0.75, 0.75, -1.5]
+    kept = []
+    for value in wanted:
+        rounded = float(torch.tensor(value, dtype=torch.float64).to(source))
+        if info.min - 1 < rounded < info.max + 1:
+            kept.append(rounded)
+    for bound in (info.max, info.min):  # the source dtype's values next to the bound, inside the range
+        below = torch.tensor(float(bound), dtype=torch.float64).to(source).double()
+        for _ in range(2):
+            if info.min - 1 < float(below) < info.max + 1:
+                kept.append(float(below))
+            below = torch.nextafter(below.to(source).float(), torch.tensor(0.0)).to(source).double()
+    return sorted(set(kept))
+
+
+def fill_integer_edge(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """An integer type's bound (or its neighbour in x's float dtype) at masked positions of a float tensor."""
+    x = xs[0]
+    if not x.is_floating_point() or x.numel() == 0:
+        return None
+    value = rng.choice(_integer_edges(x.dtype, rng.choice(INT_DTYPES)))
+    return f"{{0}}.masked_fill({_edge_mask_source(rng, x)}, {literal(value)})"
+
+
+def cast_in_range(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """A float tensor to an integer type every value of which truncates into its range (finite)."""
+    x = xs[0]
+    if not x.is_floating_point():
+        return None
+    truncated = x.double().trunc()
+    targets = []
+    for target in INT_DTYPES:
+        info = torch.iinfo(target)
+        inside = (truncated >= float(info.min)) & (truncated < float(info.max) + 1)  # 2**63 exact in float64
+        if bool((truncated.isfinite() & inside).all()):
+            targets.append(target)
+    return f"{{0}}.to({rng.choice(targets)})" if targets else None
+
+
+def masked_normalization(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """softmax/log_softmax/logsumexp of x with masked positions (whole rows now and then) set to -inf."""
+    x = xs[0]
+    if not x.is_floating_point() or x.dim() == 0:
+        return None
+    dim = _dim(rng, x)
+    filled = f"{{0}}.masked_fill({_edge_mask_source(rng, x)}, -float('inf'))"
+    function = rng.choice(["softmax", "log_softmax", "logsumexp"])
+    return f"torch.{function}({filled}, dim={dim})"
+
+
+def max_all(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    return None if xs[0].numel() == 0 else f"torch.{rng.choice(['max', 'min'])}({{0}})"
+
+
+def extreme_indices(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """max.dim/min.dim indices or argmax/argmin: the first NaN's index, else the first largest's."""
+    dim = _dim(rng, xs[0])
+    if dim is None or xs[0].shape[dim] == 0:
+        return None
+    function = rng.choice(["max", "min", "argmax", "argmin"])
+    suffix = ".indices" if function in ("max", "min") else ""
+    return f"torch.{function}({{0}}, dim={dim}, keepdim={rng.random() < 0.5}){suffix}"
+
+
+def stable_sort(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    dim = _dim(rng, xs[0])
+    dim = -1 if dim is None else dim
+    part = rng.choice(["values", "indices"])
+    return f"torch.sort({{0}}, dim={dim}, descending={rng.random() < 0.5}, stable=True).{part}"
+
+
+def aminmax(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    dim = _dim(rng, xs[0])
+    part = rng.choice(["min", "max"])
+    if dim is None or rng.random() < 0.3:
+        return None if xs[0].numel() == 0 else f"torch.aminmax({{0}}).{part}"
+    return f"torch.aminmax({{0}}, dim={dim}, keepdim={rng.random() < 0.5}).{part}"
+
+
+def clamp_integer_extremes(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    x = xs[0]
+    if x.is_floating_point() or x.dtype == torch.bool:
+        return None
+    info = torch.iinfo(x.dtype)
+    bounds: list[Any] = [info.min, info.min + 1, info.max - 1, info.max, 0, -1 if info.min < 0 else 1, 0.5, -0.5]
+    low, high = rng.choice(bounds), rng.choice(bounds)
+    form = rng.randrange(4)
+    if form == 0:
+        return f"torch.clamp_min({{0}}, {literal(low)})"
+    if form == 1:
+        return f"torch.clamp_max({{0}}, {literal(high)})"
+    if form == 2:
+        return f"torch.clamp({{0}}, {literal(low)}, {literal(high)})"
+    return f"torch.clamp({{0}}, min={literal(low)}, max={literal(high)})"
+
+
+def same_dtype(template: str) -> Builder:
+    """`template` on two tensors of one dtype (heaviside refuses mixed dtypes)."""
+    return lambda rng, xs: template if xs[0].dtype == xs[1].dtype else None
+
+
+def nan_reduction(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    if not xs[0].is_floating_point():
+        return None
+    function = rng.choice(["nansum", "nanmean"])
+    dim = _dim(rng, xs[0])
+    where = "" if dim is None or rng.random() < 0.3 else f", dim={dim}, keepdim={rng.random() < 0.5}"
+    return f"torch.{function}({{0}}{where})"
+
+
+EDGE_OPS: list[Op] = [
+    Op("fill_special", 1, fill_special),
+    Op("fill_integer_edge", 1, fill_integer_edge),
+    Op("cast_in_range", 1, cast_in_range, discontinuous=True),
+    Op("masked_normalization", 1, masked_normalization, inexact=True),
+    Op("max_all", 1, max_all),
+    Op("extreme_indices", 1, extreme_indices, discontinuous=True),
+    Op("stable_sort", 1, stable_sort, discontinuous=True),
+    Op("aminmax", 1, aminmax),
+    Op("clamp_integer_extremes", 1, clamp_integer_extremes),
+    Op("heaviside", 2, same_dtype("torch.heaviside({0}, {1})"), discontinuous=True),
+    Op("fmax", 2, fixed("torch.fmax({0}, {1})")),
+    Op("fmin", 2, fixed("torch.fmin({0}, {1})")),
+    Op("nan_reduction", 1, nan_reduction, inexact=True),
+]
+OPS_BY_NAME.update({op.name: op for op in EDGE_OPS})
+# The value-injecting steps and the steps that meet them drawn twice as often as the others.
+EDGE_DRAWS = EDGE_OPS + [OPS_BY_NAME[name] for name in ("fill_special", "fill_integer_edge", "masked_normalization")]
+EDGE_DRAWS += [OPS_BY_NAME["cast_in_range"]]
+ELEMENTWISE = ELEMENTWISE | frozenset(["clamp_integer_extremes", "heaviside", "fmax", "fmin"])
+
+
 # --- programs ----------------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Step:
@@ -1253,7 +1424,7 @@ def _nudged(result: torch.Tensor, direction: float, ulps: int) -> torch.Tensor:
 # the result's own rounding: a summation step's result is moved to the exact sum (float64) plus or minus that bound,
 # and the move is propagated through the later steps as the ulps of the inexact ops are. A result beyond the float
 # range becomes an infinity there, as an order that overflows gives.
-SUMMATIONS = frozenset({"sum", "mean", "cumsum", "matmul", "conv", "avg_pool", "einsum"})
+SUMMATIONS = frozenset({"sum", "mean", "cumsum", "matmul", "conv", "avg_pool", "einsum", "nan_reduction"})
 
 
 def _terms(op: str, operands: Sequence[torch.Tensor], result: torch.Tensor) -> int:
@@ -1433,6 +1604,7 @@ def draw_program(seed: int) -> Program:
     rng = random.Random(seed)
     wide = seed >= WIDE_FIRST_SEED
     wider = seed >= WIDER_FIRST_SEED  # (a seed below it draws no number more: its program is unchanged)
+    edge = seed >= EDGE_FIRST_SEED  # (likewise)
     base = draw_shape(rng)
     inputs = []
     for k in range(rng.choice([1, 2, 2, 3])):
@@ -1446,7 +1618,9 @@ def draw_program(seed: int) -> Program:
     attempts = 0
     while len(steps) < target and attempts < 200:
         attempts += 1
-        if wider and rng.random() < WIDER_SHARE:
+        if edge and rng.random() < EDGE_SHARE:
+            op = rng.choice(EDGE_DRAWS)
+        elif wider and rng.random() < WIDER_SHARE:
             op = rng.choice(WIDER_OPS)
         else:
             op = rng.choice(WIDE_OPS if wide and rng.random() < WIDE_SHARE else OPS)
@@ -1461,6 +1635,8 @@ def draw_program(seed: int) -> Program:
         expression = op.build(rng, operands)
         if expression is None:
             continue
+        if edge and op.name == "mode" and any(x.is_floating_point() and bool(x.isnan().any()) for x in operands):
+            continue  # eager's mode std::sorts the slice: NaN breaks its order (mode of [inf, nan, inf, -inf]: -inf)
         result = _eager_step(expression, operands)
         if result is None:
             continue

@@ -69,8 +69,7 @@ def scaled_dot_product_attention_bool_mask(
     zero = op.Constant(value=ir.tensor(0.0, dtype=compute_type))
     minus_infinity = op.Constant(value=ir.tensor(-math.inf, dtype=compute_type))
     scores = op.Add(scores, op.Where(attn_mask, zero, minus_infinity))
-    weights = op.Softmax(scores, axis=-1)
-    weights = op.Where(op.IsNaN(weights), zero, weights)  # rows with no allowed key: 0/0 -> 0
+    weights = _zero_blocked_rows(scores, op.Softmax(scores, axis=-1))
     attended = op.MatMul(weights, v)
     return op.Cast(attended, to=dtype) if low_precision else attended
 
@@ -131,6 +130,14 @@ def _onnx_attention(
         attributes["is_causal"] = 1
     result = opset23.Attention(query, key, value, mask, **attributes)
     return op.Squeeze(result, op.Constant(value_ints=[1])) if rank == 3 else result
+
+
+def _zero_blocked_rows(scores: TFloat, weights: TFloat) -> TFloat:
+    """Zeros for a query whose every score is -inf (the mask blocked every key), as eager's SDPA (_safe_softmax),
+    where Softmax gives 0/0; a row holding NaN stays NaN, as in eager."""
+    blocked = op.Cast(op.Equal(scores, op.CastLike(-math.inf, scores)), to=ir.DataType.INT32)
+    every_key_blocked = op.ReduceMin(blocked, op.Constant(value_ints=[-1]), keepdims=True)
+    return op.Where(op.Cast(every_key_blocked, to=ir.DataType.BOOL), op.CastLike(0.0, weights), weights)
 
 
 def _causal_mask(query: TFloat, key: TFloat) -> BOOL:
@@ -205,5 +212,7 @@ def scaled_dot_product_attention(
     if attn_mask is not None:
         scores = op.Add(scores, compute(attn_mask))
     weights = op.Softmax(scores, axis=-1)
+    if attn_mask is not None:
+        weights = _zero_blocked_rows(scores, weights)
     attended = op.MatMul(weights, v)
     return op.Cast(attended, to=dtype) if low_precision else attended

@@ -219,6 +219,18 @@ def _const(value: float, like: TFloat) -> TFloat:
     return op.Constant(value=ir.tensor(value, dtype=like.dtype))
 
 
+def _log_softmax(x: TFloat, dim: int) -> TFloat:
+    """LogSoftmax, with eager's NaN rows: eager subtracts the row's max, so a NaN or +inf anywhere in the row, or a
+    row of -inf only, makes every element NaN; ONNX Runtime's max skips NaN (finite results beside the NaN)."""
+    if len(x.shape) == 0:
+        return op.Sub(x, x)  # 0.0, NaN for NaN and +-inf
+    result = op.LogSoftmax(x, axis=dim)
+    axes = op.Constant(value_ints=[dim])
+    has_nan = op.Greater(op.ReduceMax(op.Cast(op.IsNaN(x), to=x.dtype), axes, keepdims=True), _const(0.0, x))
+    largest = op.ReduceMax(x, axes, keepdims=True)
+    return op.Where(op.Or(has_nan, op.IsInf(largest)), _const(math.nan, x), result)
+
+
 def _polynomial(x: TFloat, coefficients: Sequence[float]) -> TFloat:
     """Horner's rule, highest power first."""
     result = _const(coefficients[0], x)
@@ -278,10 +290,12 @@ TIndex = TypeVar("TIndex", INT32, INT64)
 def _p_norm(x: TFloat, p: float, axes: INT64 | None, keepdim: bool) -> TFloat:
     """The p-norm of x over `axes` (all when None), as torch.linalg.vector_norm defines it for each p."""
     magnitude = op.Abs(x)
-    if p == math.inf:
-        return op.ReduceMax(magnitude, axes, keepdims=keepdim)
-    if p == -math.inf:
-        return op.ReduceMin(magnitude, axes, keepdims=keepdim)
+    if p in (math.inf, -math.inf):  # NaN where a NaN is, as eager's amax/amin (ONNX Runtime's skip it)
+        extreme = op.ReduceMax if p > 0 else op.ReduceMin
+        has_nan = op.ReduceMax(op.Cast(op.IsNaN(x), to=INT32.dtype), axes, keepdims=keepdim)
+        return op.Where(
+            op.Cast(has_nan, to=BOOL.dtype), op.CastLike(math.nan, x), extreme(magnitude, axes, keepdims=keepdim)
+        )
     if p == 0:
         return op.ReduceSum(op.CastLike(op.Not(op.Equal(x, op.CastLike(0.0, x))), x), axes, keepdims=keepdim)
     if p == 1:

@@ -322,6 +322,13 @@ def fmin(self: TReal, other: TReal) -> TReal:
     return _nan_ignoring(self, other, largest=False)
 
 
+@lowering("aten::heaviside")
+def heaviside(self: TReal, values: TReal) -> TReal:
+    """values where x is 0, else x > 0: 0 at NaN, as eager (torchlib's Where(x < 0, 0, 1) gave 1)."""
+    stepped = op.CastLike(op.Greater(self, op.CastLike(0, self)), self)
+    return op.Where(op.Equal(self, op.CastLike(0, self)), values, stepped)
+
+
 @lowering("aten::hypot")
 def hypot(self: TFloat, other: TFloat) -> TFloat:
     """sqrt(x**2 + y**2), scaled by max(|x|, |y|) so that squares of large values do not overflow."""

@@ -11,7 +11,7 @@ from onnxscript import INT64
 from onnxscript import opset18 as op
 
 from fx2onnx._emit.context import LoweringContext
-from fx2onnx._lowerings.builders import TFloat, TIndex, TInt, _back, _const, _in_float32
+from fx2onnx._lowerings.builders import TFloat, TIndex, TInt, _back, _const, _in_float32, _log_softmax
 from fx2onnx._lowerings.rules import lowering
 
 
@@ -38,7 +38,7 @@ def cross_entropy_probabilities(
         probabilities = op.Add(
             op.Mul(probabilities, _const(1.0 - label_smoothing, x)), _const(label_smoothing / classes, x)
         )
-    log_probabilities = op.LogSoftmax(x, axis=class_axis)
+    log_probabilities = _log_softmax(x, class_axis)  # NaN rows as eager's
     terms = op.Mul(probabilities, log_probabilities)
     if weight is not None:
         shape = [1] * rank
@@ -78,7 +78,7 @@ def _class_cross_entropy(
     if unbatched:
         logits, target = op.Unsqueeze(logits, zero_axis), op.Unsqueeze(target, zero_axis)
     class_axis = op.Constant(value_ints=[1])
-    log_probabilities = op.LogSoftmax(logits, axis=1)
+    log_probabilities = _log_softmax(logits, 1)  # NaN rows as eager's
     ignored = op.Equal(target, op.Constant(value_int=ignore_index))
     safe_target = op.Where(ignored, op.Constant(value_int=0), target)
     picked = op.Squeeze(op.GatherElements(log_probabilities, op.Unsqueeze(safe_target, class_axis), axis=1), class_axis)

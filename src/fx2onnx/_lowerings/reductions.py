@@ -44,6 +44,7 @@ from fx2onnx._lowerings.builders import (
     _in_float32,
     _int_const,
     _is_float,
+    _log_softmax,
     _p_norm,
     _positive_zero,
     _wide,
@@ -53,18 +54,6 @@ from fx2onnx._lowerings.rules import lowering
 
 
 # --- log_softmax and logsumexp ----------------------------------------------------------------------------------
-def _log_softmax(x: TFloat, dim: int) -> TFloat:
-    """LogSoftmax, with eager's NaN rows: eager subtracts the row's max, so a NaN or +inf anywhere in the row, or a
-    row of -inf only, makes every element NaN; ONNX Runtime's max skips NaN (finite results beside the NaN)."""
-    if len(x.shape) == 0:
-        return op.Sub(x, x)  # 0.0, NaN for NaN and +-inf
-    result = op.LogSoftmax(x, axis=dim)
-    axes = op.Constant(value_ints=[dim])
-    has_nan = op.Greater(op.ReduceMax(op.Cast(op.IsNaN(x), to=x.dtype), axes, keepdims=True), _const(0.0, x))
-    largest = op.ReduceMax(x, axes, keepdims=True)
-    return op.Where(op.Or(has_nan, op.IsInf(largest)), _const(math.nan, x), result)
-
-
 @lowering("aten::log_softmax.int")
 def log_softmax(self: TFloat, dim: int, dtype: int | None = None) -> TFloat:
     return _log_softmax(_cast(self, ir.DataType(dtype)) if dtype is not None else self, dim)
@@ -78,14 +67,31 @@ def log_softmax_internal(self: TFloat, dim: int, half_to_float: bool) -> TFloat:
 TLowPrecision = TypeVar("TLowPrecision", FLOAT16, BFLOAT16)
 
 
+def _logsumexp(x: TFloat, dim: Sequence[int], keepdim: bool) -> TFloat:
+    """Eager's formula: max + log(sum(exp(x - max))), the max taken as 0 where it is infinite (a row of -inf only
+    gives -inf, a +inf gives inf, a NaN NaN). ReduceLogSumExp gives the same in ONNX Runtime, but constant folding
+    evaluates it with ONNX's reference implementation, which subtracts an infinite max: NaN for a row of -inf."""
+    axes = op.Constant(value_ints=list(dim)) if dim else None
+    largest = op.ReduceMax(x, axes, keepdims=True)
+    shift = op.Where(op.IsInf(largest), _const(0.0, x), largest)
+    total = op.ReduceSum(op.Exp(op.Sub(x, shift)), axes, keepdims=keepdim)
+    return op.Add(op.Log(total), shift if keepdim else op.ReduceMax(shift, axes, keepdims=False))
+
+
 @lowering("aten::logsumexp", variant="float16")
 def logsumexp_low_precision(self: TLowPrecision, dim: Sequence[int], keepdim: bool = False) -> TLowPrecision:
     """In float32, rounded once: ONNX Runtime's float16/bfloat16 ReduceLogSumExp does not subtract the max first
     (inf for values near the dtype's max, where eager gives the max)."""
     if len(self.shape) == 0:
         return op.Identity(self)
-    axes = op.Constant(value_ints=list(dim)) if dim else None
-    return _back(op.ReduceLogSumExp(_in_float32(self), axes, keepdims=keepdim), self)
+    return _back(_logsumexp(_in_float32(self), dim, keepdim), self)
+
+
+@lowering("aten::logsumexp")
+def logsumexp(self: TFloat, dim: Sequence[int], keepdim: bool = False) -> TFloat:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return _logsumexp(self, dim, keepdim)
 
 
 # --- logcumsumexp -------------------------------------------------------------------------------------------------
@@ -211,6 +217,21 @@ def max_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]
 @lowering("aten::min.dim")
 def min_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, INT64]:
     return _extreme_along(self, dim, keepdim, largest=False)
+
+
+# torch.max(x)/torch.min(x) over every element: NaN when one is NaN, as amax/amin (torchlib's ReduceMax skipped it).
+@lowering("aten::max")
+def max_all(self: TReal) -> TReal:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return _nan_propagated(self, op.ReduceMax(self, keepdims=False), None, False)
+
+
+@lowering("aten::min")
+def min_all(self: TReal) -> TReal:
+    if len(self.shape) == 0:
+        return op.Identity(self)
+    return _nan_propagated(self, op.ReduceMin(self, keepdims=False), None, False)
 
 
 def _arg_extreme(self: TReal, dim: int | None, keepdim: bool, largest: bool) -> INT64:
