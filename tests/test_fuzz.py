@@ -43,6 +43,9 @@ REGULAR_SEEDS += [10000862, 10000907, 10001327]
 # median of x[x != 0], a dim of run-time length (10002397, 10003360, 20000045).
 REGULAR_SEEDS += [10002142, 10003499, 10004004, 10004227, 10002201, 10003035, 10003059, 10003335]
 REGULAR_SEEDS += [10002397, 10003360, 20000045]
+# masked_scatter into an empty diff with a mask Cast to bool: ExpandElimination dropped the mask's Expand to [0] and
+# ScatterND wrote index 0 of no element (20201370, from the campaign of seeds 20200000 on).
+REGULAR_SEEDS += [20201370]
 # Seeds 10002000-10004999 that failed: float max_pool with indices of NaN or padding-only windows (10002248,
 # 10002271), max_pool of a padding-only window (10003236: int8; 10003247: float32), index_add into bool with alpha=-1
 # (10002802), layer_norm/group_norm of a row whose variance overflows, eager disagreeing with itself (10002938,
