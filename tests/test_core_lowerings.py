@@ -6,6 +6,7 @@ inputs include the edge cases that broke it (0-d tensors, NaN, ties, narrow inte
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -267,3 +268,79 @@ def test_mode_of_a_slice_holding_nan(dtype: torch.dtype) -> None:
     x = torch.tensor([NAN, INF, -INF, -0.0, 0.0, 1.5, NAN, 1.5, -2.5, 0.0, NAN, -0.0], dtype=dtype)
     assert_exports_and_matches(Call(lambda x: torch.mode(x).values), (x,))
     assert_exports_and_matches(Call(lambda x: torch.mode(x, 0).values), (x.reshape(12, 1).expand(12, 2).contiguous(),))
+
+
+EMPTY_NORMALIZATION_SHAPES = [((0,), (0,)), ((2, 0), (0,)), ((0, 3), (3,)), ((2, 3, 0), (3, 0))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_layer_norm_of_no_element(dtype: torch.dtype) -> None:
+    """Seed 10003335: layer_norm over an empty shape is the empty input (native_layer_norm: mean 0, rstd NaN per
+    row); ONNX Runtime's LayerNormalization refuses a row of no element, which its LayerNormFusion also makes of
+    the float64 ReduceMean pattern. Non-empty rows keep their LayerNormalization (extremes included)."""
+    for shape, normalized in EMPTY_NORMALIZATION_SHAPES:
+        x = torch.empty(shape, dtype=dtype)
+        weight, bias = torch.ones(normalized, dtype=dtype), torch.zeros(normalized, dtype=dtype)
+        layer_norm = Call(lambda x, w, b, n=normalized: torch.nn.functional.layer_norm(x, n, w, b, eps=1e-3))
+        assert_exports_and_matches(layer_norm, (x, weight, bias))
+        assert_exports_and_matches(Call(lambda x, n=normalized: torch.native_layer_norm(x, n, None, None, 1e-5)), (x,))
+    big = torch.finfo(dtype).max ** 0.5 / 4  # the variance stays finite (an overflowing one: test_fuzz's seed 10002938)
+    tiny = torch.finfo(dtype).tiny
+    row = torch.tensor([[big, -big / 2, 0.0, -0.0], [1.0, 1.0, 1.0, 1.0], [tiny, -tiny, 0.0, tiny]], dtype=dtype)
+    assert_exports_and_matches(Call(lambda x: torch.nn.functional.layer_norm(x, (4,))), (row,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_group_norm_of_no_element(dtype: torch.dtype) -> None:
+    """Seeds 10003035, 10003059: group_norm of an input of no element (N 0, or a group of no element) is the input
+    (native_group_norm: mean 0, rstd NaN per group); the Reshape to [0, groups, -1] failed the checker ('product
+    cannot be 0 in combination with -1') and the Reshape back (its 0 copying a dim) failed at run time."""
+    for shape, groups in [((0, 1), 1), ((0, 4, 3), 2), ((2, 4, 0), 2), ((2, 0), 1), ((1, 2, 0, 3), 1)]:
+        x = torch.empty(shape, dtype=dtype)
+        weight, bias = torch.ones(shape[1], dtype=dtype), torch.zeros(shape[1], dtype=dtype)
+        group_norm = Call(lambda x, w, b, g=groups: torch.nn.functional.group_norm(x, g, w, b, eps=1e-3))
+        assert_exports_and_matches(group_norm, (x, weight, bias))
+        size = (shape[0], shape[1], math.prod(shape[2:]))
+        native = Call(lambda x, g=groups, size=size: torch.native_group_norm(x, None, None, *size, g, 1e-5))
+        assert_exports_and_matches(native, (x,))
+    tiny = torch.finfo(dtype).tiny
+    x = torch.tensor([[[tiny, -tiny], [0.0, -0.0]], [[1.0, 2.0], [3.0, 4.0]]], dtype=dtype)
+    assert_exports_and_matches(Call(lambda x: torch.nn.functional.group_norm(x, 1)), (x,))
+
+
+NONZERO_PATTERNS = [[1, 1, 1, 1, 1, 1], [0, 0, 1, 0, 0, 0], [1, 0, 1, 1, 0, 1], [0, 1, 0, 0, 1, 0], [0, 0, 0, 1, 0, 0]]
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int8, torch.uint8]
+)
+@pytest.mark.parametrize("function", [torch.median, torch.nanmedian])
+def test_median_over_a_dynamic_dim(function: Callable[..., Any], dtype: torch.dtype) -> None:
+    """Seeds 10002397, 10003360, 20000045: the median of x[x != 0] (a data-dependent length) had no lowering. Over
+    a dim (eager refuses one of size 0) the lower median's position is (length - 1) // 2 at run time; flattened,
+    a filler that sorts last makes a length of 0 give eager's NaN (cast for integers)."""
+    if dtype.is_floating_point:
+        x = torch.tensor([2.5, NAN, -INF, INF, torch.finfo(dtype).max, -0.0], dtype=dtype)
+    else:
+        info = torch.iinfo(dtype)
+        x = torch.tensor([info.max, info.min, 3, info.max, 1, info.min], dtype=dtype)
+    runs = [((torch.where(torch.tensor(keep).bool(), x, torch.zeros_like(x)),), {}) for keep in NONZERO_PATTERNS]
+    without_nan = ((x.nan_to_num(nan=1.0, posinf=INF, neginf=-INF) if dtype.is_floating_point else x,), {})
+    nonzero_runs = [*runs, without_nan]
+    assert_exports_and_matches(Call(lambda t: function(t[t != 0], 0)), (x,), run_with=nonzero_runs)
+    assert_exports_and_matches(Call(lambda t: tuple(function(t[t != 0], 0, keepdim=True))), (x,), run_with=nonzero_runs)
+    flat_runs = [*nonzero_runs, ((torch.zeros_like(x),), {})]  # no element: NaN
+    assert_exports_and_matches(Call(lambda t: function(t[t != 0])), (x,), run_with=flat_runs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16])
+def test_median_over_a_dim_of_dynamic_shape(dtype: torch.dtype) -> None:
+    """dynamic_shapes makes the reduced dim symbolic: the median's position is computed at run time (sizes 1-5)."""
+    x = torch.tensor([[3, -1, 7, 0], [2, 2, -5, 9]]).to(dtype)
+    runs = [((torch.arange(2 * n).reshape(2, n).flip(1).to(dtype) % 3,), {}) for n in (1, 2, 3, 5)]
+    dims = [({1: torch.export.Dim("n", min=1)},)]  # Call takes *args
+    for keepdim in (False, True):
+        median = Call(lambda t, k=keepdim: tuple(torch.median(t, 1, keepdim=k)))
+        assert_exports_and_matches(median, (x,), run_with=[((x,), {}), *runs], dynamic_shapes=dims)
+        flat = Call(lambda t: torch.median(t))
+        assert_exports_and_matches(flat, (x,), run_with=[((x,), {}), *runs], dynamic_shapes=dims)

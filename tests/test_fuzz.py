@@ -37,6 +37,15 @@ REGULAR_SEEDS = [*range(40), 53, 54, 55, 106, 116, 118, 24189, 32527, 36028, 436
 # 10001327); gcd of int64's minimum (10000907).
 REGULAR_SEEDS += [10000000, 10000009, 10000103, 10000116, 10000141, 10000285, 10000387, 10000398, 10000546, 10000622]
 REGULAR_SEEDS += [10000862, 10000907, 10001327]
+# Export and run failures of the wide catalogue: masked_scatter with an empty broadcast shape, reshaped back with
+# Reshape's 0 copying a dim (10002142, 10003499, 10004004, 10004227; 10002201: bfloat16, whose Expand to [1, 0] ONNX
+# Runtime's ExpandElimination took for a no-op); group_norm/layer_norm of no element (10003035, 10003059, 10003335);
+# median of x[x != 0], a dim of run-time length (10002397, 10003360, 20000045).
+REGULAR_SEEDS += [10002142, 10003499, 10004004, 10004227, 10002201, 10003035, 10003059, 10003335]
+REGULAR_SEEDS += [10002397, 10003360, 20000045]
+# masked_scatter into an empty diff with a mask Cast to bool: ExpandElimination dropped the mask's Expand to [0] and
+# ScatterND wrote index 0 of no element (20201370, from the campaign of seeds 20200000 on).
+REGULAR_SEEDS += [20201370]
 # Seeds 10002000-10004999 that failed: float max_pool with indices of NaN or padding-only windows (10002248,
 # 10002271), max_pool of a padding-only window (10003236: int8; 10003247: float32), index_add into bool with alpha=-1
 # (10002802), layer_norm/group_norm of a row whose variance overflows, eager disagreeing with itself (10002938,

@@ -354,3 +354,34 @@ def test_narrow_from_a_negative_start(start: int, length: int) -> None:
     start counts from the end."""
     x = torch.tensor([[-1e-3, 0.5, NAN], [INF, -0.0, 65504.0]], dtype=torch.float16)
     assert_exports_and_matches(Call(lambda x: torch.narrow(x, -1, start, length)), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.float16, torch.bfloat16, torch.float32])
+def test_masked_scatter_of_no_element(dtype: torch.dtype) -> None:
+    """Seeds 10002142, 10003499, 10004004, 10004227: an empty broadcast of self and mask ([0] with [[False]]:
+    [1, 0]) was reshaped back with Reshape's 0 meaning 'copy the input's dim', which the checker refused. Seed
+    10002201 (bfloat16): ONNX Runtime's ExpandElimination then took the Expand of [[x]] to [1, 0] for a no-op and
+    returned [1, 1] (legalize/fusion_guards.py)."""
+    extreme = (
+        torch.tensor([True]) if dtype == torch.bool else torch.tensor([-math.inf if dtype.is_floating_point else 0])
+    )
+    low = (
+        extreme.to(dtype) if dtype.is_floating_point or dtype == torch.bool else torch.tensor([torch.iinfo(dtype).min])
+    )
+    x = low.to(dtype).reshape(1, 1)
+    scatter = Call(lambda x, mask: x.masked_scatter(mask.bool(), x + x))
+    assert_exports_and_matches(scatter, (x[0, :0], torch.tensor([[False]])))  # self [0], mask [1, 1]
+    assert_exports_and_matches(scatter, (x, torch.empty(1, 0, dtype=torch.bool)))  # self [1, 1], mask [1, 0]
+    assert_exports_and_matches(scatter, (x[:, :0], torch.tensor([True, False])[:1]))  # self [1, 0], mask [1]
+    assert_exports_and_matches(scatter, (x.expand(2, 1).clone(), torch.empty(3, 1, 0, dtype=torch.bool)))
+    assert_exports_and_matches(Call(lambda x: x.masked_scatter(x[:, :0].bool(), x.flip(0))), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int16])
+def test_expand_of_size_one_to_no_element(dtype: torch.dtype) -> None:
+    """eager's x.expand(1, 0) of a [1, 1] tensor is [1, 0]; for bfloat16 (its Expand legalized between Casts to
+    float32) ONNX Runtime's ExpandElimination removed it (a target dim <= 1 counts as kept) and gave [1, 1]."""
+    x = torch.tensor([[3]], dtype=dtype)
+    assert_exports_and_matches(Call(lambda x: x.expand(1, 0) * 2), (x,))
+    assert_exports_and_matches(Call(lambda x: x.expand(2, 1, 0) + 1), (x,))
+    assert_exports_and_matches(Call(lambda x: x.expand(1, 3) * 2), (x,))  # not empty: nothing inserted

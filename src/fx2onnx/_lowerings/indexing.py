@@ -550,7 +550,8 @@ def masked_scatter(self: TTensor, mask: BOOL, source: TTensor) -> TTensor:
     indices = op.Transpose(op.NonZero(full_mask), perm=[1, 0])
     count = op.Shape(indices, start=0, end=1)
     updates = op.Slice(op.Reshape(source, flat), op.Constant(value_ints=[0]), count)
-    return op.Reshape(op.ScatterND(op.Reshape(op.Expand(self, shape), flat), indices, updates), shape)
+    scattered = op.ScatterND(op.Reshape(op.Expand(self, shape), flat), indices, updates)
+    return op.Reshape(scattered, shape, allowzero=1)  # an empty dim of the shape is 0, not a copied dim
 
 
 _INTEGERS = (*_NARROW_INTS, ir.DataType.INT32, ir.DataType.INT64)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import onnx_ir as ir
-from onnxscript import DOUBLE, INT64, UINT8
+from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT64, UINT8
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import TTensor
 
-from fx2onnx._lowerings.builders import _LOW_PRECISION, TFloat, _back, _double
+from fx2onnx._lowerings.builders import _LOW_PRECISION, TFloat, _back, _const, _double
 from fx2onnx._lowerings.rules import lowering
 
 
@@ -185,9 +186,37 @@ def _normalize(x: DOUBLE, axes: Sequence[int], eps: float) -> tuple[DOUBLE, DOUB
     return op.Mul(centered, rstd), mean, rstd
 
 
+# --- inputs of no element: eager returns the (empty) input, with a mean of 0 and an rstd of NaN (the variance of no
+# element) per row. ONNX Runtime's LayerNormalization refuses a row of no element ("Size of X.shape[axis:] must be
+# at least 1"; its LayerNormFusion makes one of the ReduceMean pattern too), and the Reshape to [0, groups, -1] of
+# a group norm fails the checker when there is no element (fuzz seeds 10003035, 10003335).
+def _has_no_element(input: TFloat) -> bool:
+    return any(isinstance(size, int) and size == 0 for size in input.shape)
+
+
+def _empty_normalization(
+    input: TFloat, leading_dims: int, statistics_tail: Sequence[int]
+) -> tuple[TFloat, TFloat, TFloat]:
+    """(input, mean 0, rstd NaN), the statistics shaped as input's first `leading_dims` dims + `statistics_tail`."""
+    shape = op.Concat(op.Shape(input, start=0, end=leading_dims), op.Constant(value_ints=list(statistics_tail)), axis=0)
+    mean = op.Expand(_const(0.0, input), shape)
+    rstd = op.Expand(_const(float("nan"), input), shape)
+    return op.Identity(input), mean, rstd
+
+
+def _empty_layer_norm(input: TFloat, normalized_shape: Sequence[int]) -> tuple[TFloat, TFloat, TFloat]:
+    return _empty_normalization(input, len(input.shape) - len(normalized_shape), [1] * len(normalized_shape))
+
+
+def _empty_group_norm(input: TFloat, groups: int) -> tuple[TFloat, TFloat, TFloat]:
+    return _empty_normalization(input, 1, [groups])
+
+
 def _layer_norm(
     input: DOUBLE, normalized_shape: Sequence[int], weight: DOUBLE | None, bias: DOUBLE | None, eps: float
 ) -> tuple[DOUBLE, DOUBLE, DOUBLE]:
+    if _has_no_element(input):
+        return _empty_layer_norm(input, normalized_shape)
     rank = len(input.shape)
     normalized, mean, rstd = _normalize(input, range(rank - len(normalized_shape), rank), eps)
     if weight is not None:
@@ -226,6 +255,8 @@ def _group_norm(
     input: DOUBLE, groups: int, weight: DOUBLE | None, bias: DOUBLE | None, eps: float
 ) -> tuple[DOUBLE, DOUBLE, DOUBLE]:
     """Normalize (N, groups, rest) rows, then scale and shift per channel (axis 1); mean and rstd are (N, groups)."""
+    if _has_no_element(input):
+        return _empty_group_norm(input, groups)
     rank = len(input.shape)
     grouped = op.Reshape(input, op.Constant(value_ints=[0, groups, -1]))
     normalized, mean, rstd = _normalize(grouped, [2], eps)
@@ -265,6 +296,76 @@ def native_group_norm(
 ) -> tuple[DOUBLE, DOUBLE, DOUBLE]:
     del N, C, HxW  # the input's shape says as much
     return _group_norm(input, group, weight, bias, eps)
+
+
+# float32, float16 and bfloat16: torchlib's LayerNormalization / InstanceNormalization (their float32 epsilon is
+# exact enough there), but for an input of no element, which they refuse (see _has_no_element).
+TSinglePrecision = TypeVar("TSinglePrecision", BFLOAT16, FLOAT, FLOAT16)
+
+
+@lowering("aten::layer_norm")
+def layer_norm_single(
+    input: TSinglePrecision,
+    normalized_shape: Sequence[int],
+    weight: TSinglePrecision | None = None,
+    bias: TSinglePrecision | None = None,
+    eps: float = 1e-5,
+    cudnn_enable: bool = True,
+) -> TSinglePrecision:
+    if _has_no_element(input):
+        return _empty_layer_norm(input, normalized_shape)[0]
+    from onnxscript.function_libs.torch_lib.ops.core import aten_layer_norm
+
+    return aten_layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enable)
+
+
+@lowering("aten::native_layer_norm")
+def native_layer_norm_single(
+    input: TSinglePrecision,
+    normalized_shape: Sequence[int],
+    weight: TSinglePrecision | None = None,
+    bias: TSinglePrecision | None = None,
+    eps: float = 1e-5,
+) -> tuple[TSinglePrecision, TSinglePrecision, TSinglePrecision]:
+    if _has_no_element(input):
+        return _empty_layer_norm(input, normalized_shape)
+    from onnxscript.function_libs.torch_lib.ops.core import aten_native_layer_norm
+
+    return aten_native_layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+@lowering("aten::group_norm")
+def group_norm_single(
+    input: TSinglePrecision,
+    num_groups: int,
+    weight: TSinglePrecision | None = None,
+    bias: TSinglePrecision | None = None,
+    eps: float = 1e-5,
+    cudnn_enabled: bool = True,
+) -> TSinglePrecision:
+    if _has_no_element(input):
+        return _empty_group_norm(input, num_groups)[0]
+    from onnxscript.function_libs.torch_lib.ops.nn import aten_group_norm
+
+    return aten_group_norm(input, num_groups, weight, bias, eps, cudnn_enabled)
+
+
+@lowering("aten::native_group_norm")
+def native_group_norm_single(
+    input: TSinglePrecision,
+    weight: TSinglePrecision | None = None,
+    bias: TSinglePrecision | None = None,
+    N: INT64 | None = None,
+    C: INT64 | None = None,
+    HxW: INT64 | None = None,
+    group: int = 1,
+    eps: float = 1e-5,
+) -> tuple[TSinglePrecision, TSinglePrecision, TSinglePrecision]:
+    if _has_no_element(input):
+        return _empty_group_norm(input, group)
+    from onnxscript.function_libs.torch_lib.ops.core import aten_native_group_norm
+
+    return aten_native_group_norm(input, weight, bias, N, C, HxW, group, eps)
 
 
 @lowering("aten::instance_norm")

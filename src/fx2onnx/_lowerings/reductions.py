@@ -533,6 +533,40 @@ def _kth_smallest(x: TReal, position: INT64 | int, axis: int, keepdim: bool) -> 
     return value, index
 
 
+def _lower_median_position(length: INT64) -> INT64:
+    """(length - 1) // 2 of a run-time length (0 for a length of 0, as eager's lower median index)."""
+    return op.Max(
+        op.Div(op.Sub(length, op.Constant(value_ints=[1])), op.Constant(value_ints=[2])), op.Constant(value_ints=[0])
+    )
+
+
+def _sorts_last(x: TReal) -> TReal:
+    """A [1] filler that _kth_smallest sorts after every element of x (TopK keeps ties in index order)."""
+    if _is_float(x):
+        return op.Constant(value=ir.tensor([math.nan], dtype=x.dtype))  # _sortable takes NaN as +inf
+    if x.dtype == ir.DataType.BOOL:
+        return op.Constant(value=ir.tensor([True], dtype=x.dtype))
+    return op.Constant(value=ir.tensor(np.array([np.iinfo(x.dtype.numpy()).max], dtype=x.dtype.numpy())))
+
+
+def _median_of_flat_dynamic(x: TReal, ignore_nan: bool) -> TReal:
+    """The median of a flat tensor whose length is known at run time only (fuzz seed 10003360: a median of
+    x[x != 0]), which may then have no element: eager gives NaN (cast for an integer dtype). A filler that sorts
+    last is appended, so the lower-median position (from the length without it) always exists."""
+    floats = _is_float(x)
+    padded = op.Concat(x, _sorts_last(x), axis=0)
+    if ignore_nan and floats:  # the lower median of the non-NaN values; none: the NaN filler
+        count = op.ReduceSum(op.Cast(op.Not(op.IsNaN(x)), to=INT64.dtype), op.Constant(value_ints=[0]), keepdims=True)
+        return _kth_smallest(padded, _lower_median_position(count), 0, keepdim=False)[0]
+    length = op.Shape(x)
+    value = _kth_smallest(padded, _lower_median_position(length), 0, keepdim=False)[0]
+    if floats:  # any NaN makes the median NaN (no element: the NaN filler is taken)
+        nan_count = op.ReduceSum(op.Cast(op.IsNaN(x), to=INT64.dtype), op.Constant(value_ints=[0]), keepdims=False)
+        return op.Where(op.Greater(nan_count, op.Constant(value_int=0)), _const(math.nan, x), value)
+    nan = op.Cast(op.Constant(value=ir.tensor(math.nan, dtype=ir.DataType.FLOAT)), to=x.dtype)
+    return op.Where(op.Equal(op.Squeeze(length), op.Constant(value_int=0)), nan, value)
+
+
 def _median(self: TReal, dim: int | None, keepdim: bool, ignore_nan: bool) -> tuple[TReal, INT64]:
     x = self if dim is not None else op.Reshape(self, op.Constant(value_ints=[-1]))
     if len(self.shape) == 0 and dim is not None:
@@ -547,6 +581,8 @@ def _median(self: TReal, dim: int | None, keepdim: bool, ignore_nan: bool) -> tu
     if dim is None and length == 0:  # eager's median of no element is NaN (and NaN cast for an integer dtype)
         nan = op.Constant(value=ir.tensor(math.nan, dtype=ir.DataType.FLOAT))
         return op.Cast(nan, to=self.dtype), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    if length is None:  # flattened, of a run-time length
+        return _median_of_flat_dynamic(x, ignore_nan), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
     if ignore_nan and floats:  # the lower median of the non-NaN values (NaN when there are none)
         count = op.ReduceSum(
             op.Cast(op.Not(op.IsNaN(x)), to=INT64.dtype), op.Constant(value_ints=[axis]), keepdims=True
@@ -554,9 +590,14 @@ def _median(self: TReal, dim: int | None, keepdim: bool, ignore_nan: bool) -> tu
         position = op.Div(op.Sub(count, op.Constant(value_ints=[1])), op.Constant(value_ints=[2]))
         position = op.Max(position, op.Constant(value_ints=[0]))
         return _kth_smallest(x, position, axis, keepdim)
-    if not isinstance(length, int):
-        raise NotImplementedError("median over a dynamic dim has no lowering here")
-    value, index = _kth_smallest(x, (length - 1) // 2, axis, keepdim)
+    if isinstance(length, int):
+        position: INT64 | int = (length - 1) // 2
+    else:  # a dynamic dim (eager refuses one of size 0): the position in the statistics' shape, for GatherElements
+        statistics_shape = op.Concat(
+            op.Shape(x, start=0, end=axis), op.Constant(value_ints=[1]), op.Shape(x, start=axis + 1), axis=0
+        )
+        position = op.Expand(_lower_median_position(op.Shape(x, start=axis, end=axis + 1)), statistics_shape)
+    value, index = _kth_smallest(x, position, axis, keepdim)
     if floats:  # any NaN makes the median NaN, at the first NaN's index
         nan = op.IsNaN(x)
         has_nan = op.ReduceMax(op.Cast(nan, to=INT32.dtype), op.Constant(value_ints=[axis]), keepdims=keepdim)

@@ -20,6 +20,12 @@ session than with optimizations off; each such runtime defect is described, with
 - ``MatMulScaleFusion`` folds a constant scale after a MatMul into ``FusedMatMul``'s alpha, and the session then
   refuses a non-finite alpha (``matmul(a, b) / 0``): a same-shape Reshape between the two keeps them apart.
 
+- ``ExpandElimination`` removes an Expand whose constant target shape is at most 1 where it differs from the
+  input's, a target 0 included: ``Expand(x [1, 1], [1, 0])`` (an empty broadcast, as eager's ``x.expand(1, 0)``)
+  then returns x itself, [1, 1] (fuzz seed 10002201: a bfloat16 masked_scatter with an empty mask, its Expand
+  between legalization's Casts). The input is sliced to size 0 along those dims first: the same result, and an
+  Expand the rule only removes when it is one.
+
 ONNX Runtime also refuses to create a session for a model with an integer ``Div``/``Mod`` by a constant holding a
 zero ("Integer modulo by zero", at kernel creation), where eager's ``empty_uint8 % 0`` is an empty tensor (and a
 non-empty one raises ZeroDivisionError). The zeros of such a constant divisor become ones: the model loads, and
@@ -55,6 +61,8 @@ def guard_fusions(model: ir.Model) -> int:
                 inserted += _zero_addition_kept(graph, node)
             elif node.op_type == "Cast" and node.domain in _STANDARD and _cast_target(node) in _NARROW_FLOATS:
                 inserted += _separate_from_casts(graph, node, to=_EIGHT_BIT_INTEGERS)
+            elif node.op_type == "Expand" and node.domain in _STANDARD:
+                inserted += _empty_expansion_kept(graph, node)
     return inserted
 
 
@@ -116,6 +124,41 @@ def _without_zero_divisor(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
     constant.outputs[0].shape = ir.Shape(divisor.shape)
     graph.insert_before(node, constant)
     node.replace_input_with(1, constant.outputs[0])
+    return 1
+
+
+def _empty_expansion_kept(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
+    """An Expand to a constant shape with a 0 where the input's dim is not 0 (statically) expands a Slice of the
+    input to size 0 along those dims, which ExpandElimination does not mistake for a no-op."""
+    source, target = node.inputs[0], constant_array(node.inputs[1] if len(node.inputs) > 1 else None)
+    if source is None or source.shape is None or target is None or target.ndim != 1:
+        return 0
+    rank, offset = source.shape.rank(), target.size - source.shape.rank()
+    axes = [
+        axis
+        for axis in range(max(0, -offset), rank)
+        if target[axis + offset] == 0 and not (isinstance(source.shape[axis], int) and source.shape[axis] == 0)
+    ]
+    if not axes:
+        return 0
+    name = f"{node.name or 'expand'}_empty_source"
+    zeros, axes_node = (
+        ir.node("Constant", [], {"value": ir.tensor(np.asarray(values, np.int64))}, name=f"{name}_{part}")
+        for part, values in (("starts", [0] * len(axes)), ("axes", axes))
+    )
+    for constant in (zeros, axes_node):
+        constant.outputs[0].name = constant.name
+        constant.outputs[0].type = ir.TensorType(ir.DataType.INT64)
+        constant.outputs[0].shape = ir.Shape([len(axes)])
+    sliced = ir.node("Slice", [source, zeros.outputs[0], zeros.outputs[0], axes_node.outputs[0]], name=name)
+    sliced.outputs[0].name = name
+    sliced.outputs[0].type = source.type
+    sliced.outputs[0].shape = ir.Shape([0 if axis in axes else size for axis, size in enumerate(source.shape)])
+    for key in ("pkg.fx2onnx.fx_node", "pkg.fx2onnx.target", "pkg.fx2onnx.stack_trace", "namespace"):
+        if key in node.metadata_props:
+            sliced.metadata_props[key] = node.metadata_props[key]
+    graph.insert_before(node, [zeros, axes_node, sliced])
+    node.replace_input_with(0, sliced.outputs[0])
     return 1
 
 
