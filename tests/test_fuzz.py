@@ -42,6 +42,9 @@ REGULAR_SEEDS += [10000862, 10000907, 10001327]
 # (10002802), layer_norm/group_norm of a row whose variance overflows, eager disagreeing with itself (10002938,
 # 10003294: passes with that row left out).
 REGULAR_SEEDS += [10002248, 10002271, 10003236, 10003247, 10002802, 10002938, 10003294]
+# Integer convolution that overflows, computed exactly in float64 and cast back (INT_MIN) where eager wraps (10003686:
+# int64 2 * INT64_MIN is 0; 10004909: int32 2 * INT32_MAX is -2).
+REGULAR_SEEDS += [10003686, 10004909]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)

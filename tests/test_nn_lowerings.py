@@ -237,6 +237,20 @@ def test_float64_convolutions_are_exact() -> None:
     check(lambda x, w: F.conv1d(x, w, padding=1), empty, kernel)
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
+def test_integer_convolutions_wrap(dtype: torch.dtype) -> None:
+    """Eager's integer convolution wraps in the dtype (int32 2 * (2**31 - 1) is -2; fuzz seeds 10003686, 10004909:
+    float64 computed it exactly and the cast back gave INT_MIN); transposed: eager has int64 only."""
+    low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
+    x = torch.tensor([[[high, low, high, high - 1, low + 1], [low, high, 3, 0, high]]], dtype=dtype)
+    w = torch.tensor([[[high, high, low], [2, low, high]], [[low, 3, high], [high, high, 1]]], dtype=dtype)
+    bias = torch.tensor([high, low], dtype=dtype)
+    check(lambda x, w, b: F.conv1d(x, w, b, padding=1), x, w, bias)
+    check(lambda x, w: F.conv2d(x, w, stride=2, padding=1), x.unsqueeze(2).expand(1, 2, 2, 5), w.unsqueeze(2))
+    if dtype == torch.int64:
+        check(lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1), x, w, bias)
+
+
 def test_unbatched_convolutions_in_low_precision() -> None:
     weight = floats(3, 3, 3, dtype=torch.bfloat16, seed=2)
     check(
