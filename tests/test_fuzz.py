@@ -45,6 +45,9 @@ REGULAR_SEEDS += [10002248, 10002271, 10003236, 10003247, 10002802, 10002938, 10
 # Integer convolution that overflows, computed exactly in float64 and cast back (INT_MIN) where eager wraps (10003686:
 # int64 2 * INT64_MIN is 0; 10004909: int32 2 * INT32_MAX is -2).
 REGULAR_SEEDS += [10003686, 10004909]
+# float16 index_add adding -2, -1000, +65504 into -65504 one at a time in float16 (eager: -inf, a partial sum
+# overflowing), fx2onnx in float32 as eager's scatter_add does (-1002): compared with that (10004263).
+REGULAR_SEEDS += [10004263]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
@@ -512,3 +515,37 @@ def test_interpolation_leaves_out_zero_weights_of_infinite_values_only() -> None
         expression = f"torch.nn.functional.interpolate({{0}}, scale_factor=1.5, mode={mode!r}, align_corners=False)"
         program = Program(-1, [finite], [Step("interpolate", (0,), expression)])
         assert not fuzzing.eager_disagreements(program)[0].any(), mode
+
+
+# Eager's index_add and index_put(accumulate=True) of float16/bfloat16 round every partial sum (an overflowing one is
+# inf for good), its scatter_add accumulates in float32; fx2onnx accumulates in float32. The fuzzer compares ONNX's
+# value with the float32 accumulation rounded once, and nothing else.
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "update",
+    [
+        "{0}.index_add(0, torch.tensor([0, 0, 1, 1]), torch.tensor([b, -b, -b, b], dtype={0}.dtype))",
+        "{0}.index_put((torch.tensor([0, 0, 1, 1]),), torch.tensor([b, -b, -b, b], dtype={0}.dtype), accumulate=True)",
+    ],
+    ids=["index_add", "index_put"],
+)
+def test_low_precision_accumulation_is_compared_with_float32s(dtype: torch.dtype, update: str) -> None:
+    import fx2onnx
+
+    big = torch.finfo(dtype).max
+    x = torch.tensor([big, -big, 2.0], dtype=dtype)
+    # Beyond half an ulp of the dtype's max (bfloat16: 1.3e36), below float32's max - bfloat16's max (1.3e36 too).
+    expression = update.replace("b", repr(1000.0 if dtype == torch.float16 else 1e36))
+    program = Program(-1, [x], [Step(update.split("(")[0].removeprefix("{0}."), (0,), expression)])
+    (expected,) = fuzzing.run_eager(program)
+    (actual,) = fx2onnx.export(program.module(), (x,))(x)
+    assert expected.tolist() == [math.inf, -math.inf, 2.0]
+    assert actual.tolist() == [big, -big, 2.0]
+    outcome = fuzzing.judge(program)
+    assert outcome.kind == OK and outcome.rounding == 2, outcome.detail
+    no_mask = [torch.zeros(3, dtype=torch.bool)]
+    runs = fuzzing.nudged_runs(program)
+    for position, wrong_value in ((0, big / 2), (1, -big / 2), (2, 3.0)):
+        wrong = actual.clone()
+        wrong[position] = wrong_value
+        assert not fuzzing.within_envelopes([expected], [wrong], no_mask, runs)[0], position
