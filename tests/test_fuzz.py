@@ -48,6 +48,9 @@ REGULAR_SEEDS += [10003686, 10004909]
 # float16 index_add adding -2, -1000, +65504 into -65504 one at a time in float16 (eager: -inf, a partial sum
 # overflowing), fx2onnx in float32 as eager's scatter_add does (-1002): compared with that (10004263).
 REGULAR_SEEDS += [10004263]
+# linear interpolate of a 3-D input: ONNX Runtime's Resize takes the next channel at weight 0 (its NaN made sqrt(2)'s
+# channel NaN; 10004980).
+REGULAR_SEEDS += [10004980]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)

@@ -401,6 +401,32 @@ def test_interpolate_to_a_length_of_one(
     assert_exports_and_matches(Call(lambda x: F.interpolate(x, mode=mode, align_corners=False, **resize)), (x,))
 
 
+# Seed 10004980: ONNX Runtime's linear Resize computes a 3-D input as 2-D [N*C, W], the next channel at weight 0, and
+# a 4-D one whose height keeps its size likewise with the next row: a NaN there made a finite row NaN (sqrt of int8
+# -1 beside sqrt(2): eager 1.41, ONNX NaN).
+@pytest.mark.parametrize(
+    ("mode", "resize", "shape"),
+    [
+        ("linear", {"scale_factor": 3.0}, (3, 3, 1)),
+        ("linear", {"size": 7, "align_corners": True}, (2, 3, 4)),
+        ("linear", {"scale_factor": 0.5}, (1, 3, 4)),
+        ("bilinear", {"size": (3, 5)}, (1, 2, 3, 2)),
+        ("bilinear", {"size": (4, 2), "align_corners": True}, (2, 1, 3, 2)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_interpolate_takes_nothing_from_the_next_channel_or_row(
+    mode: str, resize: dict[str, Any], shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    kept_width = mode == "bilinear" and resize.get("size", (0, 0))[-1] == shape[-1]  # NaN columns, else rows
+    lines = (*shape[:-2], shape[-1], shape[-2]) if kept_width else shape
+    rows = floats(*lines).to(dtype).reshape(-1, lines[-1])
+    rows[::2, 0], rows[::2, -1] = torch.finfo(dtype).max, torch.finfo(dtype).min
+    rows[1::2] = math.nan  # every other row (a channel, or a row of a kept height) NaN
+    x = rows.reshape(lines).transpose(-1, -2).contiguous() if kept_width else rows.reshape(shape)
+    assert_exports_and_matches(Call(lambda x: F.interpolate(x, mode=mode, **resize)), (x,))
+
+
 # Seed 10000285: eager drops a last ceil-mode window that would start in the right padding, ONNX's MaxPool counts it
 # (the checker refused the model); and eager's max of a window holding a NaN is NaN, where ONNX Runtime's MaxPool
 # skips a NaN after the window's first element.
