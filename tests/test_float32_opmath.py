@@ -113,3 +113,16 @@ def test_logit_rounds_after_each_step_as_eager(dtype: torch.dtype, eps: float | 
     x[0, :3] = torch.tensor([0.0, 1.0, float("nan")])
     model = Call(lambda t: torch.logit(t, eps))
     assert_rounds_like_eager(check(model, (x,)), model, (x,))
+
+
+# Seed 20000157: round(x, decimals=2) of float16 65504 is 65504 in eager (x * 100 in float32), inf when x * 100 was
+# rounded to float16 first; -14944 at decimals=-2 was -15000 (eager: -14900 rounded to float16, -14896). Eager
+# divides by 10**-d for d < 0. Its results bit for bit, at the dtype's extremes too.
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float32, torch.float64])
+@pytest.mark.parametrize("decimals", [-2, -1, 0, 2, 3])
+def test_round_to_decimals_in_eagers_opmath(dtype: torch.dtype, decimals: int) -> None:
+    finfo = torch.finfo(dtype)
+    steps = torch.cat([torch.arange(-3000, 3000) / 200, torch.arange(-3000, 3000) * 5.0, torch.arange(-300, 300) / 200])
+    edges = torch.tensor([finfo.max, finfo.min, finfo.tiny, -finfo.tiny, 65504.0, -0.0, float("inf"), float("nan")])
+    x = torch.cat([steps.double() + 0.0025, edges.double()]).to(dtype)
+    _bit_equal_to_eager(Call(lambda x: torch.round(x, decimals=decimals)), (x,))

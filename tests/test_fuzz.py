@@ -57,6 +57,17 @@ REGULAR_SEEDS += [30000472]
 # Every output folded to a constant (unique_consecutive of a clamped 0-d uint8) with a run-time check to feed: the
 # export failed with StopIteration looking for a computed output to gate (20201031).
 REGULAR_SEEDS += [20201031]
+# Integer convolution that overflows, computed exactly in float64 and cast back (INT_MIN) where eager wraps (10003686:
+# int64 2 * INT64_MIN is 0; 10004909: int32 2 * INT32_MAX is -2).
+REGULAR_SEEDS += [10003686, 10004909]
+# float16 index_add adding -2, -1000, +65504 into -65504 one at a time in float16 (eager: -inf, a partial sum
+# overflowing), fx2onnx in float32 as eager's scatter_add does (-1002): compared with that (10004263).
+REGULAR_SEEDS += [10004263]
+# linear interpolate of a 3-D input: ONNX Runtime's Resize takes the next channel at weight 0 (its NaN made sqrt(2)'s
+# channel NaN; 10004980).
+REGULAR_SEEDS += [10004980]
+# round(float16 65504, decimals=2): x * 100 rounded to float16 (inf), eager computes in float32 (20000157, 20100958).
+REGULAR_SEEDS += [20000157, 20100958]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
@@ -535,3 +546,37 @@ def test_edge_catalogue_draws_its_ops_deterministically() -> None:
         fuzzing.run_eager(program)
         drawn |= {step.op for step in program.steps}
     assert {op.name for op in fuzzing.EDGE_OPS} <= drawn
+
+
+# Eager's index_add and index_put(accumulate=True) of float16/bfloat16 round every partial sum (an overflowing one is
+# inf for good), its scatter_add accumulates in float32; fx2onnx accumulates in float32. The fuzzer compares ONNX's
+# value with the float32 accumulation rounded once, and nothing else.
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "update",
+    [
+        "{0}.index_add(0, torch.tensor([0, 0, 1, 1]), torch.tensor([b, -b, -b, b], dtype={0}.dtype))",
+        "{0}.index_put((torch.tensor([0, 0, 1, 1]),), torch.tensor([b, -b, -b, b], dtype={0}.dtype), accumulate=True)",
+    ],
+    ids=["index_add", "index_put"],
+)
+def test_low_precision_accumulation_is_compared_with_float32s(dtype: torch.dtype, update: str) -> None:
+    import fx2onnx
+
+    big = torch.finfo(dtype).max
+    x = torch.tensor([big, -big, 2.0], dtype=dtype)
+    # Beyond half an ulp of the dtype's max (bfloat16: 1.3e36), below float32's max - bfloat16's max (1.3e36 too).
+    expression = update.replace("b", repr(1000.0 if dtype == torch.float16 else 1e36))
+    program = Program(-1, [x], [Step(update.split("(")[0].removeprefix("{0}."), (0,), expression)])
+    (expected,) = fuzzing.run_eager(program)
+    (actual,) = fx2onnx.export(program.module(), (x,))(x)
+    assert expected.tolist() == [math.inf, -math.inf, 2.0]
+    assert actual.tolist() == [big, -big, 2.0]
+    outcome = fuzzing.judge(program)
+    assert outcome.kind == OK and outcome.rounding == 2, outcome.detail
+    no_mask = [torch.zeros(3, dtype=torch.bool)]
+    runs = fuzzing.nudged_runs(program)
+    for position, wrong_value in ((0, big / 2), (1, -big / 2), (2, 3.0)):
+        wrong = actual.clone()
+        wrong[position] = wrong_value
+        assert not fuzzing.within_envelopes([expected], [wrong], no_mask, runs)[0], position

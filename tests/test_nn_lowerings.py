@@ -237,6 +237,20 @@ def test_float64_convolutions_are_exact() -> None:
     check(lambda x, w: F.conv1d(x, w, padding=1), empty, kernel)
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
+def test_integer_convolutions_wrap(dtype: torch.dtype) -> None:
+    """Eager's integer convolution wraps in the dtype (int32 2 * (2**31 - 1) is -2; fuzz seeds 10003686, 10004909:
+    float64 computed it exactly and the cast back gave INT_MIN); transposed: eager has int64 only."""
+    low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
+    x = torch.tensor([[[high, low, high, high - 1, low + 1], [low, high, 3, 0, high]]], dtype=dtype)
+    w = torch.tensor([[[high, high, low], [2, low, high]], [[low, 3, high], [high, high, 1]]], dtype=dtype)
+    bias = torch.tensor([high, low], dtype=dtype)
+    check(lambda x, w, b: F.conv1d(x, w, b, padding=1), x, w, bias)
+    check(lambda x, w: F.conv2d(x, w, stride=2, padding=1), x.unsqueeze(2).expand(1, 2, 2, 5), w.unsqueeze(2))
+    if dtype == torch.int64:
+        check(lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1), x, w, bias)
+
+
 def test_unbatched_convolutions_in_low_precision() -> None:
     weight = floats(3, 3, 3, dtype=torch.bfloat16, seed=2)
     check(
@@ -385,6 +399,32 @@ def test_interpolate_to_a_length_of_one(
     values = torch.tensor([-6.25, 7.5, 1.0, 4.0, -0.0, 3.0, 5.0, -1.0, 1e30, -2.5, 0.25, 8.0])
     x = values[: math.prod(shape)].reshape(shape).to(dtype)
     assert_exports_and_matches(Call(lambda x: F.interpolate(x, mode=mode, align_corners=False, **resize)), (x,))
+
+
+# Seed 10004980: ONNX Runtime's linear Resize computes a 3-D input as 2-D [N*C, W], the next channel at weight 0, and
+# a 4-D one whose height keeps its size likewise with the next row: a NaN there made a finite row NaN (sqrt of int8
+# -1 beside sqrt(2): eager 1.41, ONNX NaN).
+@pytest.mark.parametrize(
+    ("mode", "resize", "shape"),
+    [
+        ("linear", {"scale_factor": 3.0}, (3, 3, 1)),
+        ("linear", {"size": 7, "align_corners": True}, (2, 3, 4)),
+        ("linear", {"scale_factor": 0.5}, (1, 3, 4)),
+        ("bilinear", {"size": (3, 5)}, (1, 2, 3, 2)),
+        ("bilinear", {"size": (4, 2), "align_corners": True}, (2, 1, 3, 2)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_interpolate_takes_nothing_from_the_next_channel_or_row(
+    mode: str, resize: dict[str, Any], shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    kept_width = mode == "bilinear" and resize.get("size", (0, 0))[-1] == shape[-1]  # NaN columns, else rows
+    lines = (*shape[:-2], shape[-1], shape[-2]) if kept_width else shape
+    rows = floats(*lines).to(dtype).reshape(-1, lines[-1])
+    rows[::2, 0], rows[::2, -1] = torch.finfo(dtype).max, torch.finfo(dtype).min
+    rows[1::2] = math.nan  # every other row (a channel, or a row of a kept height) NaN
+    x = rows.reshape(lines).transpose(-1, -2).contiguous() if kept_width else rows.reshape(shape)
+    assert_exports_and_matches(Call(lambda x: F.interpolate(x, mode=mode, **resize)), (x,))
 
 
 # Seed 10000285: eager drops a last ceil-mode window that would start in the right padding, ONNX's MaxPool counts it

@@ -28,8 +28,10 @@ def _each(value: Sequence[int] | int, count: int) -> list[int]:
 
 # Exact convolution for float64 and integers: ONNX Runtime's Conv and ConvTranspose have float kernels only, so
 # legalization would compute them in float32 (relative error ~1e-5, outside float64's tolerance). Instead: one
-# strided Slice per kernel offset (im2col) and a float64 MatMul per group. A transposed convolution is the
-# correlation of the stride-dilated input with the flipped, in/out-swapped kernel.
+# strided Slice per kernel offset (im2col) and a MatMul per group, float64 for float64, integer for integers (eager's
+# integer convolution wraps: int32 2 * (2**31 - 1) is -2, which float64 would compute exactly and then fail to cast
+# back). A transposed convolution is the correlation of the stride-dilated input with the flipped, in/out-swapped
+# kernel.
 def _crop_or_pad(x: TConv, begins: Sequence[int], ends: Sequence[int], sizes: Sequence[int]) -> TConv:
     """Pad the spatial dims by (begins, ends), where negative amounts crop."""
     spatial = len(sizes)
@@ -143,18 +145,22 @@ def convolution(
     """Conv or ConvTranspose with eager's output size.
 
     float16/bfloat16 compute in float32 (ONNX's Conv has no bfloat16 before opset 22; eager accumulates half
-    types in float32 too); float64 and integers (exact below 2**53) in float64 with im2col + MatMul.
+    types in float32 too); float64 in float64 and integers in int32/int64 (wrapping as eager's integer arithmetic;
+    int8/int16/uint8 agree modulo 2**bits when cast back) with im2col + MatMul.
     """
     spatial = len(weight.shape) - 2
     unbatched = len(input.shape) == spatial + 1
     dtype = input.dtype
     shape, weight_shape = ([1] if unbatched else []) + list(input.shape), list(weight.shape)
+    static = all(isinstance(size, int) for size in [*shape[1:], *weight_shape])  # the batch may be dynamic
     if dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
         compute = dtype
     elif dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
         compute = ir.DataType.FLOAT
+    elif static:
+        compute = ir.DataType.INT64 if dtype == ir.DataType.INT64 else ir.DataType.INT32
     else:
-        compute = ir.DataType.DOUBLE
+        compute = ir.DataType.DOUBLE  # Conv, which legalization computes in a float type
     converted = compute != dtype
     if converted:
         input, weight = op.Cast(input, to=compute), op.Cast(weight, to=compute)
@@ -163,13 +169,13 @@ def convolution(
     strides, pads = _each(stride, spatial), _each(padding, spatial)
     dilations, extra = _each(dilation, spatial), _each(output_padding, spatial)
     sizes, kernel = shape[2:], weight_shape[2:]
-    static = all(isinstance(size, int) for size in [*shape[1:], *weight_shape])  # the batch may be dynamic
+    exact = compute in (ir.DataType.DOUBLE, ir.DataType.INT32, ir.DataType.INT64) and static
     if static:
         out_channels = weight_shape[1] * groups if transposed else weight_shape[0]
         channels = (shape[0], shape[1], out_channels)
-    if compute == ir.DataType.DOUBLE and static and not transposed:
+    if exact and not transposed:
         result = _correlate_exactly(x, weight, sizes, kernel, strides, pads, pads, dilations, groups, channels)
-    elif compute == ir.DataType.DOUBLE and static:
+    elif exact:
         dilated = _dilate(x, sizes, strides)
         dilated_sizes = [(size - 1) * s + 1 for size, s in zip(sizes, strides)]
         reach = [d * (k - 1) for d, k in zip(dilations, kernel)]

@@ -50,6 +50,11 @@ def _resize(
         # pytorch_half_pixel maps an output of length 1 to source 0; eager maps it as any other, to
         # (0 + 0.5) * in / out - 0.5 (2 -> 1 averages the two): half_pixel, the same mapping for every other length.
         transformation = "half_pixel"
+    lengths = _resized_lengths(input, output_size, scale_factors, axes)
+    kept = [a for a, n in zip(axes, lengths) if n is not None and input.shape is not None and input.shape[a] == n]
+    if mode == "linear" and axis is None and (len(input.shape) == 3 or kept):
+        changed = [a for a in axes if a not in kept]
+        return _resize_axes_alone(input, output_size, scale_factors, changed, transformation)
     if scale_factors is not None and output_size is None:
         scales = op.Constant(value_floats=[float(scale_factors[a - 2]) for a in axes])
         sizes = None
@@ -69,6 +74,41 @@ def _resize(
         exclude_outside=0,
         nearest_mode="floor",
     )
+
+
+# ONNX Runtime's linear Resize interpolates every dim it sees as spatial, with weight 0 on the next row of a dim
+# whose scale is 1: an infinite value there makes the row NaN (0 * inf). A 3-D input is computed as 2-D [N*C, W], so
+# a channel takes NaN from the next one (interpolate(sqrt(int8 [[-1], [2]]), scale_factor=3, mode='linear'): the
+# second channel's NaN made the first one's 1.41 NaN; fuzz seed 10004980), and a 4-D input whose height keeps its
+# size (eager copies that axis) takes NaN from the next row. Each resized axis is then resized alone, as the last axis
+# of a [M, 1, 1, L] tensor (the other dims in M: no neighbours), in float32 when there are several (no rounding to
+# the half type between them).
+def _resize_axes_alone(
+    input: TFloat,
+    output_size: Sequence[int] | None,
+    scale_factors: Sequence[float] | None,
+    axes: Sequence[int],
+    transformation: str,
+) -> TFloat:
+    rank = len(input.shape)
+    narrow = len(axes) > 1 and input.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    x = op.Cast(input, to=FLOAT.dtype) if narrow else input
+    for a in reversed(axes):  # the width first, as eager nests its sums
+        perm = [d for d in range(rank) if d != a] + [a]
+        moved = op.Transpose(x, perm=perm) if a != rank - 1 else x
+        rows = op.Reshape(moved, op.Concat(op.Constant(value_ints=[-1, 1, 1]), op.Shape(moved, start=-1), axis=0))
+        if scale_factors is not None and output_size is None:
+            scales, sizes = op.Constant(value_floats=[float(scale_factors[a - 2])]), None
+        else:
+            assert output_size is not None
+            scales, sizes = None, op.Constant(value_ints=[int(output_size[a - 2])])
+        resized = op.Resize(
+            rows, None, scales, sizes, axes=[3], mode="linear", coordinate_transformation_mode=transformation
+        )
+        shape = op.Concat(op.Shape(moved, start=0, end=-1), op.Shape(resized, start=-1), axis=0)
+        back = op.Reshape(resized, shape)
+        x = op.Transpose(back, perm=[perm.index(d) for d in range(rank)]) if a != rank - 1 else back
+    return op.Cast(x, to=input.dtype) if narrow else x
 
 
 @lowering("aten::upsample_linear1d.vec", "aten::upsample_bilinear2d.vec", "aten::upsample_trilinear3d.vec")
