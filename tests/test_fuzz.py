@@ -57,6 +57,10 @@ REGULAR_SEEDS += [30000472]
 # Every output folded to a constant (unique_consecutive of a clamped 0-d uint8) with a run-time check to feed: the
 # export failed with StopIteration looking for a computed output to gate (20201031).
 REGULAR_SEEDS += [20201031]
+# AveragePool of a window holding NaN and padding, its inputs constants: the optimizer's fold (ONNX's reference
+# evaluator) gave 0 where eager and ONNX Runtime give NaN (20101372, 20102778: clamp with a NaN bound; 30001446,
+# 20201416, 20201663, 20202032).
+REGULAR_SEEDS += [20101372, 20102778, 30001446, 20201416, 20201663, 20202032]
 # Integer convolution that overflows, computed exactly in float64 and cast back (INT_MIN) where eager wraps (10003686:
 # int64 2 * INT64_MIN is 0; 10004909: int32 2 * INT32_MAX is -2).
 REGULAR_SEEDS += [10003686, 10004909]
