@@ -14,7 +14,7 @@ import copy
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import onnx_ir as ir
 import torch
@@ -113,25 +113,89 @@ def node_arguments(node: torch.fx.Node) -> tuple[list[tuple[str, Any]], set[str]
 
     An argument given with its schema default counts as not given.
     """
-    target = node.target
-    arguments = schema_arguments(target)
+    read = read_arguments(node)
+    return read.named, read.given
+
+
+# How an argument is present, as binding reads it (bits of an ArgumentsRead's `presence`).
+_GIVEN, _NONE, _SYMBOLIC = 1, 2, 4
+
+
+class ArgumentsRead(NamedTuple):
+    """A node's arguments, and all that binding reads of them (:func:`bind`), from one pass over them."""
+
+    named: list[tuple[str, Any]]  # (name, value) in schema order
+    given: set[str]  # the names explicitly given (an argument given with its schema default is not)
+    presence: tuple[Any, ...]  # per argument: given / None / symbolic bits; and the names where there is no schema
+    dtypes: tuple[Any, ...]  # per argument: its tensors' dtypes (_argument_dtypes), None for a Python constant
+
+    @property
+    def takes_complex(self) -> bool:
+        return any(found is not None and any(dtypes.is_complex(d) for d in found) for found in self.dtypes)
+
+
+def read_arguments(node: torch.fx.Node) -> ArgumentsRead:
+    """:func:`node_arguments` with, per argument, what :func:`bind` reads of it: whether it is given, None or symbolic,
+    and its tensors' dtypes. Two nodes of one target alike in these bind alike to every implementation (the values
+    of Python constants are not read: only whether they are given, which the presence says)."""
+    arguments = schema_arguments(node.target)
+    named: list[tuple[str, Any]] = []
+    given: set[str] = set()
+    presence: list[Any] = []
+    found_dtypes: list[Any] = []
     if arguments is None:
         named = [(f"arg{i}", a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
-        return named, {name for name, value in named if value is not None}
-    named = []
-    given = set()
+        for name, value in named:
+            if value is not None:
+                given.add(name)
+            presence.append((name, _presence(value, value is not None)))
+            found_dtypes.append(_dtypes_key(value))
+        return ArgumentsRead(named, given, tuple(presence), tuple(found_dtypes))
     args, kwargs = node.args, node.kwargs
+    positional = len(args)
     for i, (name, kwarg_only, has_default, default) in enumerate(arguments):
-        if i < len(args) and not kwarg_only:
+        if i < positional and not kwarg_only:
             value, explicit = args[i], True
         elif name in kwargs:
             value, explicit = kwargs[name], True
         else:
             value, explicit = (copy.copy(default) if type(default) is list else default), False
         named.append((name, value))
-        if explicit and value is not None and not (has_default and _same(value, default)):
+        kind = type(value)
+        if kind is torch.fx.Node:  # the commonest arguments first, without the general path's calls
+            dtype = value_dtype(value)
             given.add(name)
-    return named, given
+            presence.append(_GIVEN | _SYMBOLIC)
+            found_dtypes.append(None if dtype is None else (dtype,))
+            continue
+        if value is None:
+            presence.append(_NONE)
+            found_dtypes.append(None)
+            continue
+        is_given = explicit and not (has_default and _same(value, default))
+        if is_given:
+            given.add(name)
+        if kind in _CONSTANTS:
+            presence.append(_GIVEN if is_given else 0)
+            found_dtypes.append(None)
+            continue
+        presence.append(_presence(value, is_given))
+        found_dtypes.append(_dtypes_key(value))
+    return ArgumentsRead(named, given, tuple(presence), tuple(found_dtypes))
+
+
+# Python constants: neither symbolic nor holding tensors.
+_CONSTANTS = frozenset({bool, int, float, str, torch.dtype, torch.device, torch.layout, torch.memory_format})
+
+
+def _presence(value: Any, given: bool) -> int:
+    return (_GIVEN if given else 0) | (_NONE if value is None else 0) | (_SYMBOLIC if _is_symbolic(value) else 0)
+
+
+def _dtypes_key(value: Any) -> tuple[ir.DataType, ...] | None:
+    """:func:`_argument_dtypes`, hashable."""
+    found = _argument_dtypes(value)
+    return None if found is None else tuple(found)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -268,21 +332,13 @@ class ArgumentBinding:
         the complex parts pass may hand to the real one) takes `node`'s arguments as they are present."""
         if getattr(node.target, "_schema", None) is None:
             return True
-        named, given = node_arguments(node)
-        takes_complex = any(
-            d is not None and dtypes.is_complex(d) for _, v in named for d in (_argument_dtypes(v) or [])
-        )
-        key = (
-            node.target,
-            takes_complex,
-            tuple(sorted(given)),
-            tuple(name for name, value in named if value is None),
-            tuple(name for name, value in named if _is_symbolic(value)),
-        )
+        read = read_arguments(node)
+        takes_complex = read.takes_complex
+        key = (node.target, takes_complex, read.presence)  # the schema names the arguments in order
         answer = self._answers.get(key)
         if answer is None:
             answer = any(
-                _takes_present_arguments(implementation, named, given)
+                _takes_present_arguments(implementation, read.named, read.given)
                 for implementation in self.registry.overloads(node.target)
                 if takes_complex or not implementation.complex
             )
@@ -321,21 +377,6 @@ def _cheapest_target(sources: Sequence[ir.DataType], legal: frozenset[ir.DataTyp
         if total < best_cost:
             best, best_cost = target, total
     return best, best_cost
-
-
-class _NotComparable(Exception):
-    """An argument whose binding is not worth keeping (a constant tensor)."""
-
-
-def _binding_key(value: Any) -> Any:
-    """What :func:`bind` reads of one argument: a node's dtype (not which node), a constant's type and value."""
-    if isinstance(value, torch.fx.Node):
-        return (torch.fx.Node, value_dtype(value))
-    if isinstance(value, (list, tuple)):
-        return (type(value), tuple(_binding_key(item) for item in value))
-    if isinstance(value, torch.Tensor):
-        raise _NotComparable
-    return (type(value), repr(value))  # repr: -0.0 is not 0.0, True is not 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -396,14 +437,13 @@ class Dispatcher:
         self.registry = registry
         self.opset = opset
         self.decisions: list[DispatchDecision] = []
-        # How each candidate bound, by what binding reads of a node (_binding_key): a model's repeated layers
-        # dispatch the same target with the same argument dtypes and constants over and over.
+        # How each candidate bound, by what binding reads of a node (read_arguments): a model's repeated layers
+        # dispatch the same target with the same argument dtypes over and over.
         self._bindings: dict[tuple[Any, ...], tuple[dict[str, str], list[_Binding]]] = {}
 
     def dispatch(self, node: torch.fx.Node) -> DispatchDecision:
         target_name = qualified_name(node.target)
-        named, given = node_arguments(node)
-        input_dtypes, candidates = self._candidates(node, named, given)
+        input_dtypes, candidates = self._candidates(node, read_arguments(node))
         chosen = next((c for c in candidates if c.kind == "perfect"), None)
         if chosen is None:
             castable = [c for c in candidates if c.kind == "cast"]
@@ -421,26 +461,22 @@ class Dispatcher:
             raise UnsupportedOperatorError(decision, source_line(node), node)
         return decision
 
-    def _candidates(
-        self, node: torch.fx.Node, named: list[tuple[str, Any]], given: set[str]
-    ) -> tuple[dict[str, str], list[Candidate]]:
+    def _candidates(self, node: torch.fx.Node, read: ArgumentsRead) -> tuple[dict[str, str], list[Candidate]]:
         """The node's input dtypes as the decision shows them, and every implementation bound to the node: as
         :func:`bind` binds it, reusing an earlier node's binding (and dtypes) when the two are alike in all that
-        binding reads (the dtypes of tensor arguments are part of it)."""
-        try:
-            key: tuple[Any, ...] | None = (node.target, tuple(sorted(given)), *((n, _binding_key(v)) for n, v in named))
-        except _NotComparable:
-            key = None
-        kept = self._bindings.get(key) if key is not None else None
+        binding reads (which arguments are given, None or symbolic, and the dtypes of tensor arguments)."""
+        key = (node.target, read.presence, read.dtypes)
+        kept = self._bindings.get(key)
         if kept is None:
-            input_dtypes = _input_dtypes(named)
-            candidates = [bind(impl, named, given, self.opset) for impl in self.registry.overloads(node.target)]
-            if key is not None:
-                aten_names = [name for name, _ in named]
-                self._bindings[key] = (input_dtypes, [_Binding.of(candidate, aten_names) for candidate in candidates])
+            input_dtypes = _input_dtypes(read.named)
+            candidates = [
+                bind(impl, read.named, read.given, self.opset) for impl in self.registry.overloads(node.target)
+            ]
+            aten_names = [name for name, _ in read.named]
+            self._bindings[key] = (input_dtypes, [_Binding.of(candidate, aten_names) for candidate in candidates])
             return input_dtypes, candidates
         input_dtypes, bindings = kept
-        values = dict(named)
+        values = dict(read.named)
         return dict(input_dtypes), [binding.candidate(values) for binding in bindings]
 
 
