@@ -606,6 +606,21 @@ def cache_dynamic_shapes(model: torch.nn.Module, kwargs: dict[str, Any]) -> dict
     }
 
 
+def noise_margin(record: dict[str, Any], results: list[Any]) -> None:
+    """Keep in `record` how close the outputs judged by rounding noise came to its limit: the largest ratio of
+    ONNX's distance to the float32 result over eager's own (max and mean), over outputs and runs. An ok at 1.9 is
+    not an ok at 1.0; the limits are fx2onnx._rounding_noise's MAX_FACTOR and MEAN_FACTOR."""
+    for result in results:
+        noise = getattr(result, "noise", None)
+        if noise is None or not result.passed:
+            continue
+        ratios = {"max": (noise.onnx_max, noise.eager_max), "mean": (noise.onnx_mean, noise.eager_mean)}
+        for key, (onnx_error, eager_error) in ratios.items():
+            ratio = onnx_error / eager_error if eager_error > 0 else (0.0 if onnx_error == 0 else float("inf"))
+            field = f"noise_{key}_ratio"
+            record[field] = round(max(record.get(field, 0.0), ratio), 3)
+
+
 def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str, Any]:
     """Export `case` as `variant`, run it in ONNX Runtime and compare with eager: one result record."""
     record: dict[str, Any] = {"model": case.name, "group": case.group, "variant": variant}
@@ -674,6 +689,7 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
             record.update(outcome="run", error=_short(error), trace=traceback.format_exc()[-3000:])
             return record
         failed = [str(r) for r in results if not r.passed]
+        noise_margin(record, results)
         if failed and dtype == torch.float32 and not whole_history:
             # Random weights without trained batch-norm statistics can grow activations to 1e9 (Inception v3):
             # float32 noise is then far above verify's absolute 1e-4. Judged again at 1e-5 of the outputs' scale.
