@@ -112,6 +112,24 @@ def test_unactionable_optimizer_warnings_stay_off_the_terminal(caplog: pytest.Lo
     assert not [r for r in caplog.records if r.name == FOLDING_LOGGER]
 
 
+class SplitTable(torch.nn.Module):
+    """A constant table split in two, as GPT-J's sin/cos: the folder leaves a Split of several outputs, and says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.randn(8, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sin, cos = torch.split(self.table, 3, dim=-1)
+        return x * sin + cos
+
+
+def test_a_constant_split_in_several_outputs_is_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        check(SplitTable(), (torch.randn(8, 3),))
+    assert not [r for r in caplog.records if r.name == FOLDING_LOGGER]
+
+
 def test_optimizer_warnings_reach_a_user_who_asked_for_them(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger=FOLDING_LOGGER):
         fx2onnx.export(ConstantGather(), (torch.zeros(1, 12, dtype=torch.long),))
