@@ -72,6 +72,8 @@ REGULAR_SEEDS += [10004263]
 REGULAR_SEEDS += [10004980]
 # round(float16 65504, decimals=2): x * 100 rounded to float16 (inf), eager computes in float32 (20000157, 20100958).
 REGULAR_SEEDS += [20000157, 20100958]
+# nanmedian([nan, inf]): NaN sorted as +inf, tied with the real +inf and taken first (20202016).
+REGULAR_SEEDS += [20202016]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
