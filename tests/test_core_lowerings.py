@@ -344,3 +344,16 @@ def test_median_over_a_dim_of_dynamic_shape(dtype: torch.dtype) -> None:
         assert_exports_and_matches(median, (x,), run_with=[((x,), {}), *runs], dynamic_shapes=dims)
         flat = Call(lambda t: torch.median(t))
         assert_exports_and_matches(flat, (x,), run_with=[((x,), {}), *runs], dynamic_shapes=dims)
+
+
+# Seed 20202016 (campaign of seeds 20200000 on): nanmedian sorted NaN as +inf, tied with a real +inf that TopK
+# broke by index, so nanmedian([nan, inf]) took the NaN (index 0) where eager gives inf (index 1).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_nanmedian_sorts_nan_after_inf(dtype: torch.dtype) -> None:
+    # (no row of NaNs only: eager's index there comes from nth_element's shuffle, 2 of 5, 5 of 7)
+    rows = [[NAN, INF, 1.0, NAN, NAN], [NAN, NAN, -INF, INF, NAN], [1.0, NAN, INF, NAN, INF], [NAN, INF, INF, 0, INF]]
+    x = torch.tensor(rows, dtype=dtype)
+    assert_exports_and_matches(Call(lambda t: tuple(torch.nanmedian(t, 1))), (x,))
+    assert_exports_and_matches(Call(lambda t: tuple(torch.nanmedian(t, 0, keepdim=True))), (x[:, :2].T,))
+    assert_exports_and_matches(Call(torch.nanmedian), (torch.tensor([NAN, INF, NAN], dtype=dtype),))
+    assert_exports_and_matches(Call(lambda t: torch.nanmedian(t[t != 0])), (torch.tensor([NAN, 0, INF], dtype=dtype),))

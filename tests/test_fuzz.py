@@ -72,6 +72,15 @@ REGULAR_SEEDS += [10004263]
 REGULAR_SEEDS += [10004980]
 # round(float16 65504, decimals=2): x * 100 rounded to float16 (inf), eager computes in float32 (20000157, 20100958).
 REGULAR_SEEDS += [20000157, 20100958]
+# nanmedian([nan, inf]): NaN sorted as +inf, tied with the real +inf and taken first (20202016).
+REGULAR_SEEDS += [20202016]
+# embedding_bag max over rows holding NaN: eager takes a NaN first in its bag and passes over a later one, ReduceMax
+# did not (20200913, 20201048, 20201993; weights of sqrt, log or div of integers: 20102030, 20102820, 20102668,
+# 20102966).
+REGULAR_SEEDS += [20200913, 20201048, 20201993, 20102030, 20102820, 20102668, 20102966]
+# float64 matmul whose products overflow: eager rounds them (DBL_MAX * DBL_MAX - 1.25 * DBL_MAX: NaN), ONNX Runtime
+# fuses multiply-adds (-inf); no order's bound holds there (20101642).
+REGULAR_SEEDS += [20101642]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
@@ -455,6 +464,25 @@ def test_sums_in_another_order_are_within_the_envelope(expression: str) -> None:
     dropped[0, 2] = 0.0
     wrong = fuzzing._evaluate(expression, [dropped.double()]).float()
     assert not fuzzing.within_envelopes([expected], [wrong], no_mask, runs)[0]
+
+
+def test_matmul_whose_products_overflow_has_no_bound_there_only() -> None:
+    """Seed 20101642: float64 [-1.25, DBL_MAX] @ [DBL_MAX, DBL_MAX]: eager rounds each product (-inf + inf: NaN),
+    ONNX Runtime fuses multiply-adds (-inf); either infinity passes there, a wrong finite value elsewhere does not."""
+    big = torch.finfo(torch.float64).max
+    x = torch.tensor([[-1.25, big], [1.0, 2.0]], dtype=torch.float64)
+    y = torch.tensor([[big, 1.0], [big, 3.0]], dtype=torch.float64)
+    program = Program(0, [x, y], [Step("matmul", (0, 1), "torch.matmul({0}, {1})")])
+    (expected,) = fuzzing.run_eager(program)
+    assert expected[0, 0].isnan() and float(expected[1, 1]) == 7.0
+    runs = fuzzing.nudged_runs(program)
+    no_mask = [torch.zeros(expected.shape, dtype=torch.bool)]
+    for overflow in (-math.inf, math.inf):
+        actual = expected.clone()
+        actual[0, 0] = overflow
+        assert fuzzing.within_envelopes([expected], [actual], no_mask, runs)[0]
+        actual[1, 1] = 7.001
+        assert not fuzzing.within_envelopes([expected], [actual], no_mask, runs)[0]
 
 
 def test_envelope_of_a_sum_of_ordinary_numbers_is_tight() -> None:

@@ -283,6 +283,19 @@ def test_embedding_bag(mode: str) -> None:
     check(lambda w, i: F.embedding_bag(i, w, mode=mode), weight.half(), indices.reshape(2, 3))
 
 
+# Seeds 20200913, 20201048, 20201993, 20102030, 20102820, 20102668, 20102966: eager's max keeps a running max that
+# only a strictly greater row replaces, so a NaN first in its bag stays and a later NaN is passed over; ReduceMax
+# gave NaN for any NaN (or, in ONNX Runtime, passed over some).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_embedding_bag_max_of_rows_holding_nan(dtype: torch.dtype) -> None:
+    nan, inf = math.nan, math.inf
+    weight = torch.tensor([[nan, 1.0], [2.0, nan], [-inf, -1.0], [nan, nan], [-65504.0, inf]], dtype=dtype)
+    indices = torch.tensor([0, 1, 1, 0, 2, 0, 1, 4, 3, 0, 2, 3, 2, 3, 1, 3])
+    offsets = torch.tensor([0, 2, 4, 7, 9, 12, 14])  # each bag starts with NaN in one column, then not
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode="max"), weight, indices, offsets)
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode="max", padding_idx=3), weight, indices, offsets)
+
+
 def test_embedding_bag_per_sample_weights_and_last_offset() -> None:
     weight, indices = floats(10, 3), torch.tensor([1, 2, 4, 5, 4, 3])
     check(

@@ -1070,13 +1070,22 @@ def embedding_bag(
     bag_size = op.ReduceSum(op.Cast(member, to=INT64.dtype), column, keepdims=False)
     zero = op.CastLike(0.0, x)
     if mode == 2:
+        # Eager keeps a running max, replaced by a strictly greater row: a NaN first in its bag stays (nothing is
+        # greater), a NaN later is passed over (fuzz seeds 20200913, 20201048, 20201993). So the max of the bag's
+        # non-NaN values, NaN where its first row is NaN.
         lowest = op.CastLike(-math.inf, x)
-        largest = op.ReduceMax(op.Where(selected, rows_of, lowest), column, keepdims=True)  # [bags, 1, dim]
+        rows_of_numbers = op.Where(op.IsNaN(rows_of), lowest, rows_of)
+        largest = op.ReduceMax(op.Where(selected, rows_of_numbers, lowest), column, keepdims=True)  # [bags, 1, dim]
+        beyond = op.Constant(value_int=2**62)
+        first_member = op.ReduceMin(op.Where(member, positions, beyond), column, keepdims=False)  # [bags]
+        first_member = op.Where(op.Less(first_member, beyond), first_member, op.Constant(value_int=0))
+        first_row = op.Unsqueeze(op.Gather(rows_of, first_member, axis=0), column)  # [bags, 1, dim]
+        first_is_nan = op.IsNaN(first_row)
+        largest = op.Where(first_is_nan, first_row, largest)
         output = op.Where(
             op.Greater(op.Unsqueeze(bag_size, column), op.Constant(value_int=0)), op.Squeeze(largest, column), zero
         )
-        hits = op.And(selected, op.Equal(rows_of, largest))
-        beyond = op.Constant(value_int=2**62)
+        hits = op.And(selected, op.Or(op.Equal(rows_of, largest), first_is_nan))
         first = op.ReduceMin(op.Where(hits, op.Unsqueeze(positions, column), beyond), column, keepdims=False)
         found = op.Less(first, beyond)
         max_indices = op.Where(

@@ -533,6 +533,20 @@ def _kth_smallest(x: TReal, position: INT64 | int, axis: int, keepdim: bool) -> 
     return value, index
 
 
+def _kth_smallest_not_nan(x: TReal, position: INT64, axis: int, keepdim: bool) -> tuple[TReal, INT64]:
+    """_kth_smallest of the non-NaN elements, NaN sorting after +inf (fuzz seed 20202016: nanmedian([nan, inf])
+    is inf at index 1). _sortable takes NaN as +inf, a tie that TopK breaks by index; a stable partition putting
+    the NaNs last along `axis` first (TopK keeps ties in index order) makes that tie break right."""
+    length = op.Shape(x, start=axis, end=axis + 1)
+    _, nans_last = op.TopK(op.Cast(op.IsNaN(x), to=INT32.dtype), length, axis=axis, largest=0, sorted=1)
+    value, index = _kth_smallest(op.GatherElements(x, nans_last, axis=axis), position, axis, keepdim=True)
+    index = op.GatherElements(nans_last, index, axis=axis)
+    if not keepdim:
+        squeeze = op.Constant(value_ints=[axis])
+        value, index = op.Squeeze(value, squeeze), op.Squeeze(index, squeeze)
+    return value, index
+
+
 def _lower_median_position(length: INT64) -> INT64:
     """(length - 1) // 2 of a run-time length (0 for a length of 0, as eager's lower median index)."""
     return op.Max(
@@ -557,7 +571,7 @@ def _median_of_flat_dynamic(x: TReal, ignore_nan: bool) -> TReal:
     padded = op.Concat(x, _sorts_last(x), axis=0)
     if ignore_nan and floats:  # the lower median of the non-NaN values; none: the NaN filler
         count = op.ReduceSum(op.Cast(op.Not(op.IsNaN(x)), to=INT64.dtype), op.Constant(value_ints=[0]), keepdims=True)
-        return _kth_smallest(padded, _lower_median_position(count), 0, keepdim=False)[0]
+        return _kth_smallest_not_nan(padded, _lower_median_position(count), 0, keepdim=False)[0]
     length = op.Shape(x)
     value = _kth_smallest(padded, _lower_median_position(length), 0, keepdim=False)[0]
     if floats:  # any NaN makes the median NaN (no element: the NaN filler is taken)
@@ -589,7 +603,7 @@ def _median(self: TReal, dim: int | None, keepdim: bool, ignore_nan: bool) -> tu
         )
         position = op.Div(op.Sub(count, op.Constant(value_ints=[1])), op.Constant(value_ints=[2]))
         position = op.Max(position, op.Constant(value_ints=[0]))
-        return _kth_smallest(x, position, axis, keepdim)
+        return _kth_smallest_not_nan(x, position, axis, keepdim)
     if isinstance(length, int):
         position: INT64 | int = (length - 1) // 2
     else:  # a dynamic dim (eager refuses one of size 0): the position in the statistics' shape, for GatherElements
