@@ -21,6 +21,7 @@ import numpy as np
 import onnx.defs
 import onnx_ir as ir
 
+from fx2onnx._constant_arrays import constant_array
 from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
 from fx2onnx.errors import ExportError, source_line
 
@@ -105,15 +106,8 @@ Adapter = Callable[[ir.Node, int], None]
 
 
 def _constant_ints(value: ir.Value | None) -> list[int] | None:
-    if value is None:
-        return None
-    tensor = value.const_value
-    if tensor is None and value.producer() is not None and value.producer().op_type == "Constant":
-        attribute = value.producer().attributes.get("value")
-        tensor = attribute.as_tensor() if attribute is not None else None
-    if tensor is None:
-        return None
-    return [int(v) for v in np.asarray(tensor.numpy()).reshape(-1)]
+    array = constant_array(value)
+    return None if array is None else [int(v) for v in array.reshape(-1)]
 
 
 def _replace(node: ir.Node, new_nodes: Sequence[ir.Node], new_outputs: Sequence[ir.Value]) -> None:
@@ -228,7 +222,7 @@ def _defaults_dropped(defaults: dict[str, object], *, new_in: int) -> Adapter:
             attribute = node.attributes.get(name)
             if attribute is None:
                 continue
-            if attribute.value != default and not (isinstance(default, list) and list(attribute.value) == default):
+            if attribute.value != default:
                 raise OpsetRefused(f"{node.op_type} with {name}={attribute.value!r} needs opset {new_in}")
             del node.attributes[name]
 
@@ -238,11 +232,7 @@ def _defaults_dropped(defaults: dict[str, object], *, new_in: int) -> Adapter:
 def _resize_13(node: ir.Node, opset: int) -> None:
     """Resize-18's new attributes at the values Resize-13 means; its axes spread over every dimension (the other
     dimensions keep scale 1, or their input size)."""
-    for name, default in (("antialias", 0), ("keep_aspect_ratio_policy", "stretch")):
-        attribute = node.attributes.get(name)
-        if attribute is not None and attribute.value != default:
-            raise OpsetRefused(f"Resize with {name}={attribute.value!r} needs opset 18")
-        node.attributes.pop(name, None)
+    _defaults_dropped({"antialias": 0, "keep_aspect_ratio_policy": "stretch"}, new_in=18)(node, opset)
     axes_attribute = node.attributes.pop("axes", None)
     if axes_attribute is None:
         return
@@ -284,8 +274,6 @@ def _scatter_reduction(node: ir.Node, opset: int) -> None:
 
 def _shape_sliced(node: ir.Node, opset: int) -> None:
     """Shape-15's start and end as Shape then Slice."""
-    if opset >= 15:
-        return
     start = node.attributes.pop("start", None)
     end = node.attributes.pop("end", None)
     if start is None and end is None:
@@ -416,9 +404,20 @@ def _lp_pool_13(node: ir.Node, opset: int) -> None:
     _defaults_dropped({"ceil_mode": 0}, new_in=18)(node, opset)
 
 
-_REDUCTIONS = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin")
+# Reduce*-18 (all but ReduceSum, whose axes became an input at 13)
+_REDUCTIONS = (
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSumSquare",
+)
 _ADAPTERS: dict[str, Adapter] = {
-    **dict.fromkeys((*_REDUCTIONS, "ReduceProd", "ReduceSumSquare"), _reduce_axes_as_attribute),
+    **dict.fromkeys(_REDUCTIONS, _reduce_axes_as_attribute),
     "Split": _split_sizes_as_input,
     "Pad": _pad_without_axes,
     "Resize": _resize_13,
