@@ -250,84 +250,78 @@ def size_oblivious_guards(
         except GuardOnDataDependentSymNode:
             if size_oblivious:
                 raise
-        trace = torch._guards.detect_fake_mode()
-        stale = {key for key, made_in in decided_in.items() if made_in is not trace}
-        if stale:
-            assumptions[:] = [item for item in assumptions if id(item) not in stale]
-            if decisions is not None:
-                decisions[:] = [item for item in decisions if id(item) not in stale]
-            for key in stale:
-                del decided_in[key]
-        known = {id(item) for item in recorded()}
-        try:
-            return decide(self, orig_expr, hint, fx_node, size_oblivious, fallback_value, forcing_spec=forcing_spec)
-        finally:
-            decided_in.update((id(item), trace) for item in recorded() if id(item) not in known)
+            trace = torch._guards.detect_fake_mode()
+            stale = {key for key, made_in in decided_in.items() if made_in is not trace}
+            if stale:
+                assumptions[:] = [item for item in assumptions if id(item) not in stale]
+                if decisions is not None:
+                    decisions[:] = [item for item in decisions if id(item) not in stale]
+                for key in stale:
+                    del decided_in[key]
+            known = {id(item) for item in recorded()}
+            try:  # decide's bare `raise` passes torch's error on: it runs while that error is handled here
+                return decide(self, orig_expr, hint, fx_node, fallback_value, forcing_spec=forcing_spec)
+            finally:
+                decided_in.update((id(item), trace) for item in recorded() if id(item) not in known)
 
     def decide(
         self: ShapeEnv,
         orig_expr: Any,
         hint: Any = None,
         fx_node: Any = None,
-        size_oblivious: bool = False,
         fallback_value: bool | None = None,
         *,
         forcing_spec: bool = False,
     ) -> Any:
-        try:
-            return original(self, orig_expr, hint, fx_node, size_oblivious, fallback_value, forcing_spec=forcing_spec)
-        except GuardOnDataDependentSymNode:
-            if size_oblivious:
+        """A guard torch could not decide (asked not size-obliviously): called by `evaluate` while torch's error is
+        handled, which a bare `raise` here passes on."""
+        if not _is_condition(orig_expr):
+            result = _largest_value(self, orig_expr)
+            if result is None:
                 raise
-            if not _is_condition(orig_expr):
-                result = _largest_value(self, orig_expr)
-                if result is None:
-                    raise
-                assumptions.append(Assumption(str(orig_expr), f"{result} (its largest value)", _asking_line()))
-                return result
-            try:
-                result = original(self, orig_expr, hint, fx_node, True, fallback_value, forcing_spec=forcing_spec)
-            except GuardOnDataDependentSymNode:  # undecidable for sizes >= 2 too: a threshold on a count
-                result = _at_smallest_sizes(self, orig_expr)
-                if result is None:
-                    result = _validation_passes(self, orig_expr)
-                    if result is None:
-                        if decisions is None or not _on_values(self, orig_expr):
-                            raise
-                        # a branch on a value (``if x.sum() > 0``): both sides are captured and an If chooses (the
-                        # export fails, naming the line, where it cannot join them). torch is told the side taken (a
-                        # deferred assertion, which also keeps the value in the graph for the If's condition)
-                        line, ordinal = _asking_line(), next_ordinal()
-                        listed = special is not None and special.ordinal == EVERY_VALUE
-                        every = listed and (special.flipped is None or ordinal in special.flipped)  # type: ignore[union-attr]
-                        flip = special is not None and ordinal == special.ordinal
-                        taken = not (every or (flip and str(orig_expr) == str(special.condition)))  # type: ignore[union-attr]
-                        self.guard_or_defer_runtime_assert(
-                            orig_expr if taken else sympy.Not(orig_expr), f"fx2onnx: a side of {orig_expr}"
-                        )
-                        if taken or listed:  # the capture of every value flipped lists them, to compare
-                            decisions.append(BranchDecision(orig_expr, taken, line, ordinal, on_value=True))
-                        assumptions.append(Assumption(str(orig_expr), str(taken), line, f"a value: {BOTH_BRANCHES}"))
-                        return sympy.true if taken else sympy.false
-                    assumptions.append(Assumption(str(orig_expr), f"{result} (the input is valid)", _asking_line()))
-                    return result
-                assumptions.append(Assumption(str(orig_expr), f"{result} (for the smallest sizes)", _asking_line()))
-                return result
-            line = _asking_line()
-            ordinal = next_ordinal()
-            if special is not None and ordinal == special.ordinal and str(orig_expr) == str(special.condition):
-                taken = not bool(result)
-                self.guard_or_defer_runtime_assert(
-                    orig_expr if taken else sympy.Not(orig_expr), f"fx2onnx: the special branch of {orig_expr}"
-                )
-                assumptions.append(Assumption(str(orig_expr), str(taken), line, f"the special branch: {BOTH_BRANCHES}"))
-                return sympy.true if taken else sympy.false
-            if decisions is not None:
-                decisions.append(BranchDecision(orig_expr, bool(result), line, ordinal))
-            assumptions.append(
-                Assumption(str(orig_expr), str(result), line, f"not checked at run time: {GENERAL_BRANCH}")
-            )
+            assumptions.append(Assumption(str(orig_expr), f"{result} (its largest value)", _asking_line()))
             return result
+        try:
+            result = original(self, orig_expr, hint, fx_node, True, fallback_value, forcing_spec=forcing_spec)
+        except GuardOnDataDependentSymNode:  # undecidable for sizes >= 2 too: a threshold on a count
+            result = _at_smallest_sizes(self, orig_expr)
+            if result is None:
+                result = _validation_passes(self, orig_expr)
+                if result is None:
+                    if decisions is None or not _on_values(self, orig_expr):
+                        raise
+                    # a branch on a value (``if x.sum() > 0``): both sides are captured and an If chooses (the
+                    # export fails, naming the line, where it cannot join them). torch is told the side taken (a
+                    # deferred assertion, which also keeps the value in the graph for the If's condition)
+                    line, ordinal = _asking_line(), next_ordinal()
+                    listed = special is not None and special.ordinal == EVERY_VALUE
+                    every = listed and (special.flipped is None or ordinal in special.flipped)  # type: ignore[union-attr]
+                    flip = special is not None and ordinal == special.ordinal
+                    taken = not (every or (flip and str(orig_expr) == str(special.condition)))  # type: ignore[union-attr]
+                    self.guard_or_defer_runtime_assert(
+                        orig_expr if taken else sympy.Not(orig_expr), f"fx2onnx: a side of {orig_expr}"
+                    )
+                    if taken or listed:  # the capture of every value flipped lists them, to compare
+                        decisions.append(BranchDecision(orig_expr, taken, line, ordinal, on_value=True))
+                    assumptions.append(Assumption(str(orig_expr), str(taken), line, f"a value: {BOTH_BRANCHES}"))
+                    return sympy.true if taken else sympy.false
+                assumptions.append(Assumption(str(orig_expr), f"{result} (the input is valid)", _asking_line()))
+                return result
+            assumptions.append(Assumption(str(orig_expr), f"{result} (for the smallest sizes)", _asking_line()))
+            return result
+        line = _asking_line()
+        ordinal = next_ordinal()
+        if special is not None and ordinal == special.ordinal and str(orig_expr) == str(special.condition):
+            taken = not bool(result)
+            self.guard_or_defer_runtime_assert(
+                orig_expr if taken else sympy.Not(orig_expr), f"fx2onnx: the special branch of {orig_expr}"
+            )
+            assumptions.append(Assumption(str(orig_expr), str(taken), line, f"the special branch: {BOTH_BRANCHES}"))
+            return sympy.true if taken else sympy.false
+        if decisions is not None:
+            decisions.append(BranchDecision(orig_expr, bool(result), line, ordinal))
+        assumptions.append(Assumption(str(orig_expr), str(result), line, f"not checked at run time: {GENERAL_BRANCH}"))
+        return result
 
     ShapeEnv._evaluate_expr = evaluate  # type: ignore[method-assign]
     # fake tensors at symbolic sizes run torch's Python decomposition of unbind (its table's, before the op's Meta)
