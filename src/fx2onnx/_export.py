@@ -11,7 +11,7 @@ import gc
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
@@ -42,7 +42,7 @@ from fx2onnx.report import ExportReport, casts_inserted_by_passes
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: tuple[Any, ...] | Any = (),
-    f: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    f: str | os.PathLike[str] | BinaryIO | Mapping[str, Any] | None = None,
     *,
     kwargs: Mapping[str, Any] | None = None,
     dynamic_shapes: Any = None,
@@ -74,7 +74,9 @@ def export(
 
     Arguments follow ``torch.onnx.export`` (see :mod:`fx2onnx._torch_compat` for ``dynamic_axes`` and the
     TorchScript-only options). `f`, when given, is where the model is saved (only once the whole export
-    succeeded). `verify=True` runs the model in ONNX Runtime on `args` and raises
+    succeeded): a path, or a binary file object. ``keep_initializers_as_inputs=True`` lists the weights among the
+    saved model's inputs too; ``export_params=False`` saves them as inputs without their data (the model in memory
+    keeps them). `verify=True` runs the model in ONNX Runtime on `args` and raises
     :class:`fx2onnx.errors.VerificationError` if any output differs from eager. `target` is the runtime
     the model must load and run in (``onnxruntime-cpu`` or ``onnx``); `report` is a path (or a list of
     paths) to write the export report to: Markdown, or SARIF 2.1.0 for a ``.sarif`` path (``True``: a
@@ -96,12 +98,10 @@ def export(
     unknown = set(torchscript_options) - set(torch_compat.IGNORED_OPTIONS)
     if unknown:
         raise TypeError(f"export() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    torch_compat.check_options(
-        dynamo=dynamo,
-        export_params=export_params,
-        keep_initializers_as_inputs=keep_initializers_as_inputs,
-        **torchscript_options,
-    )
+    torch_compat.check_options(dynamo=dynamo, **torchscript_options)
+    torch_compat.check_old_opset(opset_version, finalize_stage.opset_down.LOWEST_OPSET)
+    model = torch_compat.as_module(model)
+    torch_compat.warn_if_training(model)
     if not isinstance(args, tuple):
         args = (args,)
     f, kwargs = torch_compat.split_f_and_kwargs(f, kwargs)
@@ -170,7 +170,12 @@ def export(
             file.write(str(program.exported_program))
     if f is not None:
         with StageClock(export_report.stage_seconds, shown)("save"):
-            program.save(f, external_data=external_data)
+            program.save(
+                f,
+                external_data=external_data,
+                include_initializers=export_params,
+                keep_initializers_as_inputs=keep_initializers_as_inputs or not export_params,
+            )
     shown.close()  # the export is done: no line after it returns
     if report is not None:
         export_report.write(report)

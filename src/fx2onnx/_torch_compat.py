@@ -9,9 +9,16 @@
 - ``dynamic_axes`` (TorchScript-era, still accepted by torch's dynamo path) becomes ``dynamic_shapes``:
   every listed axis is ``Dim.DYNAMIC``; an axis given a name gets it as its ONNX dim_param, on the
   inputs (and every value sharing that size) and on the outputs named in ``dynamic_axes``.
-- ``dynamo=False``, ``export_params=False`` and ``keep_initializers_as_inputs=True`` ask for what
-  fx2onnx does not make (a TorchScript export, a model without its weights, weights as graph inputs):
-  they are refused with the reason. Options torch's dynamo path ignores (``training``,
+- ``f`` may be a binary file object (``io.BytesIO``), as torch.onnx's legacy callers pass it.
+- ``keep_initializers_as_inputs=True`` lists the weights among the saved model's inputs too (as torch does);
+  ``export_params=False`` saves them as inputs only, without their data (what torch's TorchScript exporter made,
+  a model that runs when fed the weights; torch's dynamo path writes a model with undefined weights instead).
+- ``model`` may be a plain function (wrapped in a module whose ``forward`` has its signature); a ScriptModule or
+  ScriptFunction is refused with the way out (torch.export cannot read TorchScript).
+- ``opset_version`` below 13 is refused with the way out (torch's dynamo path writes opset 18 for it).
+- A model in training mode is exported as it is, with a warning (as torch does): dropout and batch norm then
+  compute what training does.
+- ``dynamo=False`` asks for a TorchScript export: refused with the reason. Options torch's dynamo path ignores (``training``,
   ``operator_export_type``, ``do_constant_folding``, ``custom_opsets``, ``export_modules_as_functions``,
   ``autograd_inlining``, ``profile``) are ignored here too, with a warning when not at their defaults.
   ``verbose`` is read, as torch's dynamo path does: ``verbose=True`` shows the export's progress.
@@ -23,7 +30,7 @@ import inspect
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import onnx_ir as ir
 import torch
@@ -44,8 +51,8 @@ IGNORED_OPTIONS: dict[str, Any] = {
 
 
 def split_f_and_kwargs(
-    f: str | os.PathLike[str] | Mapping[str, Any] | None, kwargs: Mapping[str, Any] | None
-) -> tuple[str | os.PathLike[str] | None, dict[str, Any]]:
+    f: str | os.PathLike[str] | BinaryIO | Mapping[str, Any] | None, kwargs: Mapping[str, Any] | None
+) -> tuple[str | os.PathLike[str] | BinaryIO | None, dict[str, Any]]:
     """torch's third positional argument is the file; fx2onnx's used to be `kwargs` (a mapping): both work."""
     if isinstance(f, Mapping):
         if kwargs is not None:
@@ -85,6 +92,50 @@ def split_kwargs_from_args(
     return tuple(positional), dict(last)
 
 
+def check_old_opset(opset_version: Any, lowest: int) -> None:
+    """An opset below the oldest fx2onnx writes, refused with what to pass instead (torch.onnx.export's dynamo path
+    writes opset 18 for it, with a log message; legacy calls often still say 11 or 12)."""
+    if isinstance(opset_version, int) and not isinstance(opset_version, bool) and 0 < opset_version < lowest:
+        raise ValueError(
+            f"opset_version={opset_version}: fx2onnx writes opset {lowest} to the newest (ONNX Runtime runs them "
+            f"all; torch.onnx.export(dynamo=True) writes opset 18 for it)\n  remedy: leave opset_version out (18), "
+            f"or pass opset_version={lowest} for the oldest opset fx2onnx writes"
+        )
+
+
+def as_module(model: Any) -> Any:
+    """`model` as torch.export takes it: a plain function becomes a module calling it (its ``forward`` has the
+    function's signature, so that dynamic_shapes and dynamic_axes name its parameters); TorchScript is refused."""
+    if isinstance(model, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
+        raise TypeError(
+            f"{type(model).__name__}: fx2onnx captures the model with torch.export, which cannot read TorchScript\n"
+            "  remedy: pass the torch.nn.Module (or function) before torch.jit.script / torch.jit.trace, or call "
+            "torch.onnx.export(..., dynamo=False) for TorchScript"
+        )
+    if isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)) or not callable(model):
+        return model
+
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return model(*args, **kwargs)
+
+    signature = inspect.signature(model)
+    self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self_parameter, *signature.parameters.values()]
+    )
+    name = getattr(model, "__name__", type(model).__name__)
+    return type(name, (torch.nn.Module,), {"forward": forward})()
+
+
+def warn_if_training(model: Any) -> None:
+    if isinstance(model, torch.nn.Module) and model.training:
+        warnings.warn(
+            f"{type(model).__name__} is in training mode: the ONNX model computes what training does (dropout "
+            "drops, batch norm uses the batch's statistics); call model.eval() before export for inference",
+            stacklevel=3,
+        )
+
+
 def _is_axes(spec: Any) -> bool:
     """Whether `spec` describes one tensor's axes (``{0: Dim}``, ``(Dim, None)``), not a container of inputs."""
     axis_like = (str, int, torch.export.Dim, type(torch.export.Dim.DYNAMIC))
@@ -120,18 +171,11 @@ def axis_names_to_dims(dynamic_shapes: Any, shared: Mapping[str, Any] | None = N
     return convert(dynamic_shapes)
 
 
-def check_options(*, dynamo: bool, export_params: bool, keep_initializers_as_inputs: bool, **ignored: Any) -> None:
+def check_options(*, dynamo: bool, **ignored: Any) -> None:
     if not dynamo:
         raise ValueError(
             "dynamo=False asks for torch's TorchScript exporter; fx2onnx exports through torch.export (dynamo=True). "
             "Call torch.onnx.export for a TorchScript export."
-        )
-    if not export_params:
-        raise ValueError("export_params=False (a model without its weights) is not supported: fx2onnx saves them")
-    if keep_initializers_as_inputs:
-        raise ValueError(
-            "keep_initializers_as_inputs=True (weights as graph inputs) is not supported: fx2onnx keeps them as "
-            "initializers"
         )
     for name, value in ignored.items():
         if name in IGNORED_OPTIONS and value != IGNORED_OPTIONS[name]:
@@ -207,10 +251,13 @@ def name_output_axes(model: ir.Model, dynamic_axes: DynamicAxes) -> None:
 
 
 __all__ = [
+    "as_module",
     "axis_names_to_dims",
+    "check_old_opset",
     "check_options",
     "dynamic_shapes_from_axes",
     "name_output_axes",
     "split_f_and_kwargs",
     "split_kwargs_from_args",
+    "warn_if_training",
 ]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import numpy as np
 import onnx
@@ -78,12 +79,14 @@ class ONNXProgram:
 
     def save(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | BinaryIO,
         *,
         external_data: bool | str | None = None,
         direct_io: bool | None = None,
         durable: bool = True,
         weights: Literal["copy", "reference"] = "copy",
+        include_initializers: bool = True,
+        keep_initializers_as_inputs: bool = False,
     ) -> str | None:
         """Write the model; weights go to ``<name>.data`` (or the file name `external_data` gives) when asked or
         above 1.5 GB. Returns the weights' file name (relative to the model's folder), or None.
@@ -114,7 +117,29 @@ class ONNXProgram:
         are copied to the external data file (with a warning). The model then depends on the checkpoint's files:
         moving or changing them breaks or changes it (``verify_weights`` says so); saving over it never removes
         them.
+
+        `path` may also be a binary file object (``io.BytesIO``, as torch.onnx.export's `f`): the model is written
+        to it as one protobuf, weights included (no external data). ``keep_initializers_as_inputs=True`` lists the
+        initializers among the graph's inputs too (a runtime may then be fed other values for them);
+        ``include_initializers=False`` leaves their data out of the file, and then they must be inputs (as
+        torch.onnx's TorchScript exporter made them for ``export_params=False``): the model in memory is unchanged.
         """
+        if not include_initializers and not keep_initializers_as_inputs:
+            raise ValueError(
+                "include_initializers=False without keep_initializers_as_inputs=True leaves the weights' values "
+                "undefined (the model fails onnx.checker); pass keep_initializers_as_inputs=True to have them as "
+                "graph inputs"
+            )
+        if keep_initializers_as_inputs:
+            with _initializers_as_inputs(self.model, keep_data=include_initializers):
+                return self.save(
+                    path, external_data=external_data, direct_io=direct_io, durable=durable, weights=weights
+                )
+        if not isinstance(path, (str, os.PathLike)):
+            if external_data or weights != "copy":
+                raise ValueError("a file object takes the model as one protobuf: save to a path for external data")
+            path.write(self.model_proto.SerializeToString())
+            return None
         if weights not in ("copy", "reference"):
             raise ValueError(f"weights={weights!r}: 'copy' (write the weights into the model's files) or 'reference'")
         if weights == "reference":
@@ -341,6 +366,25 @@ class ONNXProgram:
             if noise is not None:
                 results[i].noise = noise
                 results[i].passed = noise.within_noise
+
+
+@contextlib.contextmanager
+def _initializers_as_inputs(model: ir.Model, *, keep_data: bool) -> Iterator[None]:
+    """`model`'s initializers appended to its graph inputs (and, unless `keep_data`, out of its initializers) while
+    it is saved: torch.onnx's keep_initializers_as_inputs and export_params=False."""
+    graph = model.graph
+    initializers = dict(graph.initializers)
+    inputs = list(graph.inputs)
+    graph.inputs.extend(initializers.values())
+    if not keep_data:
+        graph.initializers.clear()
+    try:
+        yield
+    finally:
+        if not keep_data:
+            graph.initializers.update(initializers)
+        graph.inputs.clear()
+        graph.inputs.extend(inputs)
 
 
 # --- matching a call's inputs with the exported ones ---------------------------------------------------------------
