@@ -82,10 +82,6 @@ def test_what_fx2onnx_does_not_make_is_refused_with_the_reason() -> None:
     model, args = TwoInputs().eval(), _inputs(2, 5)
     with pytest.raises(ValueError, match="TorchScript exporter"):
         fx2onnx.export(model, args, dynamo=False)
-    with pytest.raises(ValueError, match="without its weights"):
-        fx2onnx.export(model, args, export_params=False)
-    with pytest.raises(ValueError, match="weights as graph inputs"):
-        fx2onnx.export(model, args, keep_initializers_as_inputs=True)
     with pytest.raises(ValueError, match="not both"):
         fx2onnx.export(model, args, dynamic_axes={"x": [0]}, dynamic_shapes={"x": {0: torch.export.Dim.DYNAMIC}})
     with pytest.raises(TypeError, match="unexpected keyword arguments: no_such_option"):

@@ -101,7 +101,7 @@ def export(
     torch_compat.check_options(dynamo=dynamo, **torchscript_options)
     torch_compat.check_old_opset(opset_version, finalize_stage.opset_down.LOWEST_OPSET)
     model = torch_compat.as_module(model)
-    torch_compat.warn_if_training(model)
+    torch_compat.check_list_args(model, args)
     if not isinstance(args, tuple):
         args = (args,)
     f, kwargs = torch_compat.split_f_and_kwargs(f, kwargs)
@@ -117,10 +117,11 @@ def export(
     elif report is False:
         report = None
     axis_names: dict[tuple[int, int], str] = {}
+    axes_inputs: list[str] = []  # the names dynamic_axes keys inputs by
     if dynamic_axes is not None:
         if dynamic_shapes is not None:
             raise ValueError("give dynamic_shapes or dynamic_axes, not both")
-        dynamic_shapes, axis_names = torch_compat.dynamic_shapes_from_axes(
+        dynamic_shapes, axis_names, axes_inputs = torch_compat.dynamic_shapes_from_axes(
             model, args, kwargs, dynamic_axes, input_names
         )
     export_report = ExportReport(
@@ -152,6 +153,8 @@ def export(
                 progress=shown,
                 captures=captures,
             )
+            if dynamic_axes is not None:
+                torch_compat.name_output_axes(program.model, dynamic_axes, axes_inputs)
     except Exception as error:
         shown.close()
         for captured in captures:
@@ -161,8 +164,6 @@ def export(
         if report is not None:
             export_report.write(report)
         raise
-    if dynamic_axes is not None:
-        torch_compat.name_output_axes(program.model, dynamic_axes)
     if dump_exported_program and program.exported_program is not None:
         os.makedirs(artifacts_dir, exist_ok=True)
         path = os.path.join(artifacts_dir, f"{type(model).__name__}_exported_program.txt")
@@ -222,6 +223,7 @@ def _export(
         decompositions = capture_stage.LazyDecompositionTable(capture_registry)
         captured = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions)
     captures.append(captured)
+    torch_compat.warn_if_training(model, captured.graph_module)
     export_report.strategy = captured.strategy
     export_report.capture_seconds = {
         captured.strategy.split("(")[0]: captured.trace_seconds,

@@ -61,6 +61,28 @@ def split_f_and_kwargs(
     return f, dict(kwargs or {})
 
 
+def check_list_args(model: Any, args: Any) -> None:
+    """torch.onnx passes a list `args` to the model as one argument (torchvision's detection models take a list of
+    images); a list that only binds as several arguments is refused with the way out, not as a missing argument."""
+    if not isinstance(args, list) or isinstance(model, torch.export.ExportedProgram):
+        return
+    try:
+        signature = inspect.signature(model.forward if isinstance(model, torch.nn.Module) else model)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(args)
+    except TypeError:
+        try:
+            signature.bind(*args)
+        except TypeError:
+            return
+        raise TypeError(
+            f"args is a list of {len(args)}: torch.onnx.export passes a list to the model as one argument, and "
+            f"{type(model).__name__}.forward takes {len(args)}\n  remedy: give them as a tuple, args=(x, y, ...)"
+        ) from None
+
+
 def split_kwargs_from_args(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -127,13 +149,42 @@ def as_module(model: Any) -> Any:
     return type(name, (torch.nn.Module,), {"forward": forward})()
 
 
-def warn_if_training(model: Any) -> None:
-    if isinstance(model, torch.nn.Module) and model.training:
-        warnings.warn(
-            f"{type(model).__name__} is in training mode: the ONNX model computes what training does (dropout "
-            "drops, batch norm uses the batch's statistics); call model.eval() before export for inference",
-            stacklevel=3,
-        )
+# What a module in training mode captures as (eval mode gives aten.dropout / aten.batch_norm with training False).
+_TRAINING_OPS = frozenset(
+    {
+        "aten.native_dropout.default",
+        "aten.bernoulli.default",
+        "aten.bernoulli.p",
+        "aten.bernoulli_.float",
+        "aten._native_batch_norm_legit.default",
+        "aten._native_batch_norm_legit_functional.default",
+        "aten._batch_norm_with_update.default",
+        "aten._batch_norm_with_update_functional.default",
+    }
+)
+_TRAINING_FLAG = {"aten.dropout.default": 2, "aten.batch_norm.default": 5, "aten.instance_norm.default": 5}
+
+
+def warn_if_training(model: Any, graph_module: torch.fx.GraphModule) -> None:
+    """A model left in training mode (model.eval() forgotten) whose graph computes what training does (dropout,
+    batch norm on the batch's statistics), said as torch.onnx.export says it; a model whose code does not depend
+    on the mode exports the same either way, without a warning."""
+    if not isinstance(model, torch.nn.Module) or not model.training:
+        return
+    for module in graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            target = str(node.target)
+            flag = _TRAINING_FLAG.get(target)
+            if target in _TRAINING_OPS or (flag is not None and len(node.args) > flag and node.args[flag] is True):
+                warnings.warn(
+                    f"{type(model).__name__} is in training mode: the ONNX model computes what training does "
+                    f"({target}: dropout drops, batch norm uses the batch's statistics)\n  remedy: call model.eval() "
+                    "before export for inference",
+                    stacklevel=3,
+                )
+                return
 
 
 def _is_axes(spec: Any) -> bool:
@@ -191,11 +242,13 @@ def dynamic_shapes_from_axes(
     kwargs: Mapping[str, Any],
     dynamic_axes: DynamicAxes,
     input_names: Sequence[str] | None,
-) -> tuple[dict[str, Any], dict[tuple[int, int], str]]:
-    """``dynamic_shapes`` for torch.export, and (id of input tensor, dim) -> the name ``dynamic_axes`` gives.
+) -> tuple[dict[str, Any], dict[tuple[int, int], str], list[str]]:
+    """``dynamic_shapes`` for torch.export, (id of input tensor, dim) -> the name ``dynamic_axes`` gives, and the
+    names that key the inputs.
 
-    Keys of `dynamic_axes` name inputs by `input_names` (the model's tensor inputs in order) or by the
-    forward method's parameter names; keys naming outputs are left to :func:`name_output_axes`.
+    Keys of `dynamic_axes` name inputs by `input_names` (the model's first tensor inputs, in order) or by the
+    forward method's parameter names (the inputs `input_names` leaves unnamed); keys naming outputs are left to
+    :func:`name_output_axes`.
     """
     if isinstance(model, torch.export.ExportedProgram):
         raise ValueError("dynamic_axes applies to a module; an ExportedProgram already has its dynamic shapes")
@@ -211,7 +264,9 @@ def dynamic_shapes_from_axes(
     for parameter, value in bound.items():
         tensors = [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
         leaves += [(parameter, tensor, tensor is value) for tensor in tensors]
-    names = list(input_names) if input_names else [parameter for parameter, _, _ in leaves]
+    # input_names name the first inputs; the others keep their parameter's name (as the graph's inputs do)
+    names = list(input_names or [])[: len(leaves)]
+    names += [parameter for parameter, _, _ in leaves[len(names) :]]
 
     shapes: dict[str, Any] = {parameter: None for parameter in bound}
     axis_names: dict[tuple[int, int], str] = {}
@@ -233,11 +288,24 @@ def dynamic_shapes_from_axes(
         for axis, axis_name in named.items():
             if axis_name:
                 axis_names[(id(tensor), int(axis) % tensor.dim())] = str(axis_name)
-    return shapes, axis_names
+    return shapes, axis_names, names
 
 
-def name_output_axes(model: ir.Model, dynamic_axes: DynamicAxes) -> None:
-    """Give the outputs `dynamic_axes` names the dim_params it asks for, where the dimension is not static."""
+def name_output_axes(model: ir.Model, dynamic_axes: DynamicAxes, input_names: Sequence[str]) -> None:
+    """Give the outputs `dynamic_axes` names the dim_params it asks for, where the dimension is not static.
+
+    A key that names neither an input (`input_names`: those :func:`dynamic_shapes_from_axes` matched keys to) nor
+    an output is refused: its axes would silently stay static (a misspelt name, an output whose name
+    `output_names` does not give).
+    """
+    outputs = [output.name or "" for output in model.graph.outputs]
+    unknown = [key for key in dynamic_axes if key not in input_names and key not in outputs]
+    if unknown:
+        raise ValueError(
+            f"dynamic_axes names {', '.join(map(repr, unknown))}: no input or output of the model has that name "
+            f"(inputs: {', '.join(input_names)}; outputs: {', '.join(outputs)})\n  remedy: name inputs by "
+            "input_names (or forward's parameter names) and outputs by output_names"
+        )
     for output in model.graph.outputs:
         axes = dynamic_axes.get(output.name or "")
         if not isinstance(axes, Mapping) or output.shape is None:
@@ -253,6 +321,7 @@ def name_output_axes(model: ir.Model, dynamic_axes: DynamicAxes) -> None:
 __all__ = [
     "as_module",
     "axis_names_to_dims",
+    "check_list_args",
     "check_old_opset",
     "check_options",
     "dynamic_shapes_from_axes",
