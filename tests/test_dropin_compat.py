@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import onnx
 import onnxscript
 import pytest
 import torch
@@ -633,3 +634,295 @@ def test_every_overload_torch_onnx_lowers_is_handled_or_listed_with_a_reason() -
     assert not unexplained, f"lower these or give the reason in benchmarks/reference_op_gaps.py: {unexplained}"
     listed = reference_op_gaps.DOC.read_text(encoding="utf-8")
     assert all(f"`{name}`" in listed for name in groups["gap"]), "rerun benchmarks/reference_op_gaps.py"
+
+
+# --- call sites as people write them (tutorials, export scripts), checked in ONNX Runtime by the call's names ------
+def _session(source: str | bytes) -> Any:
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
+
+
+def _run_by_name(source: str | bytes, feed: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """The saved model run in ONNX Runtime as its users run it: a feed keyed by the input names they chose."""
+    session = _session(source)
+    required = {i.name for i in session.get_inputs()}
+    overridable = {i.name for i in session.get_overridable_initializers()}  # weights kept as inputs
+    assert required <= set(feed) <= required | overridable, (sorted(required), sorted(overridable))
+    outputs = session.run(None, {name: value.detach().numpy() for name, value in feed.items()})
+    return [torch.from_numpy(output) for output in outputs]
+
+
+def _names(source: str | bytes) -> tuple[list[str], list[str], list[str]]:
+    """The graph's input names, output names and initializer names, as a user of the file sees them."""
+    model = onnx.load_from_string(source) if isinstance(source, bytes) else onnx.load(source)
+    graph = model.graph
+    return [v.name for v in graph.input], [v.name for v in graph.output], [t.name for t in graph.initializer]
+
+
+def _matches(got: list[torch.Tensor], expected: Any, atol: float = 1e-5) -> None:
+    want = _flat_outputs(expected)
+    assert len(got) == len(want)
+    for actual, reference in zip(got, want):
+        assert actual.dtype == reference.dtype and actual.shape == reference.shape
+        torch.testing.assert_close(actual, reference.detach(), rtol=1e-4, atol=atol)
+
+
+def _torch_onnx(model: Any, args: Any, path: str, **options: Any) -> None:
+    """torch.onnx.export's dynamo path, quiet: the reference for the names users depend on."""
+    with _quiet():
+        torch.onnx.export(model, args, path, dynamo=True, **options)
+
+
+def test_the_pytorch_tutorial_call_runs_with_its_input_name(tmp_path: Any) -> None:
+    """PyTorch's and ONNX Runtime's tutorials: an input that requires grad, every legacy option at its default,
+    output names and dynamic_axes on input and output, then ``session.get_inputs()[0].name`` fed a numpy array."""
+    torch.manual_seed(0)
+    model = Convolution().eval()
+    x = torch.randn(1, 3, 8, 8, requires_grad=True)
+    torch_out = model(x)
+    path = str(tmp_path / "model.onnx")
+    fx2onnx.export(
+        model,
+        x,
+        path,
+        export_params=True,
+        opset_version=17,
+        do_constant_folding=True,
+        input_names=["input"],
+        output_names=["output"],
+        dynamic_axes={"input": {0: "batch_size"}, "output": {0: "batch_size"}},
+    )
+    session = _session(path)
+    got = session.run(None, {session.get_inputs()[0].name: x.detach().numpy()})
+    torch.testing.assert_close(torch.from_numpy(got[0]), torch_out.detach(), rtol=1e-4, atol=1e-5)
+    assert _names(path)[:2] == (["input"], ["output"])
+    batch = torch.randn(4, 3, 8, 8)
+    _matches(_run_by_name(path, {"input": batch}), model(batch))
+
+
+class Detector(torch.nn.Module):
+    """YOLO-style: one image input, the predictions first, then the feature maps (a list) the export names not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, stride=2, padding=1)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        features = self.conv(images)
+        return features.flatten(2).transpose(1, 2).sigmoid(), [features]
+
+
+def test_a_yolo_style_export_names_the_predictions_and_their_dynamic_axes(tmp_path: Any) -> None:
+    path = str(tmp_path / "detector.onnx")
+    model = Detector().eval()
+    axes = {"images": {0: "batch", 2: "height", 3: "width"}, "output0": {0: "batch", 1: "anchors"}}
+    fx2onnx.export(
+        model,
+        torch.randn(1, 3, 32, 32),
+        path,
+        verbose=False,
+        opset_version=17,
+        do_constant_folding=True,
+        input_names=["images"],
+        output_names=["output0"],
+        dynamic_axes=axes,
+    )
+    inputs, outputs, _ = _names(path)
+    assert inputs == ["images"] and outputs[0] == "output0" and len(outputs) == 2
+    dims = [d.dim_param or d.dim_value for d in onnx.load(path).graph.output[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", "anchors", 6]
+    images = torch.randn(2, 3, 24, 40)
+    _matches(_run_by_name(path, {"images": images}), model(images))
+
+
+def test_f_as_a_bytesio_holds_the_model_as_torch_onnx_writes_it() -> None:
+    """``f = io.BytesIO(); torch.onnx.export(model, x, f); onnx.load_from_string(f.getvalue())``: fx2onnx took only
+    a path (TypeError: expected str, bytes or os.PathLike object, not BytesIO)."""
+    model, x = Linear().eval(), torch.randn(2, 8)
+    ours, theirs = io.BytesIO(), io.BytesIO()
+    fx2onnx.export(model, x, ours, input_names=["features"])
+    _torch_onnx(model, x, theirs, input_names=["features"])  # type: ignore[arg-type]
+    assert _names(ours.getvalue())[0] == _names(theirs.getvalue())[0] == ["features"]
+    onnx.checker.check_model(onnx.load_from_string(ours.getvalue()), full_check=True)
+    _matches(_run_by_name(ours.getvalue(), {"features": x}), model(x))
+    with pytest.raises(ValueError, match="one protobuf"):
+        fx2onnx.export(model, x, io.BytesIO(), external_data=True)
+
+
+@pytest.mark.parametrize("external_data", [False, True], ids=["one-file", "external-data"])
+def test_keep_initializers_as_inputs_lists_the_weights_as_inputs_as_torch_onnx_does(
+    tmp_path: Any, external_data: bool
+) -> None:
+    """Older runtimes and tools (and scripts written for them) ask for the weights among the inputs: fx2onnx refused
+    the option. The inputs are torch's, the weights keep their values, and feeding others overrides them."""
+    model, x = Linear().eval(), torch.randn(2, 8)
+    ours, theirs = str(tmp_path / "ours.onnx"), str(tmp_path / "theirs.onnx")
+    fx2onnx.export(model, (x,), ours, keep_initializers_as_inputs=True, external_data=external_data)
+    _torch_onnx(model, (x,), theirs, keep_initializers_as_inputs=True, external_data=external_data)
+    assert _names(ours)[0] == _names(theirs)[0] == ["x", "proj.weight", "proj.bias"]
+    assert sorted(_names(ours)[2]) == ["proj.bias", "proj.weight"]
+    onnx.checker.check_model(ours, full_check=True)
+    # the weights are optional inputs: a feed of the model's inputs alone runs with the saved values
+    _matches([torch.from_numpy(output) for output in _session(ours).run(None, {"x": x.numpy()})], model(x))
+    other = Linear().eval()
+    feed = {"x": x, "proj.weight": other.proj.weight, "proj.bias": other.proj.bias}
+    _matches(_run_by_name(ours, feed), other(x))
+
+
+def test_export_params_false_saves_the_weights_as_inputs_without_their_data(tmp_path: Any) -> None:
+    """torch.onnx's TorchScript exporter made the weights inputs for export_params=False (fed at run time); its
+    dynamo path writes them nowhere (a model onnx.checker refuses). fx2onnx refused the option; now the file holds
+    no weight and runs when fed them by their state_dict names; the program in memory keeps them."""
+    model, x = Linear().eval(), torch.randn(2, 8)
+    path = str(tmp_path / "model.onnx")
+    program = fx2onnx.export(model, (x,), path, export_params=False)
+    inputs, _, initializers = _names(path)
+    assert inputs == ["x", "proj.weight", "proj.bias"] and initializers == []
+    onnx.checker.check_model(path, full_check=True)
+    feed = {"x": x, **dict(model.named_parameters())}
+    _matches(_run_by_name(path, feed), model(x))
+    _matches([t for t in program(x) if t is not None], model(x))
+    assert sorted(program.model.graph.initializers) == ["proj.bias", "proj.weight"]
+
+
+@pytest.mark.parametrize("opset_version", [9, 10, 11, 12])
+def test_an_opset_below_13_is_refused_with_what_to_pass(tmp_path: Any, opset_version: int) -> None:
+    """opset_version=11 is in most export scripts; torch's dynamo path writes opset 18 instead. The error says what
+    to pass, and no file is written."""
+    with pytest.raises(ValueError, match=r"remedy: leave opset_version out \(18\), or pass opset_version=13"):
+        fx2onnx.export(Linear().eval(), torch.randn(2, 8), str(tmp_path / "model.onnx"), opset_version=opset_version)
+    assert os.listdir(tmp_path) == []
+
+
+def scaled_product(x: torch.Tensor, y: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+    return x * y * scale + 1
+
+
+def test_a_plain_function_exports_with_its_parameter_names(tmp_path: Any) -> None:
+    """torch.export takes modules only (torch.onnx.export fails on a function); fx2onnx wraps it, keeping its
+    signature: inputs named after its parameters, dynamic_axes and dynamic_shapes keyed by them."""
+    path = str(tmp_path / "function.onnx")
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    program = fx2onnx.export(scaled_product, (x, y), path, dynamic_axes={"x": {0: "n"}, "y": {0: "n"}})
+    assert _names(path)[0] == ["x", "y"]
+    x, y = torch.randn(5, 4), torch.randn(5, 4)
+    _matches(_run_by_name(path, {"x": x, "y": y}), scaled_product(x, y))
+    assert all(result.passed for result in program.verify(x, y))
+    program = fx2onnx.export(scaled_product, (x,), kwargs={"y": y, "scale": 3.0})
+    assert all(result.passed for result in program.verify(x, y=y, scale=3.0))
+
+
+def test_torchscript_is_refused_with_the_way_out() -> None:
+    """A ScriptModule (torch.jit.script or trace, as legacy scripts pass): torch.export cannot read it."""
+    model, x = Linear().eval(), torch.randn(2, 8)
+    for scripted in (torch.jit.script(model), torch.jit.trace(model, (x,))):
+        with pytest.raises(TypeError, match=r"remedy: pass the torch.nn.Module .* before torch.jit.script"):
+            fx2onnx.export(scripted, (x,))
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Dropout(0.5)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+def _training_warnings(model: torch.nn.Module) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fx2onnx.export(model, (torch.randn(4, 8),))
+    return [str(w.message) for w in caught if "training mode" in str(w.message)]
+
+
+def test_a_model_left_in_training_mode_is_warned_about_as_torch_onnx_does() -> None:
+    """model.eval() forgotten: the ONNX model drops at random and normalizes with the batch's statistics, silently
+    (torch.onnx.export warns). A model whose graph does not depend on the mode is not warned about."""
+    warned = _training_warnings(Classifier().train())
+    assert len(warned) == 1 and "remedy: call model.eval()" in warned[0]
+    assert _training_warnings(Classifier().eval()) == []
+    assert _training_warnings(Linear().train()) == []
+
+
+class ThreeInputs(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return a + b * c
+
+
+def test_input_names_shorter_than_the_inputs_leave_the_rest_their_parameter_names(tmp_path: Any) -> None:
+    """torch names the inputs input_names leaves unnamed after their parameters; dynamic_axes keyed by those names
+    made no dim dynamic (fx2onnx matched its keys to input_names only): the model refused other batch sizes."""
+    ours, theirs = str(tmp_path / "ours.onnx"), str(tmp_path / "theirs.onnx")
+    args = (torch.randn(3, 2), torch.randn(3, 2), torch.randn(3, 2))
+    options = {"input_names": ["first"], "dynamic_axes": {"first": {0: "n"}, "b": {0: "n"}, "c": {0: "n"}}}
+    fx2onnx.export(ThreeInputs(), args, ours, **options)
+    _torch_onnx(ThreeInputs(), args, theirs, **options)
+    assert _names(ours)[0] == _names(theirs)[0] == ["first", "b", "c"]
+    a, b, c = torch.randn(6, 2), torch.randn(6, 2), torch.randn(6, 2)
+    _matches(_run_by_name(ours, {"first": a, "b": b, "c": c}), ThreeInputs()(a, b, c))
+
+
+def test_a_dynamic_axes_key_naming_nothing_is_refused(tmp_path: Any) -> None:
+    """A misspelt name (``"inputs"`` for ``"input"``) left the axis static without a word (torch.onnx refuses it)."""
+    path = str(tmp_path / "model.onnx")
+    with pytest.raises(ValueError, match=r"dynamic_axes names 'inputs': no input or output .*inputs: input; outputs"):
+        fx2onnx.export(Linear().eval(), torch.randn(2, 8), path, input_names=["input"], dynamic_axes={"inputs": [0]})
+    assert os.listdir(tmp_path) == []
+
+
+class Images(torch.nn.Module):
+    """torchvision's detection models' convention: a list of images, each of its own size."""
+
+    def forward(self, images: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([image.mean((1, 2)) for image in images])
+
+
+def test_a_list_args_is_one_argument_as_in_torch_onnx(tmp_path: Any) -> None:
+    """``export(maskrcnn, [image], f)``: the list is the model's one argument (legacy torch.onnx's reading); a list
+    that only binds as several arguments is refused saying to give a tuple (it was a capture error about a missing
+    argument)."""
+    images = [torch.randn(3, 4, 5), torch.randn(3, 6, 2)]
+    path = str(tmp_path / "images.onnx")
+    fx2onnx.export(Images(), images, path)
+    assert _names(path)[0] == ["images_0", "images_1"]
+    _matches(_run_by_name(path, {"images_0": images[0], "images_1": images[1]}), Images()(images))
+    theirs = str(tmp_path / "theirs.onnx")
+    _torch_onnx(Images(), (images,), theirs)
+    assert _names(theirs)[0] == _names(path)[0]
+    with pytest.raises(TypeError, match=r"remedy: give them as a tuple"):
+        fx2onnx.export(TwoInputs(), [torch.randn(3), torch.randn(3)])
+
+
+def test_legacy_options_at_their_defaults_with_report_and_verify(tmp_path: Any) -> None:
+    """A legacy call with every TorchScript-era option at its default, plus dynamo=True and the new options, into a
+    folder that does not exist yet: no warning about the options, the report written, the model verified."""
+    model, x = Linear().eval(), torch.randn(2, 8)
+    path = str(tmp_path / "exports" / "v1" / "model.onnx")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = fx2onnx.export(
+            model,
+            (x,),
+            path,
+            export_params=True,
+            verbose=False,
+            training=torch.onnx.TrainingMode.EVAL,
+            input_names=["input"],
+            output_names=["output"],
+            operator_export_type=torch.onnx.OperatorExportTypes.ONNX,
+            opset_version=18,
+            do_constant_folding=True,
+            keep_initializers_as_inputs=False,
+            dynamo=True,
+            report=True,
+            verify=True,
+            artifacts_dir=str(tmp_path / "artifacts"),
+        )
+    assert not [w for w in caught if "ignored" in str(w.message)], [str(w.message) for w in caught]
+    assert os.listdir(tmp_path / "artifacts") == ["Linear_fx2onnx_report.md"]
+    assert program.report is not None and all(result.passed for result in program.report.verification)
+    _matches(_run_by_name(path, {"input": x}), model(x))
