@@ -790,7 +790,7 @@ def test_export_params_false_saves_the_weights_as_inputs_without_their_data(tmp_
 def test_an_opset_below_13_is_refused_with_what_to_pass(tmp_path: Any, opset_version: int) -> None:
     """opset_version=11 is in most export scripts; torch's dynamo path writes opset 18 instead. The error says what
     to pass, and no file is written."""
-    with pytest.raises(ValueError, match=r"remedy: leave opset_version out \(18\), or pass opset_version=13"):
+    with pytest.raises(fx2onnx.ExportError, match=r"remedy: leave opset_version out \(18\), or pass opset_version=13"):
         fx2onnx.export(Linear().eval(), torch.randn(2, 8), str(tmp_path / "model.onnx"), opset_version=opset_version)
     assert os.listdir(tmp_path) == []
 

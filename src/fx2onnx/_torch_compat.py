@@ -18,8 +18,8 @@
 - ``opset_version`` below 13 is refused with the way out (torch's dynamo path writes opset 18 for it).
 - A model in training mode is exported as it is, with a warning (as torch does): dropout and batch norm then
   compute what training does.
-- ``dynamo=False`` asks for a TorchScript export: refused with the reason. Options torch's dynamo path ignores (``training``,
-  ``operator_export_type``, ``do_constant_folding``, ``custom_opsets``, ``export_modules_as_functions``,
+- ``dynamo=False`` asks for a TorchScript export: refused with the reason. Options torch's dynamo path ignores
+  (``training``, ``operator_export_type``, ``do_constant_folding``, ``custom_opsets``, ``export_modules_as_functions``,
   ``autograd_inlining``, ``profile``) are ignored here too, with a warning when not at their defaults.
   ``verbose`` is read, as torch's dynamo path does: ``verbose=True`` shows the export's progress.
 """
@@ -35,6 +35,8 @@ from typing import Any, BinaryIO
 import onnx_ir as ir
 import torch
 import torch.utils._pytree as pytree
+
+from fx2onnx.errors import ExportError
 
 DynamicAxes = Mapping[str, Mapping[int, str] | Sequence[int]]
 
@@ -118,7 +120,7 @@ def check_old_opset(opset_version: Any, lowest: int) -> None:
     """An opset below the oldest fx2onnx writes, refused with what to pass instead (torch.onnx.export's dynamo path
     writes opset 18 for it, with a log message; legacy calls often still say 11 or 12)."""
     if isinstance(opset_version, int) and not isinstance(opset_version, bool) and 0 < opset_version < lowest:
-        raise ValueError(
+        raise ExportError(
             f"opset_version={opset_version}: fx2onnx writes opset {lowest} to the newest (ONNX Runtime runs them "
             f"all; torch.onnx.export(dynamo=True) writes opset 18 for it)\n  remedy: leave opset_version out (18), "
             f"or pass opset_version={lowest} for the oldest opset fx2onnx writes"
@@ -303,8 +305,8 @@ def name_output_axes(model: ir.Model, dynamic_axes: DynamicAxes, input_names: Se
     if unknown:
         raise ValueError(
             f"dynamic_axes names {', '.join(map(repr, unknown))}: no input or output of the model has that name "
-            f"(inputs: {', '.join(input_names)}; outputs: {', '.join(outputs)})\n  remedy: name inputs by "
-            "input_names (or forward's parameter names) and outputs by output_names"
+            f"(inputs: {', '.join(dict.fromkeys(input_names))}; outputs: {', '.join(outputs)})\n"
+            "  remedy: name inputs by input_names (or forward's parameter names) and outputs by output_names"
         )
     for output in model.graph.outputs:
         axes = dynamic_axes.get(output.name or "")
