@@ -18,7 +18,7 @@ import io
 import os
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 import onnxscript
@@ -77,6 +77,21 @@ class TupleOutput(torch.nn.Module):
 class DictOutput(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"mean": x.mean(-1), "max": x.amax(-1)}
+
+
+class Extremes(NamedTuple):
+    low: torch.Tensor
+    high: torch.Tensor
+
+
+class NamedTupleOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Extremes:
+        return Extremes(x.amin(-1), x.amax(-1))
+
+
+class NestedOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        return x + 1, (x * 2, x - 1)
 
 
 class Convolution(torch.nn.Module):
@@ -493,6 +508,37 @@ CASES: list[Case] = [
     Case("conv-batchnorm", Convolution, lambda: one((r(2, 3, 8, 8),))),
     Case("attention-causal", Attention, lambda: one((r(2, 6, 16),)), atol=1e-4),
     Case("kwargs-explicit-none", OptionalMask, lambda: one((r(2, 5, 8),), kwargs={"mask": None})),
+    # legacy call sites: None inputs, names for fewer or more inputs and nested outputs, old options at defaults
+    Case("args-none-positional", OptionalMask, lambda: one((r(2, 5, 8), None))),
+    Case("kwargs-last-dict-none", OptionalMask, lambda: one((r(2, 5, 8), {"mask": None}))),
+    Case("output-a-namedtuple", NamedTupleOutput, lambda: one((r(3, 4),))),
+    Case("output-names-nested", NestedOutput, lambda: one((r(3),), output_names=["first", "second", "third"])),
+    Case("output-names-fewer", NestedOutput, lambda: one((r(3),), output_names=["first"])),
+    Case("input-names-more", Linear, lambda: one((r(2, 8),), input_names=["features", "unused"])),
+    Case("input-names-dict", DictInput, lambda: one(({"a": r(3, 2), "b": r(3, 2)}, {}), input_names=["A", "B"])),
+    Case(
+        "dynamic-axes-output-list",
+        Linear,
+        lambda: one(
+            (r(2, 8),), input_names=["input"], output_names=["output"], dynamic_axes={"input": [0], "output": [0]}
+        ),
+        runs=lambda: [((r(6, 8),), {})],
+    ),
+    Case(
+        "legacy-options-opset-13",
+        Convolution,
+        lambda: one(
+            r(2, 3, 6, 6),
+            export_params=True,
+            verbose=False,
+            opset_version=13,
+            do_constant_folding=True,
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_axes={"input": {0: "batch_size"}, "output": {0: "batch_size"}},
+        ),
+        runs=lambda: [((r(5, 3, 6, 6),), {})],
+    ),
 ]
 
 

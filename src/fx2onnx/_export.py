@@ -10,7 +10,7 @@ import functools
 import gc
 import os
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO
 
 import onnx_ir as ir
@@ -40,7 +40,7 @@ from fx2onnx.report import ExportReport, casts_inserted_by_passes
 
 
 def export(
-    model: torch.nn.Module | torch.export.ExportedProgram,
+    model: torch.nn.Module | torch.export.ExportedProgram | Callable[..., Any],
     args: tuple[Any, ...] | Any = (),
     f: str | os.PathLike[str] | BinaryIO | Mapping[str, Any] | None = None,
     *,

@@ -147,8 +147,8 @@ def as_module(model: Any) -> Any:
     forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[self_parameter, *signature.parameters.values()]
     )
-    name = getattr(model, "__name__", type(model).__name__)
-    return type(name, (torch.nn.Module,), {"forward": forward})()
+    name = getattr(model, "__name__", "")
+    return type(name if name.isidentifier() else "Function", (torch.nn.Module,), {"forward": forward})()
 
 
 # What a module in training mode captures as (eval mode gives aten.dropout / aten.batch_norm with training False).
