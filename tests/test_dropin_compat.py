@@ -912,10 +912,21 @@ def test_input_names_shorter_than_the_inputs_leave_the_rest_their_parameter_name
     _matches(_run_by_name(ours, {"first": a, "b": b, "c": c}), ThreeInputs()(a, b, c))
 
 
+def test_dynamic_axes_may_key_an_input_by_its_parameter_when_input_names_rename_it(tmp_path: Any) -> None:
+    """``input_names=["input"], dynamic_axes={"x": {0: "batch"}}``: the key was silently ignored (a static model)."""
+    path = str(tmp_path / "model.onnx")
+    model = Linear().eval()
+    fx2onnx.export(model, torch.randn(2, 8), path, input_names=["input"], dynamic_axes={"x": {0: "batch"}})
+    graph = onnx.load(path).graph
+    assert [d.dim_param or d.dim_value for d in graph.input[0].type.tensor_type.shape.dim] == ["batch", 8]
+    x = torch.randn(5, 8)
+    _matches(_run_by_name(path, {"input": x}), model(x))
+
+
 def test_a_dynamic_axes_key_naming_nothing_is_refused(tmp_path: Any) -> None:
     """A misspelt name (``"inputs"`` for ``"input"``) left the axis static without a word (torch.onnx refuses it)."""
     path = str(tmp_path / "model.onnx")
-    with pytest.raises(ValueError, match=r"dynamic_axes names 'inputs': no input or output .*inputs: input; outputs"):
+    with pytest.raises(ValueError, match=r"dynamic_axes names 'inputs': no input or output .*inputs: input, x; outputs: output"):
         fx2onnx.export(Linear().eval(), torch.randn(2, 8), path, input_names=["input"], dynamic_axes={"inputs": [0]})
     assert os.listdir(tmp_path) == []
 

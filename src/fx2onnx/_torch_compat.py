@@ -274,6 +274,8 @@ def dynamic_shapes_from_axes(
     axis_names: dict[tuple[int, int], str] = {}
     for name, (parameter, tensor, whole) in zip(names, leaves):
         axes = dynamic_axes.get(name)
+        if axes is None and whole and parameter not in names:  # a parameter's name keys it when it names no input
+            axes = dynamic_axes.get(parameter)
         if axes is None:
             continue
         if not whole:
@@ -290,7 +292,11 @@ def dynamic_shapes_from_axes(
         for axis, axis_name in named.items():
             if axis_name:
                 axis_names[(id(tensor), int(axis) % tensor.dim())] = str(axis_name)
-    return shapes, axis_names, names
+    return (
+        shapes,
+        axis_names,
+        [*names, *(parameter for parameter, _, whole in leaves if whole and parameter not in names)],
+    )
 
 
 def name_output_axes(model: ir.Model, dynamic_axes: DynamicAxes, input_names: Sequence[str]) -> None:
