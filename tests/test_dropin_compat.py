@@ -926,7 +926,9 @@ def test_dynamic_axes_may_key_an_input_by_its_parameter_when_input_names_rename_
 def test_a_dynamic_axes_key_naming_nothing_is_refused(tmp_path: Any) -> None:
     """A misspelt name (``"inputs"`` for ``"input"``) left the axis static without a word (torch.onnx refuses it)."""
     path = str(tmp_path / "model.onnx")
-    with pytest.raises(ValueError, match=r"dynamic_axes names 'inputs': no input or output .*inputs: input, x; outputs: output"):
+    with pytest.raises(
+        ValueError, match=r"dynamic_axes names 'inputs': no input or output .*inputs: input, x; outputs: output"
+    ):
         fx2onnx.export(Linear().eval(), torch.randn(2, 8), path, input_names=["input"], dynamic_axes={"inputs": [0]})
     assert os.listdir(tmp_path) == []
 
@@ -952,6 +954,26 @@ def test_a_list_args_is_one_argument_as_in_torch_onnx(tmp_path: Any) -> None:
     assert _names(theirs)[0] == _names(path)[0]
     with pytest.raises(TypeError, match=r"remedy: give them as a tuple"):
         fx2onnx.export(TwoInputs(), [torch.randn(3), torch.randn(3)])
+
+
+def test_dynamic_axes_reach_tensors_inside_nested_inputs_by_their_graph_names(tmp_path: Any) -> None:
+    """Mask R-CNN's legacy export: ``export(model, [image], f, input_names=["images"], dynamic_axes={"images": {1:
+    "height", 2: "width"}})`` names the image inside the list (fx2onnx refused: "give dynamic_shapes instead"); a
+    dict input's tensors are keyed as the graph names them (``inputs_a``: the key was silently ignored)."""
+    path = str(tmp_path / "images.onnx")
+    fx2onnx.export(
+        Images(), [r(3, 4, 5)], path, input_names=["images"], dynamic_axes={"images": {1: "height", 2: "width"}}
+    )
+    image = r(3, 7, 2)
+    _matches(_run_by_name(path, {"images": image}), Images()([image]))
+    path = str(tmp_path / "dict.onnx")
+    axes = {"inputs_a": {0: "n"}, "inputs_b": {0: "n"}}
+    fx2onnx.export(DictInput(), ({"a": r(3, 2), "b": r(3, 2)}, {}), path, dynamic_axes=axes)
+    theirs = str(tmp_path / "theirs.onnx")
+    _torch_onnx(DictInput(), ({"a": r(3, 2), "b": r(3, 2)}, {}), theirs, dynamic_axes=axes)
+    assert _names(path)[0] == _names(theirs)[0] == ["inputs_a", "inputs_b"]
+    a, b = r(6, 2), r(6, 2)
+    _matches(_run_by_name(path, {"inputs_a": a, "inputs_b": b}), DictInput()({"a": a, "b": b}))
 
 
 def test_legacy_options_at_their_defaults_with_report_and_verify(tmp_path: Any) -> None:

@@ -261,42 +261,51 @@ def dynamic_shapes_from_axes(
         message = f"cannot match args/kwargs to {type(model).__name__}.forward for dynamic_axes: {error}"
         raise ValueError(message) from None
 
-    # Each tensor input, in order, with the parameter it belongs to and whether it is that whole parameter.
-    leaves: list[tuple[str, torch.Tensor, bool]] = []
+    # Each tensor input, in order: the parameter it belongs to, the name the graph gives it (the parameter's, or for
+    # a tensor inside a nested input the parameter's and its keys', as torch.export names it: images_0, inputs_mask)
+    # and whether it is that whole parameter.
+    leaves: list[tuple[str, str, torch.Tensor, bool]] = []
     for parameter, value in bound.items():
-        tensors = [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
-        leaves += [(parameter, tensor, tensor is value) for tensor in tensors]
-    # input_names name the first inputs; the others keep their parameter's name (as the graph's inputs do)
+        for path, leaf in pytree.tree_flatten_with_path(value)[0]:
+            if isinstance(leaf, torch.Tensor):
+                name = "_".join([parameter, *(_key_name(key) for key in path)])
+                leaves.append((parameter, name, leaf, leaf is value))
+    # input_names name the first inputs; the others keep the graph's names
     names = list(input_names or [])[: len(leaves)]
-    names += [parameter for parameter, _, _ in leaves[len(names) :]]
+    names += [name for _, name, _, _ in leaves[len(names) :]]
 
-    shapes: dict[str, Any] = {parameter: None for parameter in bound}
+    specs: dict[int, dict[int, Any]] = {}  # id of an input tensor -> its axes' spec
     axis_names: dict[tuple[int, int], str] = {}
-    for name, (parameter, tensor, whole) in zip(names, leaves):
+    for name, (parameter, _, tensor, whole) in zip(names, leaves):
         axes = dynamic_axes.get(name)
         if axes is None and whole and parameter not in names:  # a parameter's name keys it when it names no input
             axes = dynamic_axes.get(parameter)
         if axes is None:
             continue
-        if not whole:
-            raise ValueError(
-                f"dynamic_axes names {name!r}, a tensor inside the nested input {parameter!r}: "
-                "give its dynamic dimensions with dynamic_shapes instead"
-            )
         named = dict(axes) if isinstance(axes, Mapping) else {int(axis): None for axis in axes}
         # a name stays in the spec: capture makes a name several axes share one dim (see axis_names_to_dims)
-        shapes[parameter] = {
+        specs[id(tensor)] = {
             int(axis) % tensor.dim(): str(axis_name) if axis_name else torch.export.Dim.DYNAMIC
             for axis, axis_name in named.items()
         }
         for axis, axis_name in named.items():
             if axis_name:
                 axis_names[(id(tensor), int(axis) % tensor.dim())] = str(axis_name)
-    return (
-        shapes,
-        axis_names,
-        [*names, *(parameter for parameter, _, whole in leaves if whole and parameter not in names)],
-    )
+    # each parameter's spec has its value's structure (a list of images: a list of specs)
+    shapes = {
+        parameter: pytree.tree_map(lambda leaf: specs.get(id(leaf)) if isinstance(leaf, torch.Tensor) else None, value)
+        for parameter, value in bound.items()
+    }
+    keys = [*names, *(parameter for parameter, _, _, whole in leaves if whole and parameter not in names)]
+    return shapes, axis_names, keys
+
+
+def _key_name(key: Any) -> str:
+    """A pytree key as torch.export spells it in an input's name (``images_0``, ``inputs_mask``)."""
+    for attribute in ("key", "idx", "name"):
+        if hasattr(key, attribute):
+            return str(getattr(key, attribute))
+    return str(key)
 
 
 def name_output_axes(model: ir.Model, dynamic_axes: DynamicAxes, input_names: Sequence[str]) -> None:
