@@ -976,6 +976,22 @@ def test_dynamic_axes_reach_tensors_inside_nested_inputs_by_their_graph_names(tm
     _matches(_run_by_name(path, {"inputs_a": a, "inputs_b": b}), DictInput()({"a": a, "b": b}))
 
 
+def test_the_pytorch_tutorial_optimizes_and_saves_the_returned_program(tmp_path: Any) -> None:
+    """torch's tutorial: ``onnx_program = torch.onnx.export(model, example_inputs, dynamo=True)``, then
+    ``onnx_program.optimize()`` and ``onnx_program.save(path)`` (AttributeError: no optimize)."""
+    model, x = Convolution().eval(), r(1, 3, 8, 8)
+    onnx_program = fx2onnx.export(model, (x,), dynamo=True)
+    onnx_program.optimize()
+    path = str(tmp_path / "image_classifier_model.onnx")
+    onnx_program.save(path)
+    _matches(_run_by_name(path, {"x": x}), model(x))
+    _matches([t for t in onnx_program(x) if t is not None], model(x))
+    onnx_program.release()
+    _matches([t for t in onnx_program(x) if t is not None], model(x))
+    with pytest.raises(ValueError, match="export again with optimize=True"):
+        fx2onnx.export(model, (x,), optimize=False).optimize()
+
+
 def test_legacy_options_at_their_defaults_with_report_and_verify(tmp_path: Any) -> None:
     """A legacy call with every TorchScript-era option at its default, plus dynamo=True and the new options, into a
     folder that does not exist yet: no warning about the options, the report written, the model verified."""

@@ -339,6 +339,7 @@ def _export(
         report=export_report,
         captured=captured,
         weights=weights,
+        optimized=optimize,
     )
     if verify:
         with timer("verify"):

@@ -56,8 +56,10 @@ class ONNXProgram:
         report: ExportReport | None = None,
         captured: CapturedGraph | None = None,
         weights: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        optimized: bool = True,
     ) -> None:
         self.model = model
+        self.optimized = optimized  # export(optimize=...): whether the onnxscript optimizer ran before legalize
         self.weights = weights  # the checkpoint of a model exported without weights in memory (fx2onnx/_weights.py)
         self.exported_program = exported_program
         self.report = report
@@ -189,6 +191,22 @@ class ONNXProgram:
         elements of every initializer read from the checkpoint compared byte for byte with it (``full=True``:
         every byte). The result prints one line (and the problems); ``.passed`` says whether all is well."""
         return checkpoint_weights.verify_weights(path, self.weights, samples=samples, full=full)
+
+    def optimize(self) -> None:
+        """torch.onnx's ``onnx_program.optimize()``, as its tutorial calls it before ``save``: the export already
+        optimized the model (``optimize=True``, the default), so this does nothing. A model exported with
+        ``optimize=False`` is refused: optimizing after legalize could fold away the Casts around nodes ONNX
+        Runtime has no kernel for; export again with ``optimize=True``."""
+        if not self.optimized:
+            raise ValueError(
+                "this model was exported with optimize=False; fx2onnx optimizes before making the model legal for "
+                "ONNX Runtime, which optimizing now could undo: export again with optimize=True"
+            )
+
+    def release(self) -> None:
+        """Drop the ONNX Runtime sessions (torch.onnx's ``release``); the next run creates them again."""
+        self._session = None
+        self._unoptimized_session = None
 
     # --- running --------------------------------------------------------------------------------
     def session(self, *, optimized: bool = True) -> onnxruntime.InferenceSession:
