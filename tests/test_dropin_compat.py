@@ -992,6 +992,16 @@ def test_the_pytorch_tutorial_optimizes_and_saves_the_returned_program(tmp_path:
         fx2onnx.export(model, (x,), optimize=False).optimize()
 
 
+def test_a_named_tuple_returned_names_the_outputs_by_its_fields(tmp_path: Any) -> None:
+    """As a dict's keys do: ``Extremes(low, high)`` gives outputs ``low`` and ``high`` (they were ``output_0``,
+    ``output_1``; torch.onnx names them after FX nodes, ``getitem``...)."""
+    path = str(tmp_path / "model.onnx")
+    x = r(3, 4)
+    fx2onnx.export(NamedTupleOutput(), (x,), path)
+    assert _names(path)[1] == ["low", "high"]
+    _matches(_run_by_name(path, {"x": x}), NamedTupleOutput()(x))
+
+
 def test_legacy_options_at_their_defaults_with_report_and_verify(tmp_path: Any) -> None:
     """A legacy call with every TorchScript-era option at its default, plus dynamo=True and the new options, into a
     folder that does not exist yet: no warning about the options, the report written, the model verified."""

@@ -103,7 +103,9 @@ def _spec_paths(spec: pytree.TreeSpec, prefix: list[str]) -> list[list[str]]:
         and len(context) == len(children)
         and all(isinstance(k, str) for k in context)
     ):
-        keys = list(context)  # dicts, named tuples, ModelOutput
+        keys = list(context)  # dicts, ModelOutput
+    elif isinstance(getattr(context, "_fields", None), tuple) and len(context._fields) == len(children):
+        keys = list(context._fields)  # a named tuple's context is its class: its fields name the outputs
     else:
         keys = [str(i) for i in range(len(children))]
     if spec.type in (tuple, list) and not prefix and len(children) == 1:
