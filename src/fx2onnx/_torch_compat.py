@@ -291,9 +291,11 @@ def dynamic_shapes_from_axes(
         for axis, axis_name in named.items():
             if axis_name:
                 axis_names[(id(tensor), int(axis) % tensor.dim())] = str(axis_name)
-    # each parameter's spec has its value's structure (a list of images: a list of specs)
+    # a parameter with a dynamic axis gets a spec of its value's structure (a list of images: a list of specs)
     shapes = {
         parameter: pytree.tree_map(lambda leaf: specs.get(id(leaf)) if isinstance(leaf, torch.Tensor) else None, value)
+        if any(id(leaf) in specs for leaf in pytree.tree_leaves(value))
+        else None
         for parameter, value in bound.items()
     }
     keys = [*names, *(parameter for parameter, _, _, whole in leaves if whole and parameter not in names)]
