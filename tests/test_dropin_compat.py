@@ -1002,6 +1002,24 @@ def test_a_named_tuple_returned_names_the_outputs_by_its_fields(tmp_path: Any) -
     _matches(_run_by_name(path, {"x": x}), NamedTupleOutput()(x))
 
 
+class Tokens(torch.nn.Module):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return input_ids * 2 + (0 if attention_mask is None else attention_mask)
+
+
+def test_args_as_a_dict_of_keyword_arguments_as_transformers_scripts_pass_them(tmp_path: Any) -> None:
+    """``export(model, dict(tokenizer(...)), f, input_names=[...], dynamic_axes=...)``: legacy torch.onnx read a
+    dict `args` as the keyword arguments (torch 2.13's dynamo path fails: KeyError -1)."""
+    path = str(tmp_path / "tokens.onnx")
+    ids, mask = torch.randint(0, 9, (2, 5)), torch.ones(2, 5, dtype=torch.long)
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
+    fx2onnx.export(
+        Tokens(), {"input_ids": ids, "attention_mask": mask}, path, input_names=list(axes), dynamic_axes=axes
+    )
+    ids, mask = torch.randint(0, 9, (3, 7)), torch.randint(0, 2, (3, 7))
+    _matches(_run_by_name(path, {"input_ids": ids, "attention_mask": mask}), Tokens()(ids, mask))
+
+
 def test_legacy_options_at_their_defaults_with_report_and_verify(tmp_path: Any) -> None:
     """A legacy call with every TorchScript-era option at its default, plus dynamo=True and the new options, into a
     folder that does not exist yet: no warning about the options, the report written, the model verified."""
