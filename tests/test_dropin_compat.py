@@ -830,6 +830,13 @@ def test_export_params_false_saves_the_weights_as_inputs_without_their_data(tmp_
     _matches(_run_by_name(path, feed), model(x))
     _matches([t for t in program(x) if t is not None], model(x))
     assert sorted(program.model.graph.initializers) == ["proj.bias", "proj.weight"]
+    # a constant the export computed from weights (batch norm folded in eval) stays: no caller could feed it
+    model, x = Classifier().eval(), torch.randn(4, 8)
+    fx2onnx.export(model, (x,), path, export_params=False)
+    inputs, _, initializers = _names(path)
+    state = dict(model.state_dict())
+    assert inputs[0] == "x" and set(inputs[1:]) <= set(state) and not set(initializers) & set(state)
+    _matches(_run_by_name(path, {"x": x, **{name: state[name] for name in inputs[1:]}}), model(x))
 
 
 @pytest.mark.parametrize("opset_version", [9, 10, 11, 12])

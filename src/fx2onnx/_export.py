@@ -35,7 +35,7 @@ from fx2onnx._progress import wanted as progress_wanted
 from fx2onnx._records import BASE_OPSET
 from fx2onnx._registry import Registry, apply_translation_table, global_registry
 from fx2onnx.errors import ExportError, source_line
-from fx2onnx.program import ONNXProgram
+from fx2onnx.program import ONNXProgram, initializers_as_inputs
 from fx2onnx.report import ExportReport, casts_inserted_by_passes
 
 
@@ -76,7 +76,8 @@ def export(
     TorchScript-only options). `f`, when given, is where the model is saved (only once the whole export
     succeeded): a path, or a binary file object. ``keep_initializers_as_inputs=True`` lists the weights among the
     saved model's inputs too; ``export_params=False`` saves them as inputs without their data (the model in memory
-    keeps them). `verify=True` runs the model in ONNX Runtime on `args` and raises
+    keeps them; constants the export computed from them, as a folded batch norm, stay in the file).
+    `verify=True` runs the model in ONNX Runtime on `args` and raises
     :class:`fx2onnx.errors.VerificationError` if any output differs from eager. `target` is the runtime
     the model must load and run in (``onnxruntime-cpu`` or ``onnx``); `report` is a path (or a list of
     paths) to write the export report to: Markdown, or SARIF 2.1.0 for a ``.sarif`` path (``True``: a
@@ -171,12 +172,14 @@ def export(
             file.write(str(program.exported_program))
     if f is not None:
         with StageClock(export_report.stage_seconds, shown)("save"):
-            program.save(
-                f,
-                external_data=external_data,
-                include_initializers=export_params,
-                keep_initializers_as_inputs=keep_initializers_as_inputs or not export_params,
-            )
+            # export_params=False: the model's weights (its state_dict's names) are inputs without data; constants
+            # the export computed (from them too: a folded batch norm) stay, since no caller could feed them
+            weights_out = contextlib.nullcontext()
+            if not export_params:
+                names = {name for name, _ in program.captured.weights.values()} if program.captured else None
+                weights_out = initializers_as_inputs(program.model, keep_data=False, names=names)
+            with weights_out:
+                program.save(f, external_data=external_data, keep_initializers_as_inputs=keep_initializers_as_inputs)
     shown.close()  # the export is done: no line after it returns
     if report is not None:
         export_report.write(report)

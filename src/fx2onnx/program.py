@@ -7,7 +7,7 @@ import copy
 import dataclasses
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import numpy as np
@@ -133,7 +133,7 @@ class ONNXProgram:
                 "graph inputs"
             )
         if keep_initializers_as_inputs:
-            with _initializers_as_inputs(self.model, keep_data=include_initializers):
+            with initializers_as_inputs(self.model, keep_data=include_initializers):
                 return self.save(
                     path, external_data=external_data, direct_io=direct_io, durable=durable, weights=weights
                 )
@@ -387,15 +387,16 @@ class ONNXProgram:
 
 
 @contextlib.contextmanager
-def _initializers_as_inputs(model: ir.Model, *, keep_data: bool) -> Iterator[None]:
-    """`model`'s initializers appended to its graph inputs (and, unless `keep_data`, out of its initializers) while
-    it is saved: torch.onnx's keep_initializers_as_inputs and export_params=False."""
+def initializers_as_inputs(model: ir.Model, *, keep_data: bool, names: Collection[str] | None = None) -> Iterator[None]:
+    """`model`'s initializers (those of `names`, or all) appended to its graph inputs (and, unless `keep_data`, out of
+    its initializers) while it is saved: torch.onnx's keep_initializers_as_inputs and export_params=False."""
     graph = model.graph
-    initializers = dict(graph.initializers)
+    initializers = {name: value for name, value in graph.initializers.items() if names is None or name in names}
     inputs = list(graph.inputs)
     graph.inputs.extend(initializers.values())
     if not keep_data:
-        graph.initializers.clear()
+        for name in initializers:
+            graph.initializers.pop(name)
     try:
         yield
     finally:
