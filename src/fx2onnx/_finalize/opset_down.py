@@ -369,6 +369,193 @@ def _mish_spelt_out(node: ir.Node, opset: int) -> None:
     _replace(node, tape.nodes, [result])
 
 
+def _bitwise_not_as_sub(node: ir.Node, opset: int) -> None:
+    """BitwiseNot-18 of an integer as all ones minus it: -1 - x for a signed type (two's complement; neither end
+    overflows), the type's maximum - x for an unsigned one (bool's Not stays Not: torchlib emits it)."""
+    x = node.inputs[0]
+    if x is None or x.dtype is None or not x.dtype.is_integer():
+        raise OpsetRefused("BitwiseNot of an input whose type is not a known integer type")
+    ones = np.asarray(-1 if x.dtype.is_signed() else np.iinfo(x.dtype.numpy()).max, dtype=x.dtype.numpy())
+    tape = ir.tape.Tape()
+    result = tape.op("Sub", [tape.op("Constant", [], {"value": ir.tensor(ones)}), x])
+    _replace(node, tape.nodes, [result])
+
+
+DFT_MATRIX_LIMIT = 1 << 22
+"""The most elements a DFT's matrix (below opset 17) may hold: 32 MB of float64 (a complex signal of 1024)."""
+
+
+def _dft_as_matmul(node: ir.Node, opset: int) -> None:
+    """DFT-17 as a product with its matrix: the signal's axis and its (real, imaginary) pair moved last and
+    flattened, times the constant [cos | -sin; sin | cos] of the exact angles 2 pi (n k mod N) / N (computed in
+    float64, divided by N for the inverse), the result's pairs put back. Its length must be known at export."""
+    x = node.inputs[0]
+    if x is None or x.shape is None or x.dtype is None or not x.dtype.is_floating_point():
+        raise OpsetRefused("DFT of an input of unknown rank or type needs opset 17")
+    rank = len(x.shape)
+    axis = node.attributes["axis"].as_int() if "axis" in node.attributes else 1
+    axis %= rank
+    inverse = bool(node.attributes["inverse"].as_int()) if "inverse" in node.attributes else False
+    onesided = bool(node.attributes["onesided"].as_int()) if "onesided" in node.attributes else False
+    length, parts = x.shape[axis], x.shape[-1]
+    given = node.inputs[1] if len(node.inputs) > 1 else None
+    signal = _constant_ints(given) if given is not None else None
+    if given is not None and signal is None:
+        raise OpsetRefused("DFT with a length computed at run time needs opset 17")
+    if not isinstance(length, int) or parts not in (1, 2) or axis == rank - 1:
+        raise OpsetRefused(f"DFT along a dimension not known at export ({length}) needs opset 17")
+    size = signal[0] if signal else length
+    if onesided and (inverse or parts == 2):
+        raise OpsetRefused("a one-sided inverse or complex DFT needs opset 17")
+    bins = size // 2 + 1 if onesided else size
+    used = min(length, size)  # zero padding up to the length adds nothing; a shorter length reads the first values
+    if parts * used * 2 * bins > DFT_MATRIX_LIMIT:
+        raise OpsetRefused(f"a DFT of {size} points as a matrix product (its form before opset 17) is too large")
+    angles = 2 * np.pi * (np.outer(np.arange(used), np.arange(bins)) % size) / size
+    cos, sin = np.cos(angles), np.sin(angles) * (1 if inverse else -1)  # e^(-+i angle) = cos -+ i sin
+    rows = [np.concatenate([cos, sin], axis=1)]  # the real part's contribution to (real, imaginary)
+    if parts == 2:
+        rows.append(np.concatenate([-sin, cos], axis=1))  # i times the imaginary part's
+    matrix = np.concatenate(rows, axis=0) / (size if inverse else 1)
+    others = [d for d in range(rank - 1) if d != axis]
+    tape = ir.tape.Tape()
+
+    def constant(value: np.ndarray) -> ir.Value:
+        return tape.op("Constant", [], {"value": ir.tensor(value)})
+
+    if used < length:
+        starts, ends, axes = constant(np.array([0])), constant(np.array([used])), constant(np.array([axis]))
+        x = tape.op("Slice", [x, starts, ends, axes])
+    moved = tape.op("Transpose", [x], {"perm": [*others, rank - 1, axis]})
+    keep = [0] * len(others)
+    flat = tape.op("Reshape", [moved, constant(np.array([*keep, parts * used]))])
+    product = tape.op("MatMul", [flat, constant(matrix.astype(x.dtype.numpy()))])
+    pairs = tape.op("Reshape", [product, constant(np.array([*keep, 2, bins]))])
+    order = [*others, axis]  # the dims of `pairs` but the pair dim, in the order they stand
+    back = [order.index(d) if d != rank - 1 else len(others) for d in range(rank)]
+    back[axis], back[rank - 1] = len(others) + 1, len(others)
+    result = tape.op("Transpose", [pairs], {"perm": back})
+    _replace(node, tape.nodes, [result])
+
+
+def _grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
+    """GridSample-16 (4-D, bilinear or nearest) as gathers from the flattened image, computed as torch's CPU kernel
+    computes it: the grid unnormalized per align_corners, clipped to the image (a NaN to 0) or reflected then clipped
+    for border and reflection padding; the corners' weights from the floor's distances, a corner outside the image
+    read as 0 under zeros padding (its weight still multiplies it: NaN weights stay NaN); nearest rounds half to
+    even. Bicubic (16 corners) is refused."""
+    x, grid = node.inputs[0], node.inputs[1]
+    assert x is not None and grid is not None
+    mode = node.attributes["mode"].as_string() if "mode" in node.attributes else "bilinear"
+    padding = node.attributes["padding_mode"].as_string() if "padding_mode" in node.attributes else "zeros"
+    align = bool(node.attributes["align_corners"].as_int()) if "align_corners" in node.attributes else False
+    if mode not in ("bilinear", "nearest"):
+        raise OpsetRefused(f"GridSample with mode={mode!r} needs opset 16")
+    if x.shape is None or len(x.shape) != 4 or grid.dtype is None or x.dtype is None:
+        raise OpsetRefused("GridSample of an input of unknown rank or type needs opset 16")
+    if mode == "bilinear" and x.dtype != grid.dtype:
+        raise OpsetRefused("bilinear GridSample of an input and a grid of different types needs opset 16")
+    tape = ir.tape.Tape()
+    real = grid.dtype.numpy()
+
+    def constant(value: object, dtype: np.dtype | type = np.int64) -> ir.Value:
+        return tape.op("Constant", [], {"value": ir.tensor(np.asarray(value, dtype=dtype))})
+
+    def op(op_type: str, *inputs: ir.Value, **attributes: object) -> ir.Value:
+        return tape.op(op_type, list(inputs), attributes or None)
+
+    def less(a: ir.Value, b: ir.Value) -> ir.Value:  # the smaller, NaN when either is (a Where, unlike Min)
+        return op("Where", op("Less", a, b), a, b)
+
+    zero, one = constant(0, real), constant(1, real)
+    image, sampled = op("Shape", x), op("Shape", grid)
+    batch_channels = op("Slice", image, constant([0]), constant([2]))
+    points = op("ReduceProd", op("Slice", sampled, constant([1]), constant([3])), axes=[0], keepdims=1)
+    flat_points = op("Concat", op("Slice", sampled, constant([0]), constant([1])), constant([1]), points, axis=0)
+    flat_image = op(
+        "Concat",
+        batch_channels,
+        op("ReduceProd", op("Slice", image, constant([2]), constant([4])), axes=[0], keepdims=1),
+        axis=0,
+    )
+    pixels = op("Reshape", x, flat_image)
+    width = op("Gather", image, constant(3))
+
+    def location(coordinate: int, dimension: int) -> tuple[ir.Value, ir.Value]:
+        """The coordinates along one axis of the image, flattened to [N, 1, points], and that axis's size."""
+        size = op("Cast", op("Gather", image, constant(dimension)), to=grid.dtype)
+        g = op("Reshape", op("Gather", grid, constant(coordinate), axis=3), flat_points)
+        if align:
+            at = op("Mul", op("Add", g, one), op("Div", op("Sub", size, one), constant(2, real)))
+        else:
+            at = op("Sub", op("Mul", op("Add", g, one), op("Div", size, constant(2, real))), constant(0.5, real))
+        if padding == "reflection":
+            low = zero if align else constant(-0.5, real)
+            span = op("Mul", op("Sub", size, one) if align else size, constant(2, real))
+            distance = op("Abs", op("Sub", at, low))
+            extra = op("Sub", distance, op("Mul", op("Floor", op("Div", distance, span)), span))
+            at = op("Add", less(extra, op("Sub", span, extra)), low)
+        if padding != "zeros":  # clipped to [0, size - 1], NaN to 0
+            above = op("Where", op("Greater", at, zero), at, zero)
+            last = op("Sub", size, one)
+            at = op("Where", op("Less", above, last), above, last)
+        return at, size
+
+    def read(column: ir.Value, row: ir.Value, inside: ir.Value | None) -> ir.Value:
+        """The pixels at integral float coordinates [N, 1, points], 0 where `inside` is false."""
+        if inside is not None:
+            column, row = op("Where", inside, column, zero), op("Where", inside, row, zero)
+        index = op(
+            "Add", op("Mul", op("Cast", row, to=ir.DataType.INT64), width), op("Cast", column, to=ir.DataType.INT64)
+        )
+        index = op("Expand", index, op("Concat", batch_channels, points, axis=0))
+        values = op("GatherElements", pixels, index, axis=2)
+        if inside is None:
+            return values
+        return op("Where", inside, values, constant(0, x.dtype.numpy()))
+
+    def within(at: ir.Value, size: ir.Value) -> ir.Value:
+        return op("And", op("Greater", at, constant(-1, real)), op("Less", at, size))
+
+    column, width_f = location(0, 3)
+    row, height_f = location(1, 2)
+    if mode == "nearest":
+        column, row = op("Round", column), op("Round", row)
+        inside = op("And", within(column, width_f), within(row, height_f)) if padding == "zeros" else None
+        result = read(column, row, inside)
+    else:
+        west, north = op("Floor", column), op("Floor", row)
+        east, south = op("Add", west, one), op("Add", north, one)
+        w = op("Sub", column, west)
+        e = op("Sub", one, w)
+        n = op("Sub", row, north)
+        s = op("Sub", one, n)
+        if padding == "zeros":
+            west_in, north_in = within(west, width_f), within(north, height_f)
+            east_in, south_in = within(east, width_f), within(south, height_f)
+            nw_in: ir.Value | None = op("And", west_in, north_in)
+        else:  # the clipped location's floor is inside; its next column or row may not be
+            west_in = north_in = None
+            east_in, south_in = op("Less", east, width_f), op("Less", south, height_f)
+            nw_in = None
+
+        def both(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
+            return b if a is None else a if b is None else op("And", a, b)
+
+        corners = [
+            (read(west, north, nw_in), op("Mul", s, e)),
+            (read(east, north, both(east_in, north_in)), op("Mul", s, w)),
+            (read(west, south, both(west_in, south_in)), op("Mul", n, e)),
+            (read(east, south, both(east_in, south_in)), op("Mul", n, w)),
+        ]
+        result = op("Mul", *corners[0])
+        for value, weight in corners[1:]:
+            result = op("Add", result, op("Mul", value, weight))
+    output_shape = op("Concat", batch_channels, op("Slice", sampled, constant([1]), constant([3])), axis=0)
+    result = op("Reshape", result, output_shape)
+    _replace(node, tape.nodes, [result])
+
+
 def _roi_align_mode(node: ir.Node, opset: int) -> None:
     """RoiAlign-10 always shifts by half a pixel the other way; only that mode (spelt out at 16) carries over."""
     attribute = node.attributes.get("coordinate_transformation_mode")
@@ -429,6 +616,9 @@ _ADAPTERS: dict[str, Adapter] = {
     "Trilu": _trilu_as_where,
     "HardSwish": _hard_swish_spelt_out,
     "Mish": _mish_spelt_out,
+    "BitwiseNot": _bitwise_not_as_sub,
+    "DFT": _dft_as_matmul,
+    "GridSample": _grid_sample_spelt_out,
     "RoiAlign": _roi_align_mode,
     "Reshape": _reshape_13,
     "BatchNormalization": _batch_norm_inference,
