@@ -203,3 +203,118 @@ def test_resize_over_some_axes(check, opset: int, dtype: torch.dtype) -> None:
         opset_version=opset,
     )
     assert _opset_of(program) == opset
+
+
+def _integer_extremes(dtype: torch.dtype) -> torch.Tensor:
+    info = torch.iinfo(dtype)
+    return torch.tensor([info.min, info.min + 1, -1, 0, 1, 5, info.max - 1, info.max], dtype=dtype)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_bitwise_not_and_right_shift_of_integers(check, opset: int) -> None:
+    """BitwiseNot (new at 18) as all ones minus the value, at both ends of every integer type; torchlib's arithmetic
+    right shift of a signed integer goes through it."""
+
+    def forward(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return ~a, ~b, ~c, ~d, a >> 3, c >> 1, ~(a > 0)
+
+    args = tuple(_integer_extremes(dtype) for dtype in (torch.int64, torch.int32, torch.int8, torch.uint8))
+    program = check(Call(forward), args, opset_version=opset)
+    assert _opset_of(program) == opset and "BitwiseNot" not in _op_types(program)
+
+
+class Spectra(torch.nn.Module):
+    """DFT-17 (forward, inverse, one-sided, with a length shorter and longer than the signal) along inner axes."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        spectrum = torch.fft.rfft(x)
+        window = torch.hann_window(16, dtype=x.dtype)
+        return (
+            torch.view_as_real(spectrum),
+            torch.fft.irfft(spectrum, n=x.shape[-1]),
+            torch.view_as_real(torch.fft.fft(spectrum, n=6, norm="ortho")),
+            torch.view_as_real(torch.fft.ifft(spectrum, n=11)),
+            torch.fft.rfft2(x.reshape(x.shape[0], 8, -1)).abs(),
+            torch.stft(x, 16, hop_length=4, window=window, return_complex=True).abs(),
+        )
+
+
+@pytest.mark.parametrize("opset", [13, 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dft_below_17_as_a_matrix_product(check, opset: int, dtype: torch.dtype) -> None:
+    # signals of large and small magnitudes: the exact zeros of eager's bins (a real signal's imaginary parts at 0
+    # and size / 2) stay zeros, not a rounding of sin(pi) times 1e30 (opset 17's DFT in ONNX Runtime misses them)
+    scale = 1e30 if dtype == torch.float32 else 1e150  # the squares of complex abs stay finite
+    x = torch.randn(2, 64, dtype=dtype) * torch.tensor([[scale], [1 / scale]], dtype=dtype)
+    batch = torch.export.Dim("batch")
+    program = check(
+        Spectra(),
+        (x,),
+        dynamic_shapes=({0: batch},),
+        run_with=[((x,), {}), ((torch.randn(3, 64, dtype=dtype),), {})],
+        opset_version=opset,
+    )
+    assert _opset_of(program) == opset and "DFT" not in _op_types(program)
+
+
+def test_dft_too_long_for_a_matrix_is_refused() -> None:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return torch.fft.rfft(x).abs()
+
+    with pytest.raises(fx2onnx.ExportError, match=r"(?s)DFT.*4096 points.*opset_version=18"):
+        fx2onnx.export(Call(forward), (torch.randn(2, 4096),), opset_version=16)
+
+
+def _grid_with_extremes() -> torch.Tensor:
+    """Coordinates inside, on the corners, outside, and NaN, ±inf, ±1e30 in either coordinate."""
+    grid = torch.rand(2, 5, 6, 2, generator=torch.Generator().manual_seed(0)) * 3 - 1.5
+    extremes = torch.tensor([float("nan"), float("inf"), float("-inf"), 1e30, -1e30, 1.0])
+    grid[0, 0, :, 0] = extremes
+    grid[0, 1, :, 1] = extremes
+    grid[1, 0] = torch.tensor([[-1.0, -1], [1, 1], [0, 0], [-1 / 3, 1 / 3], [0.5, -0.5], [0.75, 0.25]])
+    return grid
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_spelt_out_below_16(check, mode: str, padding_mode: str, align_corners: bool) -> None:
+    def forward(x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.grid_sample(
+            x, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners
+        )
+
+    x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(1))
+    x[1, 0, 2, 2], x[1, 1, 0, 0] = float("inf"), float("nan")  # next to points weighted 0
+    program = check(Call(forward), (x, _grid_with_extremes()), opset_version=13)
+    assert _opset_of(program) == 13 and "GridSample" not in _op_types(program)
+
+
+class GridSample(torch.nn.Module):
+    def forward(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.grid_sample(x, grid, align_corners=False)
+
+
+def test_grid_sample_of_dynamic_sizes_at_15(check) -> None:
+    batch, height, width, rows = (torch.export.Dim(name) for name in ("batch", "height", "width", "rows"))
+    x, grid = torch.randn(2, 3, 4, 5), _grid_with_extremes()
+    other = (torch.randn(3, 3, 7, 2), torch.rand(3, 4, 6, 2) * 2 - 1)
+    program = check(
+        GridSample(),
+        (x, grid),
+        dynamic_shapes=({0: batch, 2: height, 3: width}, {0: batch, 1: rows}),
+        run_with=[((x, grid), {}), (other, {})],
+        opset_version=15,
+    )
+    assert _opset_of(program) == 15
+
+
+def test_bicubic_grid_sample_kept_at_16_and_refused_below() -> None:
+    def forward(x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.grid_sample(x, grid, mode="bicubic", align_corners=False)
+
+    args = (torch.randn(1, 2, 4, 4), torch.rand(1, 3, 3, 2) * 2 - 1)
+    program = fx2onnx.export(Call(forward), args, opset_version=16)
+    assert "GridSample" in _op_types(program) and all(result.passed for result in program.verify(*args))
+    with pytest.raises(fx2onnx.ExportError, match=r"GridSample with mode='bicubic' needs opset 16"):
+        fx2onnx.export(Call(forward), args, opset_version=15)

@@ -387,8 +387,9 @@ DFT_MATRIX_LIMIT = 1 << 22
 
 def _dft_as_matmul(node: ir.Node, opset: int) -> None:
     """DFT-17 as a product with its matrix: the signal's axis and its (real, imaginary) pair moved last and
-    flattened, times the constant [cos | -sin; sin | cos] of the exact angles 2 pi (n k mod N) / N (computed in
-    float64, divided by N for the inverse), the result's pairs put back. Its length must be known at export."""
+    flattened, times the constant [cos | -sin; sin | cos] of the angles 2 pi (n k mod N) / N (float64, exact at
+    quarter turns, so that a real signal's bin 0 has an imaginary part of exactly 0 as eager's; divided by N for
+    the inverse), the result's pairs put back. Its length must be known at export."""
     x = node.inputs[0]
     if x is None or x.shape is None or x.dtype is None or not x.dtype.is_floating_point():
         raise OpsetRefused("DFT of an input of unknown rank or type needs opset 17")
@@ -411,8 +412,12 @@ def _dft_as_matmul(node: ir.Node, opset: int) -> None:
     used = min(length, size)  # zero padding up to the length adds nothing; a shorter length reads the first values
     if parts * used * 2 * bins > DFT_MATRIX_LIMIT:
         raise OpsetRefused(f"a DFT of {size} points as a matrix product (its form before opset 17) is too large")
-    angles = 2 * np.pi * (np.outer(np.arange(used), np.arange(bins)) % size) / size
-    cos, sin = np.cos(angles), np.sin(angles) * (1 if inverse else -1)  # e^(-+i angle) = cos -+ i sin
+    turns = np.outer(np.arange(used), np.arange(bins)) % size  # the angle in 1/size of a turn
+    cos, sin = np.cos(2 * np.pi * turns / size), np.sin(2 * np.pi * turns / size)
+    quarter = (4 * turns) % size == 0  # a multiple of a quarter turn: exact 0 and ±1, as in an FFT's twiddles
+    quadrant = (4 * turns // size)[quarter] % 4
+    cos[quarter], sin[quarter] = np.array([1, 0, -1, 0])[quadrant], np.array([0, 1, 0, -1])[quadrant]
+    sin = sin if inverse else -sin  # e^(-+i angle) = cos -+ i sin
     rows = [np.concatenate([cos, sin], axis=1)]  # the real part's contribution to (real, imaginary)
     if parts == 2:
         rows.append(np.concatenate([-sin, cos], axis=1))  # i times the imaginary part's
