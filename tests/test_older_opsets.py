@@ -318,3 +318,27 @@ def test_bicubic_grid_sample_kept_at_16_and_refused_below() -> None:
     assert "GridSample" in _op_types(program) and all(result.passed for result in program.verify(*args))
     with pytest.raises(fx2onnx.ExportError, match=r"GridSample with mode='bicubic' needs opset 16"):
         fx2onnx.export(Call(forward), args, opset_version=15)
+
+
+class Fold(torch.nn.Module):
+    """Col2Im-18: overlapping blocks with strides, dilations and padding; non-overlapping patches; unfold's inverse."""
+
+    def forward(self, x: torch.Tensor, patches: torch.Tensor, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        fold = torch.nn.functional.fold
+        unfolded = torch.nn.functional.unfold(image, 3, padding=1, stride=2)
+        return (
+            fold(x, (7, 6), (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)),
+            fold(patches, (8, 8), 4, stride=4),
+            fold(unfolded, (5, 7), 3, padding=1, stride=2),
+        )
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_fold_below_18_adds_as_torch_does(check, opset: int) -> None:
+    x = torch.randn(2, 12, 8)
+    x[0, 1, 2], x[1, 3, 3], x[0, 5, 5] = float("inf"), float("nan"), -0.0  # no 0 * inf, NaN where eager has it
+    args = (x, torch.randn(2, 32, 4), torch.randn(2, 3, 5, 7))
+    program = check(Fold(), args, opset_version=opset)
+    assert _opset_of(program) == opset and "Col2Im" not in _op_types(program)
+    for got, want in zip(program(*args), Fold()(*args), strict=True):  # the same sums in the same order
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())

@@ -8,7 +8,9 @@ op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
   what the target has no kernel for, and the ONNX checker then holds the types to the target's schemas;
 - an op whose newer version moved an input to an attribute (Reduce*'s axes), split its sizes differently (Split's
   ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form;
-- an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish) is spelt out in older ops;
+- an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, BitwiseNot of integers,
+  DFT as a matrix product, 4-D bilinear and nearest GridSample as gathers, Col2Im as padded sums) is spelt out in
+  older ops, computing what eager computes at the extremes too (NaN and infinite inputs, coordinates off the image);
 - anything else is refused with the op, the opset it needs and the user's source line: never a node that means
   something else at the older version.
 """
@@ -561,6 +563,52 @@ def _grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
     _replace(node, tape.nodes, [result])
 
 
+def _col2im_as_pads(node: ir.Node, opset: int) -> None:
+    """Col2Im-18 (2-D) as a sum over the kernel's positions, each one's blocks spread by the strides (zeros between
+    them), padded to its place in the padded image, added in the kernel's order (torch's col2im adds them so, from
+    zero: the same sums, and no 0 * inf), the padding then cut off."""
+    x = node.inputs[0]
+    image, block = (_constant_ints(node.inputs[i]) for i in (1, 2))
+    if x is None or x.shape is None or len(x.shape) != 3 or image is None or block is None or len(image) != 2:
+        raise OpsetRefused("Col2Im other than 2-D of a batch with sizes known at export needs opset 18")
+    channels_blocks = x.shape[1]
+    kernel = block[0] * block[1]
+    if not isinstance(channels_blocks, int) or channels_blocks % kernel:
+        raise OpsetRefused("Col2Im of a channel count not known at export needs opset 18")
+
+    def ints(name: str, default: list[int]) -> list[int]:
+        return list(node.attributes[name].as_ints()) if name in node.attributes else default
+
+    dilations, strides, pads = ints("dilations", [1, 1]), ints("strides", [1, 1]), ints("pads", [0, 0, 0, 0])
+    padded = [image[a] + pads[a] + pads[a + 2] for a in (0, 1)]
+    counts = [(padded[a] - dilations[a] * (block[a] - 1) - 1) // strides[a] + 1 for a in (0, 1)]
+    tape = ir.tape.Tape()
+
+    def constant(value: object) -> ir.Value:
+        return tape.op("Constant", [], {"value": ir.tensor(np.asarray(value, dtype=np.int64))})
+
+    blocks = tape.op("Reshape", [x, constant([0, channels_blocks // kernel, kernel, *counts])])
+    total: ir.Value | None = None
+    for position in range(kernel):
+        rows_cols = divmod(position, block[1])
+        placed = tape.op("Gather", [blocks, constant(position)], {"axis": 2})  # [N, C, rows, columns]
+        if strides != [1, 1]:  # each block followed by stride - 1 zeros along both axes
+            spread = tape.op("Reshape", [placed, constant([0, 0, counts[0], 1, counts[1], 1])])
+            gaps = [0] * 6 + [0, 0, 0, strides[0] - 1, 0, strides[1] - 1]
+            spread = tape.op("Pad", [spread, constant(gaps)])
+            spread = tape.op("Reshape", [spread, constant([0, 0, counts[0] * strides[0], counts[1] * strides[1]])])
+            span = [(counts[a] - 1) * strides[a] + 1 for a in (0, 1)]
+            placed = tape.op("Slice", [spread, constant([0, 0]), constant(span), constant([2, 3])])
+        starts = [rows_cols[a] * dilations[a] for a in (0, 1)]
+        ends = [padded[a] - starts[a] - (counts[a] - 1) * strides[a] - 1 for a in (0, 1)]
+        placed = tape.op("Pad", [placed, constant([0, 0, *starts, 0, 0, *ends])])
+        total = placed if total is None else tape.op("Add", [total, placed])
+    assert total is not None
+    cut = [pads[0], pads[1]], [pads[0] + image[0], pads[1] + image[1]]
+    result = tape.op("Slice", [total, constant(cut[0]), constant(cut[1]), constant([2, 3])])
+    _replace(node, tape.nodes, [result])
+
+
 def _roi_align_mode(node: ir.Node, opset: int) -> None:
     """RoiAlign-10 always shifts by half a pixel the other way; only that mode (spelt out at 16) carries over."""
     attribute = node.attributes.get("coordinate_transformation_mode")
@@ -624,6 +672,7 @@ _ADAPTERS: dict[str, Adapter] = {
     "BitwiseNot": _bitwise_not_as_sub,
     "DFT": _dft_as_matmul,
     "GridSample": _grid_sample_spelt_out,
+    "Col2Im": _col2im_as_pads,
     "RoiAlign": _roi_align_mode,
     "Reshape": _reshape_13,
     "BatchNormalization": _batch_norm_inference,
