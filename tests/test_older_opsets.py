@@ -342,3 +342,39 @@ def test_fold_below_18_adds_as_torch_does(check, opset: int) -> None:
     assert _opset_of(program) == opset and "Col2Im" not in _op_types(program)
     for got, want in zip(program(*args), Fold()(*args), strict=True):  # the same sums in the same order
         assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+class Accumulate(torch.nn.Module):
+    """ScatterElements and ScatterND with reduction add and mul (new at 16): scatter_add, index_add, index_put with
+    accumulate, index_reduce, with repeated indices."""
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        across = x.T.scatter_add(1, index.expand(x.shape[1], -1), rows.T)  # along the last axis
+        return (
+            x.scatter_add(0, index.unsqueeze(1).expand(-1, x.shape[1]), rows),
+            across,
+            x.index_add(0, index, rows),
+            x.index_put((index,), rows, accumulate=True),
+            x.index_put((index, index % x.shape[1]), rows[:, 0], accumulate=True),
+            x.index_reduce(0, index, rows, "prod"),
+            x.to(torch.int32).index_add(0, index, rows.to(torch.int32)),
+        )
+
+
+@pytest.mark.parametrize("opset", [13, 15])
+def test_scatter_reductions_below_16_add_in_eager_order(check, opset: int) -> None:
+    x = torch.randn(5, 4)
+    index = torch.tensor([0, 3, 3, 1, 3, 0])
+    # float32 sums whose value depends on their order (1e8 + 3 - 1e8), an inf, a NaN, and exact integers
+    rows = torch.tensor([[1e8, 2.0, -1, 4], [3, float("inf"), 5, 6], [-1e8, 7, 8, 9], [2, 3, float("nan"), 5]] * 2)[:6]
+    count = torch.export.Dim("count", max=64)
+    program = check(
+        Accumulate(),
+        (x, index, rows),
+        dynamic_shapes=(None, {0: count}, {0: count}),
+        run_with=[((x, index, rows), {}), ((x, index[:5], rows[:5] * 3), {})],
+        opset_version=opset,
+    )
+    assert _opset_of(program) == opset
+    for got, want in zip(program(x, index, rows), Accumulate()(x, index, rows), strict=True):
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())

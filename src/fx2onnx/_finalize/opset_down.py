@@ -7,7 +7,8 @@ op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
 - an op whose newer version only took more types is kept: legalize, which runs next at the target opset, casts
   what the target has no kernel for, and the ONNX checker then holds the types to the target's schemas;
 - an op whose newer version moved an input to an attribute (Reduce*'s axes), split its sizes differently (Split's
-  ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form;
+  ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form; Scatter*
+  adding or multiplying (16) becomes a Loop of plain scatters;
 - an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, BitwiseNot of integers,
   DFT as a matrix product, 4-D bilinear and nearest GridSample as gathers, Col2Im as padded sums) is spelt out in
   older ops, computing what eager computes at the extremes too (NaN and infinite inputs, coordinates off the image);
@@ -268,10 +269,74 @@ def _scatter_reduction(node: ir.Node, opset: int) -> None:
     attribute = node.attributes.get("reduction")
     reduction = attribute.as_string() if attribute is not None else "none"
     needs = {"none": 0, "add": 16, "mul": 16, "max": 18, "min": 18}[reduction]
+    if needs > opset and reduction in ("add", "mul"):
+        _scatter_in_a_loop(node, reduction)
+        return
     if needs > opset:
         raise OpsetRefused(f"{node.op_type} with reduction={reduction!r} needs opset {needs}")
     if opset < 16:
         node.attributes.pop("reduction", None)
+
+
+def _scatter_in_a_loop(node: ir.Node, reduction: str) -> None:
+    """ScatterElements or ScatterND adding (multiplying) as a Loop over the updates, which reads the values an
+    update meets, combines and writes them back: ScatterElements one slice along its axis at a time (the columns of
+    a slice reach distinct elements), ScatterND one update at a time. Each element meets its updates in their order,
+    as in torch's kernels and ONNX Runtime's reduction; each step copies the data."""
+    data, indices, updates = node.inputs[0], node.inputs[1], node.inputs[2]
+    assert data is not None and indices is not None and updates is not None
+    if data.dtype is None or indices.shape is None or updates.shape is None or data.shape is None:
+        raise OpsetRefused(f"{node.op_type} with reduction={reduction!r} of unknown ranks or types needs opset 16")
+    elements = node.op_type == "ScatterElements"
+    axis = node.attributes["axis"].as_int() if elements and "axis" in node.attributes else 0
+    axis %= len(data.shape)
+    tape = ir.tape.Tape()
+
+    def constant(value: object) -> ir.Value:
+        return tape.op("Constant", [], {"value": ir.tensor(np.asarray(value, dtype=np.int64))})
+
+    if elements:
+        along, count_of = axis, indices
+    else:  # the updates as [count, *the data's trailing dims], the indices as [count, k]
+        depth = indices.shape[-1]
+        if not isinstance(depth, int):
+            raise OpsetRefused("ScatterND with index tuples of a length not known at export needs opset 16")
+        trailing = tape.op("Slice", [tape.op("Shape", [data]), constant([depth]), constant([len(data.shape)])])
+        indices = tape.op("Reshape", [indices, constant([-1, depth])])
+        updates = tape.op("Reshape", [updates, tape.op("Concat", [constant([-1]), trailing], {"axis": 0})])
+        along, count_of = 0, indices
+    count = tape.op("Gather", [tape.op("Shape", [count_of]), constant(along)])
+    _typed(tape.nodes)  # the body reads their types
+    body = ir.tape.Tape()
+    step, going, current = (
+        ir.Value(name=f"{node.name or 'scatter'}_{name}", type=ir.TensorType(dtype), shape=shape)
+        for name, dtype, shape in (
+            ("step", ir.DataType.INT64, ir.Shape([])),
+            ("going", ir.DataType.BOOL, ir.Shape([])),
+            ("current", data.dtype, data.shape),
+        )
+    )
+    first = body.op("Unsqueeze", [step, body.op("Constant", [], {"value": ir.tensor(np.asarray([0], np.int64))})])
+    last = body.op("Add", [first, body.op("Constant", [], {"value": ir.tensor(np.asarray([1], np.int64))})])
+    axes = body.op("Constant", [], {"value": ir.tensor(np.asarray([along], np.int64))})
+    where = body.op("Slice", [indices, first, last, axes])
+    given = body.op("Slice", [updates, first, last, axes])
+    if elements:
+        met = body.op("GatherElements", [current, where], {"axis": axis})
+    else:
+        met = body.op("GatherND", [current, where])
+    combined = body.op("Add" if reduction == "add" else "Mul", [met, given])
+    scatter_attributes = {"axis": axis} if elements else None
+    written = body.op(node.op_type, [current, where, combined], scatter_attributes)
+    still = body.op("Identity", [going])
+    _typed(body.nodes)
+    prefix = node.name or f"scatter_{id(node)}"
+    for number, value in enumerate(output for body_node in body.nodes for output in body_node.outputs):
+        value.name = f"{prefix}_loop_{number}"  # the body's names, unique in the model
+    written.shape = data.shape
+    graph = ir.Graph([step, going, current], [still, written], nodes=body.nodes, name=f"{node.name or 'scatter'}_loop")
+    result = tape.op("Loop", [count, None, data], {"body": graph})
+    _replace(node, tape.nodes, [result])
 
 
 def _shape_sliced(node: ir.Node, opset: int) -> None:
