@@ -8,7 +8,7 @@ op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
   what the target has no kernel for, and the ONNX checker then holds the types to the target's schemas;
 - an op whose newer version moved an input to an attribute (Reduce*'s axes), split its sizes differently (Split's
   ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form; Scatter*
-  adding or multiplying (16) becomes a Loop of plain scatters;
+  with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
 - an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, BitwiseNot of integers,
   DFT as a matrix product, 4-D bilinear and nearest GridSample as gathers, Col2Im as padded sums) is spelt out in
   older ops, computing what eager computes at the extremes too (NaN and infinite inputs, coordinates off the image);
@@ -125,7 +125,7 @@ def _replace(node: ir.Node, new_nodes: Sequence[ir.Node], new_outputs: Sequence[
     ir.convenience.replace_nodes_and_values(graph, node, [node], list(new_nodes), outputs, list(new_outputs))
 
 
-_BOOLEAN_RESULTS = frozenset(("GreaterOrEqual", "LessOrEqual", "Equal", "Less", "Greater", "Not", "And", "Or"))
+_BOOLEAN_RESULTS = frozenset(("GreaterOrEqual", "LessOrEqual", "Equal", "Less", "Greater", "Not", "And", "Or", "IsNaN"))
 
 
 def _typed(nodes: Sequence[ir.Node]) -> None:
@@ -269,24 +269,22 @@ def _scatter_reduction(node: ir.Node, opset: int) -> None:
     attribute = node.attributes.get("reduction")
     reduction = attribute.as_string() if attribute is not None else "none"
     needs = {"none": 0, "add": 16, "mul": 16, "max": 18, "min": 18}[reduction]
-    if needs > opset and reduction in ("add", "mul"):
+    if needs > opset:
         _scatter_in_a_loop(node, reduction)
         return
-    if needs > opset:
-        raise OpsetRefused(f"{node.op_type} with reduction={reduction!r} needs opset {needs}")
     if opset < 16:
         node.attributes.pop("reduction", None)
 
 
 def _scatter_in_a_loop(node: ir.Node, reduction: str) -> None:
-    """ScatterElements or ScatterND adding (multiplying) as a Loop over the updates, which reads the values an
-    update meets, combines and writes them back: ScatterElements one slice along its axis at a time (the columns of
+    """ScatterElements or ScatterND reducing (add, mul, max, min) as a Loop over the updates, which reads the values
+    an update meets, combines and writes them back: ScatterElements one slice along its axis at a time (the columns of
     a slice reach distinct elements), ScatterND one update at a time. Each element meets its updates in their order,
     as in torch's kernels and ONNX Runtime's reduction; each step copies the data."""
     data, indices, updates = node.inputs[0], node.inputs[1], node.inputs[2]
     assert data is not None and indices is not None and updates is not None
     if data.dtype is None or indices.shape is None or updates.shape is None or data.shape is None:
-        raise OpsetRefused(f"{node.op_type} with reduction={reduction!r} of unknown ranks or types needs opset 16")
+        raise OpsetRefused(f"{node.op_type} with reduction={reduction!r} of unknown ranks or types")
     elements = node.op_type == "ScatterElements"
     axis = node.attributes["axis"].as_int() if elements and "axis" in node.attributes else 0
     axis %= len(data.shape)
@@ -325,7 +323,13 @@ def _scatter_in_a_loop(node: ir.Node, reduction: str) -> None:
         met = body.op("GatherElements", [current, where], {"axis": axis})
     else:
         met = body.op("GatherND", [current, where])
-    combined = body.op("Add" if reduction == "add" else "Mul", [met, given])
+    if reduction in ("add", "mul"):
+        combined = body.op("Add" if reduction == "add" else "Mul", [met, given])
+    else:  # the update where it is larger (smaller) or NaN, as torch's amax (amin): NaN wins either way
+        wins = body.op("Greater" if reduction == "max" else "Less", [given, met])
+        if data.dtype.is_floating_point():
+            wins = body.op("Or", [wins, body.op("IsNaN", [given])])
+        combined = body.op("Where", [wins, given, met])
     scatter_attributes = {"axis": axis} if elements else None
     written = body.op(node.op_type, [current, where, combined], scatter_attributes)
     still = body.op("Identity", [going])
