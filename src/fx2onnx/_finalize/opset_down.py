@@ -507,9 +507,8 @@ def _dft_as_matmul(node: ir.Node, opset: int) -> None:
     flat = tape.op("Reshape", [moved, constant(np.array([*keep, parts * used]))])
     product = tape.op("MatMul", [flat, constant(matrix.astype(x.dtype.numpy()))])
     pairs = tape.op("Reshape", [product, constant(np.array([*keep, 2, bins]))])
-    order = [*others, axis]  # the dims of `pairs` but the pair dim, in the order they stand
-    back = [order.index(d) if d != rank - 1 else len(others) for d in range(rank)]
-    back[axis], back[rank - 1] = len(others) + 1, len(others)
+    # pairs is [*others, pair, bin]: the bins go back to the axis, the pair last
+    back = [others.index(d) if d in others else len(others) + (d == axis) for d in range(rank)]
     result = tape.op("Transpose", [pairs], {"perm": back})
     _replace(node, tape.nodes, [result])
 
