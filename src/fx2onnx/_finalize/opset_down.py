@@ -526,8 +526,10 @@ def _grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
     align = bool(node.attributes["align_corners"].as_int()) if "align_corners" in node.attributes else False
     if mode not in ("bilinear", "nearest"):
         raise OpsetRefused(f"GridSample with mode={mode!r} needs opset 16")
-    if x.shape is None or len(x.shape) != 4 or grid.dtype is None or x.dtype is None:
+    if x.shape is None or grid.dtype is None or x.dtype is None:
         raise OpsetRefused("GridSample of an input of unknown rank or type needs opset 16")
+    if len(x.shape) != 4:
+        raise OpsetRefused(f"GridSample of a {len(x.shape)}-D input needs opset 16 (its spelt-out form is 4-D)")
     if mode == "bilinear" and x.dtype != grid.dtype:
         raise OpsetRefused("bilinear GridSample of an input and a grid of different types needs opset 16")
     tape = ir.tape.Tape()
