@@ -10,7 +10,7 @@ op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
   ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form; Scatter*
   with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
 - an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, BitwiseNot of integers,
-  DFT as a matrix product, 4-D bilinear and nearest GridSample as gathers, Col2Im as padded sums) is spelt out in
+  DFT as a matrix product, 4-D GridSample as gathers, Col2Im as padded sums) is spelt out in
   older ops, computing what eager computes at the extremes too (NaN and infinite inputs, coordinates off the image);
 - anything else is refused with the op, the opset it needs and the user's source line: never a node that means
   something else at the older version.
@@ -18,6 +18,7 @@ op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -514,24 +515,24 @@ def _dft_as_matmul(node: ir.Node, opset: int) -> None:
 
 
 def _grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
-    """GridSample-16 (4-D, bilinear or nearest) as gathers from the flattened image, computed as torch's CPU kernel
-    computes it: the grid unnormalized per align_corners, clipped to the image (a NaN to 0) or reflected then clipped
-    for border and reflection padding; the corners' weights from the floor's distances, a corner outside the image
-    read as 0 under zeros padding (its weight still multiplies it: NaN weights stay NaN); nearest rounds half to
-    even. Bicubic (16 corners) is refused."""
+    """GridSample-16 (4-D) as gathers from the flattened image, computed as torch's CPU kernel computes it: the grid
+    unnormalized per align_corners, clipped to the image (a NaN to 0) or reflected then clipped for border and
+    reflection padding (bicubic pads each of its 16 taps, not the location); the corners' weights from the floor's
+    distances, a corner outside the image read as 0 under zeros padding (its weight still multiplies it: NaN weights
+    stay NaN); nearest rounds half to even."""
     x, grid = node.inputs[0], node.inputs[1]
     assert x is not None and grid is not None
     mode = node.attributes["mode"].as_string() if "mode" in node.attributes else "bilinear"
     padding = node.attributes["padding_mode"].as_string() if "padding_mode" in node.attributes else "zeros"
     align = bool(node.attributes["align_corners"].as_int()) if "align_corners" in node.attributes else False
-    if mode not in ("bilinear", "nearest"):
+    if mode not in ("bilinear", "nearest", "bicubic"):
         raise OpsetRefused(f"GridSample with mode={mode!r} needs opset 16")
     if x.shape is None or grid.dtype is None or x.dtype is None:
         raise OpsetRefused("GridSample of an input of unknown rank or type needs opset 16")
     if len(x.shape) != 4:
         raise OpsetRefused(f"GridSample of a {len(x.shape)}-D input needs opset 16 (its spelt-out form is 4-D)")
-    if mode == "bilinear" and x.dtype != grid.dtype:
-        raise OpsetRefused("bilinear GridSample of an input and a grid of different types needs opset 16")
+    if mode != "nearest" and x.dtype != grid.dtype:
+        raise OpsetRefused(f"{mode} GridSample of an input and a grid of different types needs opset 16")
     tape = ir.tape.Tape()
     real = grid.dtype.numpy()
 
@@ -558,25 +559,28 @@ def _grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
     pixels = op("Reshape", x, flat_image)
     width = op("Gather", image, constant(3))
 
-    def location(coordinate: int, dimension: int) -> tuple[ir.Value, ir.Value]:
-        """The coordinates along one axis of the image, flattened to [N, 1, points], and that axis's size."""
+    def unnormalized(coordinate: int, dimension: int) -> tuple[ir.Value, ir.Value]:
+        """The coordinates along one axis of the image in pixels, flattened to [N, 1, points], and its size."""
         size = op("Cast", op("Gather", image, constant(dimension)), to=grid.dtype)
         g = op("Reshape", op("Gather", grid, constant(coordinate), axis=3), flat_points)
         if align:
-            at = op("Mul", op("Add", g, one), op("Div", op("Sub", size, one), constant(2, real)))
-        else:
-            at = op("Sub", op("Mul", op("Add", g, one), op("Div", size, constant(2, real))), constant(0.5, real))
+            return op("Mul", op("Add", g, one), op("Div", op("Sub", size, one), constant(2, real))), size
+        at = op("Sub", op("Mul", op("Add", g, one), op("Div", size, constant(2, real))), constant(0.5, real))
+        return at, size
+
+    def padded(at: ir.Value, size: ir.Value) -> ir.Value:
+        """Border's and reflection's coordinates: reflected off the image's edges, clipped to it (NaN to 0)."""
         if padding == "reflection":
             low = zero if align else constant(-0.5, real)
             span = op("Mul", op("Sub", size, one) if align else size, constant(2, real))
             distance = op("Abs", op("Sub", at, low))
             extra = op("Sub", distance, op("Mul", op("Floor", op("Div", distance, span)), span))
             at = op("Add", less(extra, op("Sub", span, extra)), low)
-        if padding != "zeros":  # clipped to [0, size - 1], NaN to 0
-            above = op("Where", op("Greater", at, zero), at, zero)
-            last = op("Sub", size, one)
-            at = op("Where", op("Less", above, last), above, last)
-        return at, size
+        if padding == "zeros":
+            return at
+        above = op("Where", op("Greater", at, zero), at, zero)
+        last = op("Sub", size, one)
+        return op("Where", op("Less", above, last), above, last)
 
     def read(column: ir.Value, row: ir.Value, inside: ir.Value | None) -> ir.Value:
         """The pixels at integral float coordinates [N, 1, points], 0 where `inside` is false."""
@@ -594,33 +598,46 @@ def _grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
     def within(at: ir.Value, size: ir.Value) -> ir.Value:
         return op("And", op("Greater", at, constant(-1, real)), op("Less", at, size))
 
-    column, width_f = location(0, 3)
-    row, height_f = location(1, 2)
+    def both(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
+        return b if a is None else a if b is None else op("And", a, b)
+
+    def cubic(t: ir.Value) -> list[ir.Value]:
+        """The 4 taps' weights of cubic convolution (A = -0.75) at distance t past the second tap."""
+        a, a2, a3 = constant(-0.75, real), constant(1.25, real), constant(2.25, real)  # A, A + 2, A + 3
+
+        def outer(d: ir.Value) -> ir.Value:  # ((A d - 5 A) d + 8 A) d - 4 A, for 1 <= d <= 2
+            inner = op("Add", op("Mul", op("Sub", op("Mul", a, d), constant(-3.75, real)), d), constant(-6, real))
+            return op("Sub", op("Mul", inner, d), constant(-3, real))
+
+        def near(d: ir.Value) -> ir.Value:  # ((A + 2) d - (A + 3)) d d + 1, for d <= 1
+            return op("Add", op("Mul", op("Mul", op("Sub", op("Mul", a2, d), a3), d), d), one)
+
+        two = constant(2, real)
+        return [outer(op("Add", t, one)), near(t), near(op("Sub", one, t)), outer(op("Sub", two, t))]
+
+    column, width_f = unnormalized(0, 3)
+    row, height_f = unnormalized(1, 2)
+    zeros = padding == "zeros"
     if mode == "nearest":
-        column, row = op("Round", column), op("Round", row)
-        inside = op("And", within(column, width_f), within(row, height_f)) if padding == "zeros" else None
+        column, row = op("Round", padded(column, width_f)), op("Round", padded(row, height_f))
+        inside = op("And", within(column, width_f), within(row, height_f)) if zeros else None
         result = read(column, row, inside)
-    else:
+    elif mode == "bilinear":
+        column, row = padded(column, width_f), padded(row, height_f)
         west, north = op("Floor", column), op("Floor", row)
         east, south = op("Add", west, one), op("Add", north, one)
         w = op("Sub", column, west)
         e = op("Sub", one, w)
         n = op("Sub", row, north)
         s = op("Sub", one, n)
-        if padding == "zeros":
+        if zeros:
             west_in, north_in = within(west, width_f), within(north, height_f)
             east_in, south_in = within(east, width_f), within(south, height_f)
-            nw_in: ir.Value | None = op("And", west_in, north_in)
         else:  # the clipped location's floor is inside; its next column or row may not be
             west_in = north_in = None
             east_in, south_in = op("Less", east, width_f), op("Less", south, height_f)
-            nw_in = None
-
-        def both(a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
-            return b if a is None else a if b is None else op("And", a, b)
-
         corners = [
-            (read(west, north, nw_in), op("Mul", s, e)),
+            (read(west, north, both(west_in, north_in)), op("Mul", s, e)),
             (read(east, north, both(east_in, north_in)), op("Mul", s, w)),
             (read(west, south, both(west_in, south_in)), op("Mul", n, e)),
             (read(east, south, both(east_in, south_in)), op("Mul", n, w)),
@@ -628,6 +645,21 @@ def _grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
         result = op("Mul", *corners[0])
         for value, weight in corners[1:]:
             result = op("Add", result, op("Mul", value, weight))
+    else:  # bicubic: 4 x 4 taps around the unpadded location, each tap's coordinates padded
+        west, north = op("Floor", column), op("Floor", row)
+        across, down = cubic(op("Sub", column, west)), cubic(op("Sub", row, north))
+        rows = []
+        for i in range(4):
+            tap_row = padded(op("Add", north, constant(i - 1, real)), height_f)
+            row_in = within(tap_row, height_f) if zeros else None
+            terms = []
+            for j in range(4):
+                tap_column = padded(op("Add", west, constant(j - 1, real)), width_f)
+                inside = both(within(tap_column, width_f), row_in) if zeros else None
+                terms.append(op("Mul", across[j], read(tap_column, tap_row, inside)))
+            rows.append(functools.reduce(lambda a, b: op("Add", a, b), terms))
+        terms = [op("Mul", down[i], rows[i]) for i in range(4)]
+        result = functools.reduce(lambda a, b: op("Add", a, b), terms)
     output_shape = op("Concat", batch_channels, op("Slice", sampled, constant([1]), constant([3])), axis=0)
     result = op("Reshape", result, output_shape)
     _replace(node, tape.nodes, [result])
