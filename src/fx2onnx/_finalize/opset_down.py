@@ -306,9 +306,10 @@ def _scatter_in_a_loop(node: ir.Node, reduction: str) -> None:
         along, count_of = 0, indices
     count = tape.op("Gather", [tape.op("Shape", [count_of]), constant(along)])
     _typed(tape.nodes)  # the body reads their types
+    prefix = node.name or f"scatter_{id(node)}"  # of the body's names, unique in the model
     body = ir.tape.Tape()
     step, going, current = (
-        ir.Value(name=f"{node.name or 'scatter'}_{name}", type=ir.TensorType(dtype), shape=shape)
+        ir.Value(name=f"{prefix}_{name}", type=ir.TensorType(dtype), shape=shape)
         for name, dtype, shape in (
             ("step", ir.DataType.INT64, ir.Shape([])),
             ("going", ir.DataType.BOOL, ir.Shape([])),
@@ -335,11 +336,10 @@ def _scatter_in_a_loop(node: ir.Node, reduction: str) -> None:
     written = body.op(node.op_type, [current, where, combined], scatter_attributes)
     still = body.op("Identity", [going])
     _typed(body.nodes)
-    prefix = node.name or f"scatter_{id(node)}"
     for number, value in enumerate(output for body_node in body.nodes for output in body_node.outputs):
-        value.name = f"{prefix}_loop_{number}"  # the body's names, unique in the model
+        value.name = f"{prefix}_loop_{number}"
     written.shape = data.shape
-    graph = ir.Graph([step, going, current], [still, written], nodes=body.nodes, name=f"{node.name or 'scatter'}_loop")
+    graph = ir.Graph([step, going, current], [still, written], nodes=body.nodes, name=f"{prefix}_loop")
     result = tape.op("Loop", [count, None, data], {"body": graph})
     _replace(node, tape.nodes, [result])
 
