@@ -130,16 +130,16 @@ def test_transformers_gpt2(check, opset: int) -> None:
     assert _opset_of(program) == opset
 
 
-def test_op_newer_than_target_is_refused_without_a_file(tmp_path: Path) -> None:
-    def forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.bitwise_and(a, b)  # BitwiseAnd is new at 18
+def test_op_the_target_cannot_express_is_refused_without_a_file(tmp_path: Path) -> None:
+    def forward(x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.grid_sample(x, grid, align_corners=False)  # 5-D: GridSample-20 only
 
     path = tmp_path / "model.onnx"
-    args = (torch.tensor([3, 5], dtype=torch.int32), torch.tensor([6, 4], dtype=torch.int32))
+    args = (torch.randn(1, 2, 4, 4, 4), torch.rand(1, 3, 3, 3, 3) * 2 - 1)
     with pytest.raises(fx2onnx.ExportError) as raised:
-        fx2onnx.export(Call(forward), args, str(path), opset_version=17)
+        fx2onnx.export(Call(forward), args, str(path), opset_version=15)
     message = str(raised.value)
-    assert "BitwiseAnd" in message and "opset_version=18" in message
+    assert "GridSample of a 5-D input needs opset 16" in message and "opset_version=18" in message
     assert "test_older_opsets.py" in message  # the user's line
     assert not path.exists()
 
@@ -211,16 +211,20 @@ def _integer_extremes(dtype: torch.dtype) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("opset", [13, 17])
-def test_bitwise_not_and_right_shift_of_integers(check, opset: int) -> None:
-    """BitwiseNot (new at 18) as all ones minus the value, at both ends of every integer type; torchlib's arithmetic
-    right shift of a signed integer goes through it."""
+def test_bitwise_ops_of_integers_at_their_extremes(check, opset: int) -> None:
+    """BitwiseNot, And, Or, Xor (new at 18) of every integer type at both ends (each pair of its extremes), and
+    torchlib's arithmetic right shift of a signed integer, which goes through BitwiseNot."""
 
-    def forward(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return ~a, ~b, ~c, ~d, a >> 3, c >> 1, ~(a > 0)
+    def forward(*values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        results: list[torch.Tensor] = []
+        for a in values:
+            b = a.flip(0).unsqueeze(1)
+            results += [~a, a & b, a | b, a ^ b]
+        return (*results, values[0] >> 3, values[2] >> 1, ~(values[0] > 0))
 
-    args = tuple(_integer_extremes(dtype) for dtype in (torch.int64, torch.int32, torch.int8, torch.uint8))
-    program = check(Call(forward), args, opset_version=opset)
-    assert _opset_of(program) == opset and "BitwiseNot" not in _op_types(program)
+    dtypes = (torch.int64, torch.int32, torch.int8, torch.uint8, torch.int16)
+    program = check(Call(forward), tuple(_integer_extremes(dtype) for dtype in dtypes), opset_version=opset)
+    assert _opset_of(program) == opset and not {"BitwiseNot", "BitwiseAnd", "BitwiseOr"} & _op_types(program)
 
 
 class Spectra(torch.nn.Module):
@@ -307,17 +311,6 @@ def test_grid_sample_of_dynamic_sizes_at_15(check) -> None:
         opset_version=15,
     )
     assert _opset_of(program) == 15
-
-
-def test_volumetric_grid_sample_refused_below_16(tmp_path: Path) -> None:
-    def forward(x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.grid_sample(x, grid, align_corners=False)
-
-    path = tmp_path / "model.onnx"
-    args = (torch.randn(1, 2, 4, 4, 4), torch.rand(1, 3, 3, 3, 3) * 2 - 1)
-    with pytest.raises(fx2onnx.ExportError, match=r"GridSample of a 5-D input needs opset 16"):
-        fx2onnx.export(Call(forward), args, str(path), opset_version=15)
-    assert not path.exists()
 
 
 class Fold(torch.nn.Module):

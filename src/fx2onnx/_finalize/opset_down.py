@@ -9,7 +9,7 @@ op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
 - an op whose newer version moved an input to an attribute (Reduce*'s axes), split its sizes differently (Split's
   ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form; Scatter*
   with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
-- an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, BitwiseNot of integers,
+- an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, Bitwise* of integers,
   DFT as a matrix product, 4-D GridSample as gathers, Col2Im as padded sums) is spelt out in
   older ops, computing what eager computes at the extremes too (NaN and infinite inputs, coordinates off the image);
 - anything else is refused with the op, the opset it needs and the user's source line: never a node that means
@@ -453,6 +453,49 @@ def _bitwise_not_as_sub(node: ir.Node, opset: int) -> None:
     _replace(node, tape.nodes, [result])
 
 
+def _bitwise_by_bits(node: ir.Node, opset: int) -> None:
+    """BitwiseAnd, BitwiseOr and BitwiseXor-18 of integers through their bits: both as uint64 (two's complement,
+    sign-extended), each bit of the type's width shifted to the top then to the bottom (BitShift-11), the bits
+    combined arithmetically (and: a b, or: a + b - a b, xor: a + b - 2 a b), and added back as powers of two in
+    int64 (halves at a time), where distinct bits never carry; a signed type's top bit counts as minus its power."""
+    a, b = node.inputs[0], node.inputs[1]
+    assert a is not None and b is not None
+    dtype = a.dtype
+    if dtype is None or not dtype.is_integer() or b.dtype != dtype:
+        raise OpsetRefused(f"{node.op_type} of inputs whose type is not one known integer type")
+    width = dtype.itemsize * 8
+    tape = ir.tape.Tape()
+
+    def constant(value: object, numpy_type: type) -> ir.Value:
+        return tape.op("Constant", [], {"value": ir.tensor(np.asarray(value, dtype=numpy_type))})
+
+    def bits(x: ir.Value) -> ir.Value:  # [..., width] of 0 and 1, bit k at position k
+        wide = tape.op("Unsqueeze", [tape.op("Cast", [x], {"to": ir.DataType.UINT64}), constant([-1], np.int64)])
+        top = tape.op("BitShift", [wide, constant(63 - np.arange(width), np.uint64)], {"direction": "LEFT"})
+        return tape.op("BitShift", [top, constant(63, np.uint64)], {"direction": "RIGHT"})
+
+    x, y = bits(a), bits(b)
+    both = tape.op("Mul", [x, y])
+    if node.op_type == "BitwiseAnd":
+        combined = both
+    else:
+        twice = both if node.op_type == "BitwiseOr" else tape.op("Add", [both, both])
+        combined = tape.op("Sub", [tape.op("Add", [x, y]), twice])
+    placed = tape.op("BitShift", [combined, constant(np.arange(width), np.uint64)], {"direction": "LEFT"})
+    signed = constant(np.arange(width) == width - 1, np.bool_) if dtype.is_signed() and width < 64 else None
+    values = tape.op("Cast", [placed], {"to": ir.DataType.INT64})
+    if signed is not None:  # 2^(width-1) of a signed type's top bit is -2^(width-1)
+        values = tape.op("Where", [signed, tape.op("Neg", [values]), values])
+    last = constant([-1], np.int64)
+    while width > 1:  # halves added (ONNX Runtime's ReduceSum of int64 sums 2^62 + ... + 1 - 2^63 to 0)
+        width //= 2
+        cuts = [constant([cut], np.int64) for cut in (0, width, 2 * width)]
+        low = tape.op("Slice", [values, cuts[0], cuts[1], last])
+        values = tape.op("Add", [low, tape.op("Slice", [values, cuts[1], cuts[2], last])])
+    result = tape.op("Cast", [tape.op("Squeeze", [values, last])], {"to": dtype})
+    _replace(node, tape.nodes, [result])
+
+
 DFT_MATRIX_LIMIT = 1 << 22
 """The most elements a DFT's matrix (below opset 17) may hold: 32 MB of float64 (a complex signal of 1024)."""
 
@@ -772,6 +815,7 @@ _ADAPTERS: dict[str, Adapter] = {
     "HardSwish": _hard_swish_spelt_out,
     "Mish": _mish_spelt_out,
     "BitwiseNot": _bitwise_not_as_sub,
+    **dict.fromkeys(("BitwiseAnd", "BitwiseOr", "BitwiseXor"), _bitwise_by_bits),
     "DFT": _dft_as_matmul,
     "GridSample": _grid_sample_spelt_out,
     "Col2Im": _col2im_as_pads,
