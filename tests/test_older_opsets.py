@@ -130,16 +130,16 @@ def test_transformers_gpt2(check, opset: int) -> None:
     assert _opset_of(program) == opset
 
 
-def test_op_newer_than_target_is_refused_without_a_file(tmp_path: Path) -> None:
-    def forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.bitwise_and(a, b)  # BitwiseAnd is new at 18
+def test_op_the_target_cannot_express_is_refused_without_a_file(tmp_path: Path) -> None:
+    def forward(x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.grid_sample(x, grid, align_corners=False)  # 5-D: GridSample-20 only
 
     path = tmp_path / "model.onnx"
-    args = (torch.tensor([3, 5], dtype=torch.int32), torch.tensor([6, 4], dtype=torch.int32))
+    args = (torch.randn(1, 2, 4, 4, 4), torch.rand(1, 3, 3, 3, 3) * 2 - 1)
     with pytest.raises(fx2onnx.ExportError) as raised:
-        fx2onnx.export(Call(forward), args, str(path), opset_version=17)
+        fx2onnx.export(Call(forward), args, str(path), opset_version=15)
     message = str(raised.value)
-    assert "BitwiseAnd" in message and "opset_version=18" in message
+    assert "GridSample of a 5-D input needs opset 16" in message and "opset_version=18" in message
     assert "test_older_opsets.py" in message  # the user's line
     assert not path.exists()
 
@@ -203,3 +203,176 @@ def test_resize_over_some_axes(check, opset: int, dtype: torch.dtype) -> None:
         opset_version=opset,
     )
     assert _opset_of(program) == opset
+
+
+def _integer_extremes(dtype: torch.dtype) -> torch.Tensor:
+    info = torch.iinfo(dtype)
+    return torch.tensor([info.min, info.min + 1, -1, 0, 1, 5, info.max - 1, info.max], dtype=dtype)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_bitwise_ops_of_integers_at_their_extremes(check, opset: int) -> None:
+    """BitwiseNot, And, Or, Xor (new at 18) of every integer type at both ends (each pair of its extremes), and
+    torchlib's arithmetic right shift of a signed integer, which goes through BitwiseNot."""
+
+    def forward(*values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        results: list[torch.Tensor] = []
+        for a in values:
+            b = a.flip(0).unsqueeze(1)
+            results += [~a, a & b, a | b, a ^ b]
+        return (*results, values[0] >> 3, values[2] >> 1, ~(values[0] > 0))
+
+    dtypes = (torch.int64, torch.int32, torch.int8, torch.uint8, torch.int16)
+    program = check(Call(forward), tuple(_integer_extremes(dtype) for dtype in dtypes), opset_version=opset)
+    assert _opset_of(program) == opset and not {"BitwiseNot", "BitwiseAnd", "BitwiseOr"} & _op_types(program)
+
+
+class Spectra(torch.nn.Module):
+    """DFT-17 (forward, inverse, one-sided, with a length shorter and longer than the signal) along inner axes."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        spectrum = torch.fft.rfft(x)
+        window = torch.hann_window(16, dtype=x.dtype)
+        return (
+            torch.view_as_real(spectrum),
+            torch.fft.irfft(spectrum, n=x.shape[-1]),
+            torch.view_as_real(torch.fft.fft(spectrum, n=6, norm="ortho")),
+            torch.view_as_real(torch.fft.ifft(spectrum, n=11)),
+            torch.fft.rfft2(x.reshape(x.shape[0], 8, -1)).abs(),
+            torch.stft(x, 16, hop_length=4, window=window, return_complex=True).abs(),
+        )
+
+
+@pytest.mark.parametrize("opset", [13, 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dft_below_17_as_a_matrix_product(check, opset: int, dtype: torch.dtype) -> None:
+    # signals of large and small magnitudes: the exact zeros of eager's bins (a real signal's imaginary parts at 0
+    # and size / 2) stay zeros, not a rounding of sin(pi) times 1e30 (opset 17's DFT in ONNX Runtime misses them)
+    scale = 1e30 if dtype == torch.float32 else 1e150  # the squares of complex abs stay finite
+    x = torch.randn(2, 64, dtype=dtype) * torch.tensor([[scale], [1 / scale]], dtype=dtype)
+    batch = torch.export.Dim("batch")
+    program = check(
+        Spectra(),
+        (x,),
+        dynamic_shapes=({0: batch},),
+        run_with=[((x,), {}), ((torch.randn(3, 64, dtype=dtype),), {})],
+        opset_version=opset,
+    )
+    assert _opset_of(program) == opset and "DFT" not in _op_types(program)
+
+
+def test_dft_too_long_for_a_matrix_is_refused() -> None:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return torch.fft.rfft(x).abs()
+
+    with pytest.raises(fx2onnx.ExportError, match=r"(?s)DFT.*4096 points.*opset_version=18"):
+        fx2onnx.export(Call(forward), (torch.randn(2, 4096),), opset_version=16)
+
+
+def _grid_with_extremes() -> torch.Tensor:
+    """Coordinates inside, on the corners, outside, and NaN, ±inf, ±1e30 in either coordinate."""
+    grid = torch.rand(2, 5, 6, 2, generator=torch.Generator().manual_seed(0)) * 3 - 1.5
+    extremes = torch.tensor([float("nan"), float("inf"), float("-inf"), 1e30, -1e30, 1.0])
+    grid[0, 0, :, 0] = extremes
+    grid[0, 1, :, 1] = extremes
+    grid[1, 0] = torch.tensor([[-1.0, -1], [1, 1], [0, 0], [-1 / 3, 1 / 3], [0.5, -0.5], [0.75, 0.25]])
+    return grid
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample_spelt_out_below_16(check, mode: str, padding_mode: str, align_corners: bool) -> None:
+    def forward(x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.grid_sample(
+            x, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners
+        )
+
+    x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(1))
+    x[1, 0, 2, 2], x[1, 1, 0, 0] = float("inf"), float("nan")  # next to points weighted 0
+    program = check(Call(forward), (x, _grid_with_extremes()), opset_version=13)
+    assert _opset_of(program) == 13 and "GridSample" not in _op_types(program)
+
+
+class GridSample(torch.nn.Module):
+    def forward(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.grid_sample(x, grid, align_corners=False)
+
+
+def test_grid_sample_of_dynamic_sizes_at_15(check) -> None:
+    batch, height, width, rows = (torch.export.Dim(name) for name in ("batch", "height", "width", "rows"))
+    x, grid = torch.randn(2, 3, 4, 5), _grid_with_extremes()
+    other = (torch.randn(3, 3, 7, 2), torch.rand(3, 4, 6, 2) * 2 - 1)
+    program = check(
+        GridSample(),
+        (x, grid),
+        dynamic_shapes=({0: batch, 2: height, 3: width}, {0: batch, 1: rows}),
+        run_with=[((x, grid), {}), (other, {})],
+        opset_version=15,
+    )
+    assert _opset_of(program) == 15
+
+
+class Fold(torch.nn.Module):
+    """Col2Im-18: overlapping blocks with strides, dilations and padding; non-overlapping patches; unfold's inverse."""
+
+    def forward(self, x: torch.Tensor, patches: torch.Tensor, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        fold = torch.nn.functional.fold
+        unfolded = torch.nn.functional.unfold(image, 3, padding=1, stride=2)
+        return (
+            fold(x, (7, 6), (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)),
+            fold(patches, (8, 8), 4, stride=4),
+            fold(unfolded, (5, 7), 3, padding=1, stride=2),
+        )
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_fold_below_18_adds_as_torch_does(check, opset: int) -> None:
+    x = torch.randn(2, 12, 8)
+    x[0, 1, 2], x[1, 3, 3], x[0, 5, 5] = float("inf"), float("nan"), -0.0  # no 0 * inf, NaN where eager has it
+    args = (x, torch.randn(2, 32, 4), torch.randn(2, 3, 5, 7))
+    program = check(Fold(), args, opset_version=opset)
+    assert _opset_of(program) == opset and "Col2Im" not in _op_types(program)
+    for got, want in zip(program(*args), Fold()(*args), strict=True):  # the same sums in the same order
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+class Accumulate(torch.nn.Module):
+    """ScatterElements and ScatterND with reduction add and mul (new at 16), max and min (18): scatter_add,
+    index_add, index_put with accumulate, index_reduce, scatter_reduce, with repeated indices."""
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        across = x.T.scatter_add(1, index.expand(x.shape[1], -1), rows.T)  # along the last axis
+        spread = index.unsqueeze(1).expand(-1, x.shape[1])
+        whole = rows.nan_to_num(nan=0.0, posinf=7.0, neginf=-7.0)  # integers without casts of NaN or inf
+        return (
+            x.scatter_add(0, spread, rows),
+            across,
+            x.scatter_reduce(0, spread, rows, "amax"),
+            x.scatter_reduce(0, spread, rows, "amin", include_self=False),
+            x.to(torch.int64).scatter_reduce(0, spread, whole.to(torch.int64), "amax"),
+            x.index_add(0, index, rows),
+            x.index_put((index,), rows, accumulate=True),
+            x.index_put((index, index % x.shape[1]), rows[:, 0], accumulate=True),
+            x.index_reduce(0, index, rows, "prod"),
+            x.to(torch.int32).index_add(0, index, whole.to(torch.int32)),
+        )
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_scatter_reductions_below_their_opset_in_eager_order(check, opset: int) -> None:
+    x = torch.randn(5, 4)
+    index = torch.tensor([0, 3, 3, 1, 3, 0])
+    # float32 sums whose value depends on their order (1e8 + 3 - 1e8), an inf, a NaN, and exact integers
+    rows = torch.tensor([[1e8, 2.0, -1, 4], [3, float("inf"), 5, 6], [-1e8, 7, 8, 9], [2, 3, float("nan"), 5]] * 2)[:6]
+    count = torch.export.Dim("count", max=64)
+    program = check(
+        Accumulate(),
+        (x, index, rows),
+        dynamic_shapes=(None, {0: count}, {0: count}),
+        run_with=[((x, index, rows), {}), ((x, index[:5], rows[:5] * 3), {})],
+        opset_version=opset,
+    )
+    assert _opset_of(program) == opset
+    for got, want in zip(program(x, index, rows), Accumulate()(x, index, rows), strict=True):
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
