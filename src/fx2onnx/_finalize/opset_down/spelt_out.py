@@ -1,272 +1,17 @@
-"""Down-conversion: a model emitted at opset 18 (the lowest torchlib implements) rewritten for an older opset.
-
-Users pass ``opset_version=17`` (or 13 to 16) where their deployment runtime needs it. onnx's C++ version converter
-has no down adapter for Split-18, Pow-15 or LayerNormalization-17, and onnxscript's converts upward only, so each
-op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
-
-- an op whose newer version only took more types is kept: legalize, which runs next at the target opset, casts
-  what the target has no kernel for, and the ONNX checker then holds the types to the target's schemas;
-- an op whose newer version moved an input to an attribute (Reduce*'s axes), split its sizes differently (Split's
-  ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form; Scatter*
-  with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
-- an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, Bitwise* of integers,
-  DFT as a matrix product, 4-D GridSample as gathers, Col2Im as padded sums) is spelt out in
-  older ops, computing what eager computes at the extremes too (NaN and infinite inputs, coordinates off the image);
-- anything else is refused with the op, the opset it needs and the user's source line: never a node that means
-  something else at the older version.
-"""
+"""Adapters that spell an op out in older ops where the target opset lacks it or its mode: scatter reductions as a
+Loop, LayerNormalization, Trilu, HardSwish, Mish, bitwise ops, DFT, GridSample, Col2Im."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
 
 import numpy as np
-import onnx.defs
 import onnx_ir as ir
 
-from fx2onnx._constant_arrays import constant_array
-from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
-from fx2onnx.errors import ExportError, source_line
-
-LOWEST_OPSET = 13
-"""The oldest opset an export may target: 13 made Split's, Squeeze's and ReduceSum's axes inputs, as torchlib
-emits them; below it every such node would need rewriting too."""
+from fx2onnx._finalize.opset_down.rewriting import OpsetRefused, constant_ints, replace, typed
 
 
-class OpsetRefused(Exception):
-    """A node the target opset cannot express; the message says what it needs."""
-
-
-class DownConvertPass(ir.passes.InPlacePass):
-    """Every default-domain node made valid at `opset` (< 18), or an ExportError naming the first that cannot be."""
-
-    def __init__(self, opset: int) -> None:
-        super().__init__()
-        self.opset = opset
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-        for graph in graphs:
-            for node in list(ir.traversal.RecursiveGraphIterator(graph)):
-                if node.domain not in ("", "ai.onnx") or _since(node.op_type, BASE_OPSET) <= self.opset:
-                    continue
-                try:
-                    modified |= _convert(node, self.opset)
-                except OpsetRefused as refusal:
-                    raise _refusal_error(node, self.opset, str(refusal)) from None
-        return ir.passes.PassResult(model, modified)
-
-
-def _since(op_type: str, opset: int) -> int:
-    """The version of `op_type` in force at `opset` (0 when the op does not exist there)."""
-    try:
-        return onnx.defs.get_schema(op_type, opset, "").since_version
-    except onnx.defs.SchemaError:
-        return 0
-
-
-def _convert(node: ir.Node, opset: int) -> bool:
-    adapter = _ADAPTERS.get(node.op_type)
-    if adapter is not None:
-        adapter(node, opset)
-        return True
-    old_version = _since(node.op_type, opset)
-    if old_version == 0:
-        raise OpsetRefused(f"{node.op_type} does not exist before opset {_first_version(node.op_type)}")
-    old = onnx.defs.get_schema(node.op_type, opset, "")
-    new_attributes = sorted(set(node.attributes) - set(old.attributes))
-    if new_attributes:
-        raise OpsetRefused(f"{node.op_type}-{old_version} has no attribute {', '.join(new_attributes)}")
-    variadic = bool(old.inputs) and old.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
-    if len(node.inputs) > len(old.inputs) and not variadic:
-        count = len(node.inputs)
-        raise OpsetRefused(f"{node.op_type}-{old_version} takes {len(old.inputs)} inputs, the node has {count}")
-    return False  # the same op with fewer types: legalize and the checker hold the types to the target
-
-
-def _first_version(op_type: str) -> int:
-    versions = onnx.defs.get_all_schemas_with_history()
-    return min(schema.since_version for schema in versions if schema.name == op_type and schema.domain == "")
-
-
-def _refusal_error(node: ir.Node, opset: int, reason: str) -> ExportError:
-    trace = node.metadata_props.get(STACK_TRACE)
-    fx_node = node.metadata_props.get(FX_NODE)
-    origin = f" from FX node `{fx_node}` ({node.metadata_props.get(TARGET, '?')})" if fx_node else ""
-    where = f"\n  from: {source_line(trace)}" if trace else ""
-    return ExportError(
-        f"opset_version={opset}: ONNX node {node.name or node.op_type} ({node.op_type}){origin} cannot be written "
-        f"at opset {opset}: {reason}{where}\n"
-        f"  remedy: pass opset_version={max(BASE_OPSET, _since(node.op_type, BASE_OPSET))} or newer (fx2onnx emits "
-        f"opset {BASE_OPSET} and adapts older opsets op by op), or register an implementation of the op with "
-        "fx2onnx.register that avoids it."
-    )
-
-
-# --- adapters -----------------------------------------------------------------------------------------------------
-Adapter = Callable[[ir.Node, int], None]
-
-
-def _constant_ints(value: ir.Value | None) -> list[int] | None:
-    array = constant_array(value)
-    return None if array is None else [int(v) for v in array.reshape(-1)]
-
-
-def _replace(node: ir.Node, new_nodes: Sequence[ir.Node], new_outputs: Sequence[ir.Value]) -> None:
-    """Replace `node` by `new_nodes` in its graph, its outputs by `new_outputs` (names, types and uses carried)."""
-    for new_node in new_nodes:
-        for key, value in node.metadata_props.items():
-            new_node.metadata_props.setdefault(key, value)
-    _typed(new_nodes)
-    graph = node.graph
-    assert graph is not None
-    outputs = list(node.outputs[: len(new_outputs)])
-    ir.convenience.replace_nodes_and_values(graph, node, [node], list(new_nodes), outputs, list(new_outputs))
-
-
-_BOOLEAN_RESULTS = frozenset(("GreaterOrEqual", "LessOrEqual", "Equal", "Less", "Greater", "Not", "And", "Or", "IsNaN"))
-
-
-def _typed(nodes: Sequence[ir.Node]) -> None:
-    """The dtypes of the adapters' new values (legalize reads them); shapes are left to ONNX's inference."""
-    for node in nodes:
-        output = node.outputs[0]
-        if output.dtype is not None:
-            continue
-        if node.op_type == "Constant":
-            output.dtype = node.attributes["value"].as_tensor().dtype
-        elif node.op_type == "Cast":
-            output.dtype = ir.DataType(node.attributes["to"].as_int())
-        elif node.op_type == "Shape":
-            output.dtype = ir.DataType.INT64
-        elif node.op_type in _BOOLEAN_RESULTS:
-            output.dtype = ir.DataType.BOOL
-        elif node.op_type == "Where":
-            output.dtype = node.inputs[1].dtype if node.inputs[1] is not None else None
-        else:
-            output.dtype = node.inputs[0].dtype if node.inputs[0] is not None else None
-
-
-def _int64s(values: Sequence[int], name: str) -> ir.Node:
-    tensor = ir.tensor(np.asarray(values, dtype=np.int64), name=name)
-    node = ir.node("Constant", [], {"value": tensor})
-    node.outputs[0].dtype, node.outputs[0].shape = ir.DataType.INT64, ir.Shape([len(values)])
-    return node
-
-
-def _reduce_axes_as_attribute(node: ir.Node, opset: int) -> None:
-    """Reduce*-18's axes input (ReduceSum's since 13) as the attribute older versions take."""
-    noop = node.attributes.get("noop_with_empty_axes")
-    noop_value = noop.as_int() if noop is not None else 0
-    axes_input = node.inputs[1] if len(node.inputs) > 1 else None
-    axes = _constant_ints(axes_input) if axes_input is not None else []
-    if axes is None:
-        raise OpsetRefused(f"{node.op_type}'s axes are computed at run time; before opset 18 they are an attribute")
-    if not axes and noop_value:
-        raise OpsetRefused(f"{node.op_type} with noop_with_empty_axes=1 and no axes has no form before opset 18")
-    node.attributes.pop("noop_with_empty_axes", None)
-    node.resize_inputs(1)
-    if axes:
-        node.attributes["axes"] = ir.AttrInt64s("axes", axes)
-
-
-def _split_sizes_as_input(node: ir.Node, opset: int) -> None:
-    """Split-18's num_outputs as the sizes input Split-13 takes (ceil-sized parts, the last smaller)."""
-    count_attribute = node.attributes.pop("num_outputs", None)
-    if count_attribute is None:
-        return
-    count = count_attribute.as_int()
-    axis_attribute = node.attributes.get("axis")
-    axis = axis_attribute.as_int() if axis_attribute is not None else 0
-    data = node.inputs[0]
-    assert data is not None
-    shape = data.shape
-    if shape is None:
-        raise OpsetRefused("Split by num_outputs of an input of unknown rank")
-    size = shape[axis]
-    if not isinstance(size, int):
-        raise OpsetRefused(f"Split by num_outputs along a dimension not known at export ({size})")
-    part = -(-size // count)
-    sizes = [part] * (count - 1) + [size - part * (count - 1)]
-    constant = _int64s(sizes, f"{node.name or 'split'}_sizes")
-    node.graph.insert_before(node, constant)
-    node.resize_inputs(2)
-    node.replace_input_with(1, constant.outputs[0])
-
-
-def _pad_without_axes(node: ir.Node, opset: int) -> None:
-    """Pad-18's axes input spread into pads over every dimension, as Pad-13 takes them."""
-    if len(node.inputs) < 4 or node.inputs[3] is None:
-        return
-    axes = _constant_ints(node.inputs[3])
-    pads = _constant_ints(node.inputs[1])
-    shape = node.inputs[0].shape if node.inputs[0] is not None else None
-    if axes is None or pads is None or shape is None:
-        raise OpsetRefused("Pad over some axes, with axes, pads or the rank known only at run time")
-    rank = len(shape)
-    full = [0] * (2 * rank)
-    for i, axis in enumerate(axes):
-        full[axis % rank] = pads[i]
-        full[axis % rank + rank] = pads[i + len(axes)]
-    constant = _int64s(full, f"{node.name or 'pad'}_pads")
-    node.graph.insert_before(node, constant)
-    node.replace_input_with(1, constant.outputs[0])
-    node.resize_inputs(3)
-
-
-def _defaults_dropped(defaults: dict[str, object], *, new_in: int) -> Adapter:
-    """An adapter dropping attributes added in opset `new_in` that hold the value the older op means."""
-
-    def adapt(node: ir.Node, opset: int) -> None:
-        if opset >= new_in:
-            return
-        for name, default in defaults.items():
-            attribute = node.attributes.get(name)
-            if attribute is None:
-                continue
-            if attribute.value != default:
-                raise OpsetRefused(f"{node.op_type} with {name}={attribute.value!r} needs opset {new_in}")
-            del node.attributes[name]
-
-    return adapt
-
-
-def _resize_13(node: ir.Node, opset: int) -> None:
-    """Resize-18's new attributes at the values Resize-13 means; its axes spread over every dimension (the other
-    dimensions keep scale 1, or their input size)."""
-    _defaults_dropped({"antialias": 0, "keep_aspect_ratio_policy": "stretch"}, new_in=18)(node, opset)
-    axes_attribute = node.attributes.pop("axes", None)
-    if axes_attribute is None:
-        return
-    x = node.inputs[0]
-    if x is None or x.shape is None:
-        raise OpsetRefused("Resize over some axes of an input of unknown rank")
-    rank = len(x.shape)
-    axes = [axis % rank for axis in axes_attribute.as_ints()]
-    roi = node.inputs[1] if len(node.inputs) > 1 else None
-    if roi is not None and _constant_ints(roi) != []:
-        raise OpsetRefused("Resize over some axes with a region of interest needs opset 18")
-    tape = ir.tape.Tape()
-    positions = tape.op("Constant", [], {"value": ir.tensor(np.asarray(axes, dtype=np.int64))})
-    spread: dict[int, ir.Value] = {}
-    for index in (2, 3):
-        given = node.inputs[index] if len(node.inputs) > index else None
-        if given is None or given.shape == ir.Shape([0]):
-            continue
-        if index == 2:
-            whole = tape.op("Constant", [], {"value": ir.tensor(np.ones(rank, dtype=np.float32))})
-        else:
-            whole = tape.op("Shape", [x])
-        spread[index] = tape.op("ScatterElements", [whole, positions, given], {"axis": 0})
-    _typed(tape.nodes)
-    node.graph.insert_before(node, list(tape.nodes))
-    for index, full in spread.items():
-        node.replace_input_with(index, full)
-
-
-def _scatter_reduction(node: ir.Node, opset: int) -> None:
+def scatter_reduction(node: ir.Node, opset: int) -> None:
     attribute = node.attributes.get("reduction")
     reduction = attribute.as_string() if attribute is not None else "none"
     needs = {"none": 0, "add": 16, "mul": 16, "max": 18, "min": 18}[reduction]
@@ -305,7 +50,7 @@ def _scatter_in_a_loop(node: ir.Node, reduction: str) -> None:
         updates = tape.op("Reshape", [updates, tape.op("Concat", [constant([-1]), trailing], {"axis": 0})])
         along, count_of = 0, indices
     count = tape.op("Gather", [tape.op("Shape", [count_of]), constant(along)])
-    _typed(tape.nodes)  # the body reads their types
+    typed(tape.nodes)  # the body reads their types
     prefix = node.name or f"scatter_{id(node)}"  # of the body's names, unique in the model
     body = ir.tape.Tape()
     step, going, current = (
@@ -335,41 +80,16 @@ def _scatter_in_a_loop(node: ir.Node, reduction: str) -> None:
     scatter_attributes = {"axis": axis} if elements else None
     written = body.op(node.op_type, [current, where, combined], scatter_attributes)
     still = body.op("Identity", [going])
-    _typed(body.nodes)
+    typed(body.nodes)
     for number, value in enumerate(output for body_node in body.nodes for output in body_node.outputs):
         value.name = f"{prefix}_loop_{number}"
     written.shape = data.shape
     graph = ir.Graph([step, going, current], [still, written], nodes=body.nodes, name=f"{prefix}_loop")
     result = tape.op("Loop", [count, None, data], {"body": graph})
-    _replace(node, tape.nodes, [result])
+    replace(node, tape.nodes, [result])
 
 
-def _shape_sliced(node: ir.Node, opset: int) -> None:
-    """Shape-15's start and end as Shape then Slice."""
-    start = node.attributes.pop("start", None)
-    end = node.attributes.pop("end", None)
-    if start is None and end is None:
-        return
-    whole = ir.node("Shape", [node.inputs[0]])
-    rank = len(node.inputs[0].shape) if node.inputs[0] is not None and node.inputs[0].shape is not None else None
-    whole.outputs[0].dtype = ir.DataType.INT64
-    if rank is not None:
-        whole.outputs[0].shape = ir.Shape([rank])
-    starts = _int64s([start.as_int() if start is not None else 0], "shape_start")
-    ends = _int64s([end.as_int() if end is not None else 2**62], "shape_end")
-    sliced = ir.node("Slice", [whole.outputs[0], starts.outputs[0], ends.outputs[0]])
-    _replace(node, [whole, starts, ends, sliced], sliced.outputs)
-
-
-def _cast_like_as_cast(node: ir.Node, opset: int) -> None:
-    like = node.inputs[1]
-    if like is None or like.dtype is None:
-        raise OpsetRefused("CastLike to a type not known at export")
-    cast = ir.node("Cast", [node.inputs[0]], {"to": ir.AttrInt64("to", like.dtype.value)})
-    _replace(node, [cast], cast.outputs)
-
-
-def _layer_norm_spelt_out(node: ir.Node, opset: int) -> None:
+def layer_norm_spelt_out(node: ir.Node, opset: int) -> None:
     """LayerNormalization-17 as its definition: mean and variance over the trailing axes in the stash type
     (float32 unless stash_type says otherwise), normalized, cast back, then scaled and shifted."""
     if len(node.outputs) > 1 and any(output.uses() for output in node.outputs[1:]):
@@ -398,10 +118,10 @@ def _layer_norm_spelt_out(node: ir.Node, opset: int) -> None:
     result = tape.op("Mul", [normalized, scale])
     if bias is not None:
         result = tape.op("Add", [result, bias])
-    _replace(node, tape.nodes, [result])
+    replace(node, tape.nodes, [result])
 
 
-def _trilu_as_where(node: ir.Node, opset: int) -> None:
+def trilu_as_where(node: ir.Node, opset: int) -> None:
     """Trilu-14 as a Where over row and column indices: upper keeps column - row >= k, lower keeps <= k."""
     x = node.inputs[0]
     assert x is not None
@@ -423,25 +143,25 @@ def _trilu_as_where(node: ir.Node, opset: int) -> None:
     k = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] is not None else zero
     keep = tape.op("GreaterOrEqual" if upper else "LessOrEqual", [offset, k])
     result = tape.op("Where", [keep, x, constant(0, x.dtype)])
-    _replace(node, tape.nodes, [result])
+    replace(node, tape.nodes, [result])
 
 
-def _hard_swish_spelt_out(node: ir.Node, opset: int) -> None:
+def hard_swish_spelt_out(node: ir.Node, opset: int) -> None:
     x = node.inputs[0]
     tape = ir.tape.Tape()
     gate = tape.op("HardSigmoid", [x], {"alpha": 1.0 / 6.0, "beta": 0.5})
     result = tape.op("Mul", [x, gate])
-    _replace(node, tape.nodes, [result])
+    replace(node, tape.nodes, [result])
 
 
-def _mish_spelt_out(node: ir.Node, opset: int) -> None:
+def mish_spelt_out(node: ir.Node, opset: int) -> None:
     x = node.inputs[0]
     tape = ir.tape.Tape()
     result = tape.op("Mul", [x, tape.op("Tanh", [tape.op("Softplus", [x])])])
-    _replace(node, tape.nodes, [result])
+    replace(node, tape.nodes, [result])
 
 
-def _bitwise_not_as_sub(node: ir.Node, opset: int) -> None:
+def bitwise_not_as_sub(node: ir.Node, opset: int) -> None:
     """BitwiseNot-18 of an integer as all ones minus it: -1 - x for a signed type (two's complement; neither end
     overflows), the type's maximum - x for an unsigned one (bool's Not stays Not: torchlib emits it)."""
     x = node.inputs[0]
@@ -450,10 +170,10 @@ def _bitwise_not_as_sub(node: ir.Node, opset: int) -> None:
     ones = np.asarray(-1 if x.dtype.is_signed() else np.iinfo(x.dtype.numpy()).max, dtype=x.dtype.numpy())
     tape = ir.tape.Tape()
     result = tape.op("Sub", [tape.op("Constant", [], {"value": ir.tensor(ones)}), x])
-    _replace(node, tape.nodes, [result])
+    replace(node, tape.nodes, [result])
 
 
-def _bitwise_by_bits(node: ir.Node, opset: int) -> None:
+def bitwise_by_bits(node: ir.Node, opset: int) -> None:
     """BitwiseAnd, BitwiseOr and BitwiseXor-18 of integers through their bits: both as uint64 (two's complement,
     sign-extended), each bit of the type's width shifted to the top then to the bottom (BitShift-11), the bits
     combined arithmetically (and: a b, or: a + b - a b, xor: a + b - 2 a b), and added back as powers of two in
@@ -493,14 +213,14 @@ def _bitwise_by_bits(node: ir.Node, opset: int) -> None:
         low = tape.op("Slice", [values, cuts[0], cuts[1], last])
         values = tape.op("Add", [low, tape.op("Slice", [values, cuts[1], cuts[2], last])])
     result = tape.op("Cast", [tape.op("Squeeze", [values, last])], {"to": dtype})
-    _replace(node, tape.nodes, [result])
+    replace(node, tape.nodes, [result])
 
 
 DFT_MATRIX_LIMIT = 1 << 22
 """The most elements a DFT's matrix (below opset 17) may hold: 32 MB of float64 (a complex signal of 1024)."""
 
 
-def _dft_as_matmul(node: ir.Node, opset: int) -> None:
+def dft_as_matmul(node: ir.Node, opset: int) -> None:
     """DFT-17 as a product with its matrix: the signal's axis and its (real, imaginary) pair moved last and
     flattened, times the constant [cos | -sin; sin | cos] of the angles 2 pi (n k mod N) / N (float64, exact at
     quarter turns, so that a real signal's bin 0 has an imaginary part of exactly 0 as eager's; divided by N for
@@ -515,7 +235,7 @@ def _dft_as_matmul(node: ir.Node, opset: int) -> None:
     onesided = bool(node.attributes["onesided"].as_int()) if "onesided" in node.attributes else False
     length, parts = x.shape[axis], x.shape[-1]
     given = node.inputs[1] if len(node.inputs) > 1 else None
-    signal = _constant_ints(given) if given is not None else None
+    signal = constant_ints(given) if given is not None else None
     if given is not None and signal is None:
         raise OpsetRefused("DFT with a length computed at run time needs opset 17")
     if not isinstance(length, int) or parts not in (1, 2) or axis == rank - 1:
@@ -554,10 +274,10 @@ def _dft_as_matmul(node: ir.Node, opset: int) -> None:
     # pairs is [*others, pair, bin]: the bins go back to the axis, the pair last
     back = [others.index(d) if d in others else len(others) + (d == axis) for d in range(rank)]
     result = tape.op("Transpose", [pairs], {"perm": back})
-    _replace(node, tape.nodes, [result])
+    replace(node, tape.nodes, [result])
 
 
-def _grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
+def grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
     """GridSample-16 (4-D) as gathers from the flattened image, computed as torch's CPU kernel computes it: the grid
     unnormalized per align_corners, clipped to the image (a NaN to 0) or reflected then clipped for border and
     reflection padding (bicubic pads each of its 16 taps, not the location); the corners' weights from the floor's
@@ -705,15 +425,15 @@ def _grid_sample_spelt_out(node: ir.Node, opset: int) -> None:
         result = functools.reduce(lambda a, b: op("Add", a, b), terms)
     output_shape = op("Concat", batch_channels, op("Slice", sampled, constant([1]), constant([3])), axis=0)
     result = op("Reshape", result, output_shape)
-    _replace(node, tape.nodes, [result])
+    replace(node, tape.nodes, [result])
 
 
-def _col2im_as_pads(node: ir.Node, opset: int) -> None:
+def col2im_as_pads(node: ir.Node, opset: int) -> None:
     """Col2Im-18 (2-D) as a sum over the kernel's positions, each one's blocks spread by the strides (zeros between
     them), padded to its place in the padded image, added in the kernel's order (torch's col2im adds them so, from
     zero: the same sums, and no 0 * inf), the padding then cut off."""
     x = node.inputs[0]
-    image, block = (_constant_ints(node.inputs[i]) for i in (1, 2))
+    image, block = (constant_ints(node.inputs[i]) for i in (1, 2))
     if x is None or x.shape is None or len(x.shape) != 3 or image is None or block is None or len(image) != 2:
         raise OpsetRefused("Col2Im other than 2-D of a batch with sizes known at export needs opset 18")
     channels_blocks = x.shape[1]
@@ -751,77 +471,4 @@ def _col2im_as_pads(node: ir.Node, opset: int) -> None:
     assert total is not None
     cut = [pads[0], pads[1]], [pads[0] + image[0], pads[1] + image[1]]
     result = tape.op("Slice", [total, constant(cut[0]), constant(cut[1]), constant([2, 3])])
-    _replace(node, tape.nodes, [result])
-
-
-def _roi_align_mode(node: ir.Node, opset: int) -> None:
-    """RoiAlign-10 always shifts by half a pixel the other way; only that mode (spelt out at 16) carries over."""
-    attribute = node.attributes.get("coordinate_transformation_mode")
-    if attribute is None or attribute.as_string() != "output_half_pixel":
-        raise OpsetRefused("RoiAlign with half_pixel coordinates needs opset 16 (RoiAlign-10 means output_half_pixel)")
-    del node.attributes["coordinate_transformation_mode"]
-
-
-def _reshape_13(node: ir.Node, opset: int) -> None:
-    """Reshape-14's allowzero=1 (torchlib's flatten, view) dropped: it differs from Reshape-13 only where the shape
-    holds a 0 and the input's dim at that position is not 0. A constant shape with a 0 is refused; a computed one
-    holds a 0 only from an empty dimension of the model's, which ONNX Runtime's Reshape-13 copies as every exporter
-    targeting opset 13 has it (torch.onnx's TorchScript exporter included)."""
-    allowzero = node.attributes.pop("allowzero", None)
-    if allowzero is None or allowzero.as_int() == 0:
-        return
-    shape = _constant_ints(node.inputs[1])
-    if shape is not None and 0 in shape:
-        raise OpsetRefused("Reshape to a constant shape holding 0 with allowzero=1 needs opset 14")
-
-
-def _batch_norm_inference(node: ir.Node, opset: int) -> None:
-    if len(node.outputs) > 1 and any(output.uses() for output in node.outputs[1:]):
-        raise OpsetRefused("BatchNormalization's running statistics outputs changed meaning at opset 14")
-    _defaults_dropped({"training_mode": 0}, new_in=14)(node, opset)
-
-
-def _lp_pool_13(node: ir.Node, opset: int) -> None:
-    dilations = node.attributes.get("dilations")
-    if dilations is not None and any(d != 1 for d in dilations.as_ints()):
-        raise OpsetRefused("LpPool with dilations needs opset 18")
-    node.attributes.pop("dilations", None)
-    _defaults_dropped({"ceil_mode": 0}, new_in=18)(node, opset)
-
-
-# Reduce*-18 (all but ReduceSum, whose axes became an input at 13)
-_REDUCTIONS = (
-    "ReduceL1",
-    "ReduceL2",
-    "ReduceLogSum",
-    "ReduceLogSumExp",
-    "ReduceMax",
-    "ReduceMean",
-    "ReduceMin",
-    "ReduceProd",
-    "ReduceSumSquare",
-)
-_ADAPTERS: dict[str, Adapter] = {
-    **dict.fromkeys(_REDUCTIONS, _reduce_axes_as_attribute),
-    "Split": _split_sizes_as_input,
-    "Pad": _pad_without_axes,
-    "Resize": _resize_13,
-    "ScatterElements": _scatter_reduction,
-    "ScatterND": _scatter_reduction,
-    "Shape": _shape_sliced,
-    "CastLike": _cast_like_as_cast,
-    "LayerNormalization": _layer_norm_spelt_out,
-    "Trilu": _trilu_as_where,
-    "HardSwish": _hard_swish_spelt_out,
-    "Mish": _mish_spelt_out,
-    "BitwiseNot": _bitwise_not_as_sub,
-    **dict.fromkeys(("BitwiseAnd", "BitwiseOr", "BitwiseXor"), _bitwise_by_bits),
-    "DFT": _dft_as_matmul,
-    "GridSample": _grid_sample_spelt_out,
-    "Col2Im": _col2im_as_pads,
-    "RoiAlign": _roi_align_mode,
-    "Reshape": _reshape_13,
-    "BatchNormalization": _batch_norm_inference,
-    "LpPool": _lp_pool_13,
-    **dict.fromkeys(("GRU", "LSTM", "RNN"), _defaults_dropped({"layout": 0}, new_in=14)),
-}
+    replace(node, tape.nodes, [result])

@@ -1,0 +1,116 @@
+"""Down-conversion: a model emitted at opset 18 (the lowest torchlib implements) rewritten for an older opset.
+
+Users pass ``opset_version=17`` (or 13 to 16) where their deployment runtime needs it. onnx's C++ version converter
+has no down adapter for Split-18, Pow-15 or LayerNormalization-17, and onnxscript's converts upward only, so each
+op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
+
+- an op whose newer version only took more types is kept: legalize, which runs next at the target opset, casts
+  what the target has no kernel for, and the ONNX checker then holds the types to the target's schemas;
+- an op whose newer version moved an input to an attribute (Reduce*'s axes), split its sizes differently (Split's
+  ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form; Scatter*
+  with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
+- an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, Bitwise* of integers,
+  DFT as a matrix product, 4-D GridSample as gathers, Col2Im as padded sums) is spelt out in
+  older ops, computing what eager computes at the extremes too (NaN and infinite inputs, coordinates off the image);
+- anything else is refused with the op, the opset it needs and the user's source line: never a node that means
+  something else at the older version.
+"""
+
+from __future__ import annotations
+
+import onnx.defs
+import onnx_ir as ir
+
+from fx2onnx._finalize.opset_down import old_forms, spelt_out
+from fx2onnx._finalize.opset_down.rewriting import Adapter, OpsetRefused, since
+from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
+from fx2onnx.errors import ExportError, source_line
+
+LOWEST_OPSET = 13
+"""The oldest opset an export may target: 13 made Split's, Squeeze's and ReduceSum's axes inputs, as torchlib
+emits them; below it every such node would need rewriting too."""
+
+
+class DownConvertPass(ir.passes.InPlacePass):
+    """Every default-domain node made valid at `opset` (< 18), or an ExportError naming the first that cannot be."""
+
+    def __init__(self, opset: int) -> None:
+        super().__init__()
+        self.opset = opset
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+        for graph in graphs:
+            for node in list(ir.traversal.RecursiveGraphIterator(graph)):
+                if node.domain not in ("", "ai.onnx") or since(node.op_type, BASE_OPSET) <= self.opset:
+                    continue
+                try:
+                    modified |= _convert(node, self.opset)
+                except OpsetRefused as refusal:
+                    raise _refusal_error(node, self.opset, str(refusal)) from None
+        return ir.passes.PassResult(model, modified)
+
+
+def _convert(node: ir.Node, opset: int) -> bool:
+    adapter = _ADAPTERS.get(node.op_type)
+    if adapter is not None:
+        adapter(node, opset)
+        return True
+    old_version = since(node.op_type, opset)
+    if old_version == 0:
+        raise OpsetRefused(f"{node.op_type} does not exist before opset {_first_version(node.op_type)}")
+    old = onnx.defs.get_schema(node.op_type, opset, "")
+    new_attributes = sorted(set(node.attributes) - set(old.attributes))
+    if new_attributes:
+        raise OpsetRefused(f"{node.op_type}-{old_version} has no attribute {', '.join(new_attributes)}")
+    variadic = bool(old.inputs) and old.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+    if len(node.inputs) > len(old.inputs) and not variadic:
+        count = len(node.inputs)
+        raise OpsetRefused(f"{node.op_type}-{old_version} takes {len(old.inputs)} inputs, the node has {count}")
+    return False  # the same op with fewer types: legalize and the checker hold the types to the target
+
+
+def _first_version(op_type: str) -> int:
+    versions = onnx.defs.get_all_schemas_with_history()
+    return min(schema.since_version for schema in versions if schema.name == op_type and schema.domain == "")
+
+
+def _refusal_error(node: ir.Node, opset: int, reason: str) -> ExportError:
+    trace = node.metadata_props.get(STACK_TRACE)
+    fx_node = node.metadata_props.get(FX_NODE)
+    origin = f" from FX node `{fx_node}` ({node.metadata_props.get(TARGET, '?')})" if fx_node else ""
+    where = f"\n  from: {source_line(trace)}" if trace else ""
+    return ExportError(
+        f"opset_version={opset}: ONNX node {node.name or node.op_type} ({node.op_type}){origin} cannot be written "
+        f"at opset {opset}: {reason}{where}\n"
+        f"  remedy: pass opset_version={max(BASE_OPSET, since(node.op_type, BASE_OPSET))} or newer (fx2onnx emits "
+        f"opset {BASE_OPSET} and adapts older opsets op by op), or register an implementation of the op with "
+        "fx2onnx.register that avoids it."
+    )
+
+
+_ADAPTERS: dict[str, Adapter] = {
+    **dict.fromkeys(old_forms.REDUCTIONS, old_forms.reduce_axes_as_attribute),
+    "Split": old_forms.split_sizes_as_input,
+    "Pad": old_forms.pad_without_axes,
+    "Resize": old_forms.resize_13,
+    "ScatterElements": spelt_out.scatter_reduction,
+    "ScatterND": spelt_out.scatter_reduction,
+    "Shape": old_forms.shape_sliced,
+    "CastLike": old_forms.cast_like_as_cast,
+    "LayerNormalization": spelt_out.layer_norm_spelt_out,
+    "Trilu": spelt_out.trilu_as_where,
+    "HardSwish": spelt_out.hard_swish_spelt_out,
+    "Mish": spelt_out.mish_spelt_out,
+    "BitwiseNot": spelt_out.bitwise_not_as_sub,
+    **dict.fromkeys(("BitwiseAnd", "BitwiseOr", "BitwiseXor"), spelt_out.bitwise_by_bits),
+    "DFT": spelt_out.dft_as_matmul,
+    "GridSample": spelt_out.grid_sample_spelt_out,
+    "Col2Im": spelt_out.col2im_as_pads,
+    "RoiAlign": old_forms.roi_align_mode,
+    "Reshape": old_forms.reshape_13,
+    "BatchNormalization": old_forms.batch_norm_inference,
+    "LpPool": old_forms.lp_pool_13,
+    **dict.fromkeys(("GRU", "LSTM", "RNN"), old_forms.defaults_dropped({"layout": 0}, new_in=14)),
+}
