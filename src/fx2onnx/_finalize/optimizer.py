@@ -22,6 +22,10 @@ which walks the whole graph, runs only when the model still has a function to in
 loop runs each pass again only when it may still change something, and removes unused nodes only where the rewrite
 pass has not just done it (``_FoldAndRewrite``). Constants are lifted to initializers without ``ir.tensor``'s slow
 checks (``_LiftConstants``).
+
+The fold computes only what it computes exactly, as eager does (``_EXACT_FOLDS``): ONNX's reference evaluator, which
+it runs, sums a float16 ReduceMean in float16 and takes LogSoftmax as log(softmax), where eager and ONNX Runtime do
+not. Elementwise functions of constants (the cos and sin of rotary embeddings) are computed by torch (``_TORCH_FOLDS``).
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
+import torch
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules.common import _redundant_scatter_nd, slice_split_rule
 
@@ -278,14 +284,68 @@ class _FoldConstants(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, result.modified or transposed)
 
 
-# Ops the ONNX reference evaluator, which the fold runs, computes unlike ONNX Runtime and eager at the edges: its
-# AveragePool of a window holding NaN and padding gives 0 (eager and ONNX Runtime: NaN; fuzz seed 20101372). Left to
-# ONNX Runtime even when their inputs are constants.
-_NOT_FOLDED = frozenset({"AveragePool", "LpPool"})
+# What the fold may compute, by op type (ONNX domain). The fold evaluates a node with ONNX's reference evaluator
+# (numpy), which computes some ops unlike eager and ONNX Runtime: in the precision of its input (a float16 ReduceMean,
+# Softmax or InstanceNormalization summed in float16, overflowing to inf where eager, and ONNX Runtime after
+# legalization, sum in float32), by another formula (LogSoftmax as log(softmax): -inf where eager gives -2e30), or at
+# the edges (AveragePool of a window holding NaN and padding: 0, eager NaN). So only ops whose reference result is
+# exact are folded: data movement, casts, comparisons and logic, and IEEE arithmetic, correctly rounded in every float
+# type (numpy computes a float16 op in float32 and rounds it once: the float16 result).
+_EXACT_FOLDS = frozenset(
+    {
+        *("Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Transpose", "Concat", "Slice"),
+        *("Gather", "GatherElements", "GatherND", "Tile", "Trilu", "Shape", "Size", "ConstantOfShape", "Range"),
+        *("Cast", "CastLike", "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"),
+        *("Not", "And", "Or", "Xor", "IsNaN", "IsInf"),
+        *("Neg", "Abs", "Add", "Sub", "Mul", "Div", "Max", "Min", "Floor", "Ceil", "Sqrt", "Reciprocal"),
+    }
+)
+# Sums and products, which an evaluator may reorder (numpy's pairwise sum) or accumulate in the input's precision:
+# exact on integers only.
+_INTEGER_FOLDS = frozenset({"CumSum", "ReduceSum", "ReduceProd"})
+# Elementwise functions no two libraries round alike (numpy's float32 exp(88.7) is 1 ulp off eager's): computed by
+# torch's own kernel, so that the constant is eager's (rotary embeddings' cos and sin, T5's log-spaced position
+# buckets), on float inputs only.
+_TORCH_FOLDS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "Exp": torch.exp,
+    "Log": torch.log,
+    "Sin": torch.sin,
+    "Cos": torch.cos,
+    "Tanh": torch.tanh,
+    "Sigmoid": torch.sigmoid,
+    "Erf": torch.erf,
+}
+_TORCH_DTYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE})
 
 
 def _fold_only_where_exact(node: ir.Node) -> bool | None:
-    return False if node.op_type in _NOT_FOLDED and node.domain in ("", "ai.onnx") else None
+    """``should_fold`` for onnxscript's fold: None (its own rules and size limits) for a node whose reference result is
+    exact, False otherwise (left to ONNX Runtime, or to :func:`_torch_fold`)."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type in _EXACT_FOLDS:
+        return None
+    if node.op_type in _INTEGER_FOLDS:
+        data = node.inputs[0] if node.inputs else None
+        dtype = data.dtype if data is not None else None
+        return None if dtype is not None and dtype.is_integer() else False
+    return False
+
+
+def _torch_fold(node: ir.Node, input_size_limit: int) -> np.ndarray | None:
+    """The value of an elementwise function of one constant float input, computed by torch (None: not folded here)."""
+    function = _TORCH_FOLDS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    if function is None or len(node.inputs) != 1 or len(node.outputs) != 1 or node.attributes:
+        return None
+    value = node.inputs[0]
+    tensor = value.const_value if value is not None and not value.is_graph_input() else None
+    if tensor is None or tensor.dtype not in _TORCH_DTYPES or tensor.size > input_size_limit:
+        return None
+    array = tensor.numpy()
+    if tensor.dtype == ir.DataType.BFLOAT16:  # numpy's bfloat16 (ml_dtypes) is not torch's: through float32, exactly
+        result = function(torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16))
+        return result.float().numpy().astype(array.dtype)
+    return function(torch.from_numpy(np.array(array))).numpy()
 
 
 def _fold_pass() -> ir.passes.PassBase | None:
@@ -322,6 +382,20 @@ def _fold_pass() -> ir.passes.PassBase | None:
                         return
             super().visit_node(node, root)
 
+        def process_node(self, node: ir.Node, is_function: bool) -> Any:
+            replacement = super().process_node(node, is_function)
+            if replacement is not None or is_function or node.graph is None:
+                return replacement
+            array = _torch_fold(node, self.input_size_limit)
+            folded = self.new_initializer(node, array) if array is not None else None
+            if folded is None:
+                return None
+            node.graph.register_initializer(folded)
+            return replacement_type([folded], [])
+
+    replacement_type = getattr(_constant_folding, "Replacement", None)
+    if replacement_type is None:
+        return None
     try:
         fold = FoldWhereItMay(
             shape_inference=False,
