@@ -70,6 +70,8 @@ ELEMENTWISE = {
     ),
     "sigmoid_tail": (torch.sigmoid, torch.tensor([-100.0, -90.0, -88.0, -20.0, 100.0])),
     "log_bfloat16": (torch.log, torch.tensor([0.0, 1e-3, 3.0, 1e30]).to(torch.bfloat16)),
+    # ALiBi's slopes (Bloom, MPT): a power of constants.
+    "alibi_slopes": (lambda b: torch.pow(b, torch.arange(1, 9, dtype=torch.int32)), torch.tensor(2 ** (-8 / 8))),
 }
 
 
@@ -82,4 +84,4 @@ def test_a_folded_elementwise_function_is_eager_bit_for_bit(name: str) -> None:
     program = assert_exports_and_matches(model, args)
     assert_rounds_like_eager(program, model, args)
     op_types = {node.op_type for node in program.model.graph}
-    assert not op_types & {"Exp", "Log", "Sin", "Cos", "Sigmoid"}, op_types
+    assert not op_types & {"Exp", "Log", "Sin", "Cos", "Sigmoid", "Pow"}, op_types

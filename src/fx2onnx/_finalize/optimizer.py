@@ -49,6 +49,10 @@ from fx2onnx._constant_arrays import constant_attribute_tensor, number_attribute
 from fx2onnx._finalize import graph_walks
 from fx2onnx._log_filters import without_messages
 
+# What a pass changed: the nodes it added (or changed the inputs of), the values whose uses it changed.
+_Changes = tuple[list[ir.Node], list[ir.Value | None]]
+_NO_CHANGES: _Changes = ([], [])  # never appended to
+
 
 def optimize(model: ir.Model, num_iterations: int = 2) -> None:
     """What ``onnxscript.optimizer.optimize_ir(model)`` does, without the quadratic rule where it cannot match."""
@@ -164,12 +168,13 @@ class _FoldAndRewrite(ir.passes.InPlacePass):
     also removes unused nodes after each rewrite, which the rewrite pass has just done when its rules ask for
     it; unused functions and opsets are removed once, at the end.
 
-    A rewrite run again after a fold that changed nothing can only match where the previous rewrite changed the
-    graph (``_Rewrite.may_match_after_last_changes``): the rules are first tried there, without applying them,
-    and the whole pass runs only if one matches (on GPT-2 the second rewrite tried 411 nodes to match none).
+    A rewrite run again can only match where the previous rewrite, or the fold after it, changed the graph
+    (``_Rewrite.may_match_after_last_changes``): the rules are first tried there, without applying them, and the
+    whole pass runs only if one matches (on GPT-2 the second rewrite tried 411 nodes to match none; on T5 the fold
+    removed the 18 Identity nodes the rewrite of x * 1 left, and a second rewrite of its 930 nodes matched nothing).
     """
 
-    def __init__(self, fold: ir.passes.PassBase, rewrite: _Rewrite, iterations: int) -> None:
+    def __init__(self, fold: _FoldConstants, rewrite: _Rewrite, iterations: int) -> None:
         super().__init__()
         self.fold, self.rewrite, self.iterations = fold, rewrite, iterations
 
@@ -180,8 +185,14 @@ class _FoldAndRewrite(ir.passes.InPlacePass):
             if not (fold_pending or rewrite_pending):
                 break
             folded = fold_pending and self.fold(model).modified
-            if not folded and rewrite_pending and not self.rewrite.may_match_after_last_changes(model):
-                break  # the rewrite would match nothing: neither pass has anything left to change
+            fold_changes = self.fold.last_changes if folded else _NO_CHANGES
+            if rewrite_pending and not self.rewrite.may_match_after_last_changes(model, fold_changes):
+                # The rewrite would match nothing: neither pass has anything left to change. What it would have
+                # removed, the nodes the fold left unused (an Identity whose users it rewired), is removed here.
+                if folded:
+                    common_passes.RemoveUnusedNodesPass()(model)
+                    modified = True
+                break
             rewritten = (rewrite_pending or folded) and self.rewrite(model).modified
             if not self.rewrite.removes_unused_nodes:
                 common_passes.RemoveUnusedNodesPass()(model)
@@ -267,6 +278,11 @@ _EXACT_NO_OP_RULES = [
 
 
 class _FoldConstants(ir.passes.InPlacePass):
+    """The fold; ``last_changes`` is what its last run changed, as ``_Rewrite`` records its own changes (the nodes it
+    added, the values whose uses it changed), or None when not known."""
+
+    last_changes: _Changes | None = None
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         # Weights still in their checkpoint (export(weights=...)) are transposed unread, as a permutation: a change
         # too (the next rewrite then runs over the whole graph, _FoldAndRewrite).
@@ -281,6 +297,7 @@ class _FoldConstants(ir.passes.InPlacePass):
                 model, onnx_shape_inference=False, should_fold=_fold_only_where_exact
             )
         )
+        self.last_changes = None if fold is None or transposed else fold.changes
         return ir.passes.PassResult(model, result.modified or transposed)
 
 
@@ -305,8 +322,8 @@ _EXACT_FOLDS = frozenset(
 _INTEGER_FOLDS = frozenset({"CumSum", "ReduceSum", "ReduceProd"})
 # Elementwise functions no two libraries round alike (numpy's float32 exp(88.7) is 1 ulp off eager's): computed by
 # torch's own kernel, so that the constant is eager's (rotary embeddings' cos and sin, T5's log-spaced position
-# buckets), on float inputs only.
-_TORCH_FOLDS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+# buckets, ALiBi's slopes as a Pow), on float inputs of one dtype only.
+_TORCH_FOLDS: dict[str, Callable[..., torch.Tensor]] = {
     "Exp": torch.exp,
     "Log": torch.log,
     "Sin": torch.sin,
@@ -314,6 +331,7 @@ _TORCH_FOLDS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "Tanh": torch.tanh,
     "Sigmoid": torch.sigmoid,
     "Erf": torch.erf,
+    "Pow": torch.pow,
 }
 _TORCH_DTYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE})
 
@@ -333,19 +351,24 @@ def _fold_only_where_exact(node: ir.Node) -> bool | None:
 
 
 def _torch_fold(node: ir.Node, input_size_limit: int) -> np.ndarray | None:
-    """The value of an elementwise function of one constant float input, computed by torch (None: not folded here)."""
+    """The value of an elementwise function of constant float inputs, computed by torch (None: not folded here)."""
     function = _TORCH_FOLDS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-    if function is None or len(node.inputs) != 1 or len(node.outputs) != 1 or node.attributes:
+    if function is None or not node.inputs or len(node.outputs) != 1 or node.attributes:
         return None
-    value = node.inputs[0]
-    tensor = value.const_value if value is not None and not value.is_graph_input() else None
-    if tensor is None or tensor.dtype not in _TORCH_DTYPES or tensor.size > input_size_limit:
+    tensors = []
+    for value in node.inputs:
+        tensor = value.const_value if value is not None and not value.is_graph_input() else None
+        if tensor is None or tensor.dtype not in _TORCH_DTYPES or tensor.size > input_size_limit:
+            return None
+        tensors.append(tensor)
+    if len({tensor.dtype for tensor in tensors}) != 1:
         return None
-    array = tensor.numpy()
-    if tensor.dtype == ir.DataType.BFLOAT16:  # numpy's bfloat16 (ml_dtypes) is not torch's: through float32, exactly
-        result = function(torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16))
-        return result.float().numpy().astype(array.dtype)
-    return function(torch.from_numpy(np.array(array))).numpy()
+    arrays = [tensor.numpy() for tensor in tensors]
+    # numpy's bfloat16 (ml_dtypes) is not torch's: through float32, exactly.
+    if tensors[0].dtype == ir.DataType.BFLOAT16:
+        result = function(*(torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16) for array in arrays))
+        return result.float().numpy().astype(arrays[0].dtype)
+    return function(*(torch.from_numpy(np.array(array)) for array in arrays)).numpy()
 
 
 def _fold_pass() -> ir.passes.PassBase | None:
@@ -382,8 +405,32 @@ def _fold_pass() -> ir.passes.PassBase | None:
                         return
             super().visit_node(node, root)
 
+        changes: _Changes | None = None
+
+        def call(self, model: ir.Model) -> Any:
+            # What the fold changes: the nodes it adds or whose inputs or output types it changes, and the values it
+            # reads or rewires the uses of (its replacements' outputs). Graph outputs it replaces: not known.
+            self.changes = ([], [])
+            outputs = list(model.graph.outputs)
+            result = super().call(model)
+            if list(model.graph.outputs) != outputs or model.functions:
+                self.changes = None
+            return result
+
+        def replace_node(self, node: ir.Node, replacement: Any, root: Any) -> None:
+            if self.changes is not None:
+                self.changes[0].extend(replacement.new_nodes)
+                self.changes[1].extend((*node.inputs, *replacement.new_outputs))
+            super().replace_node(node, replacement, root)
+
         def process_node(self, node: ir.Node, is_function: bool) -> Any:
+            inputs, types = tuple(node.inputs), [output.type for output in node.outputs]
             replacement = super().process_node(node, is_function)
+            if self.changes is not None and (
+                tuple(node.inputs) != inputs or [output.type for output in node.outputs] != types
+            ):  # inputs replaced by the values they equal (an Identity's input), or an output newly typed
+                self.changes[0].append(node)
+                self.changes[1].extend((*inputs, *node.outputs))
             if replacement is not None or is_function or node.graph is None:
                 return replacement
             array = _torch_fold(node, self.input_size_limit)
@@ -434,7 +481,7 @@ class _Rewrite(ir.passes.InPlacePass):
 
     def reset(self) -> None:
         """Forget the last run's changes (of another model: the rewrite is kept from one export to the next)."""
-        self._last_changes: tuple[list[ir.Node], list[ir.Value | None]] | None = None
+        self._last_changes: _Changes | None = None
         self._pass: Any = None
         for rewrite in (self.all_rules, self.without_slice_split):
             by_root = _rules_by_root(rewrite)
@@ -461,8 +508,9 @@ class _Rewrite(ir.passes.InPlacePass):
             self._last_changes = (added, read)
         return result
 
-    def may_match_after_last_changes(self, model: ir.Model) -> bool:
-        """Whether the rewrite, run again on `model` as the last rewrite left it, may match anything.
+    def may_match_after_last_changes(self, model: ir.Model, also: _Changes | None = _NO_CHANGES) -> bool:
+        """Whether the rewrite, run again on `model` as the last rewrite (and `also`, the changes of a pass run since,
+        in the same form) left it, may match anything.
 
         A rule matches a pattern of nodes reached from its root through the producers of its inputs, at most
         `depth` nodes deep, and checks what the pattern binds: those nodes, their values' types, shapes,
@@ -473,12 +521,12 @@ class _Rewrite(ir.passes.InPlacePass):
         changes are not known (functions, a rule whose depth is not known).
         """
         changes, rewrite = getattr(self, "_last_changes", None), getattr(self, "_pass", None)
-        if changes is None or rewrite is None:
+        if changes is None or rewrite is None or also is None:
             return True
         by_root = _rules_by_root(rewrite)
         if by_root is None or by_root.max_depth is None:
             return True
-        added, read = changes
+        added, read = changes[0] + also[0], changes[1] + also[1]
         seeds: dict[ir.Node, int] = {node: 0 for node in added if node.graph is not None}
         for value in read:
             if value is None:
