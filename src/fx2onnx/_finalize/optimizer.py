@@ -317,9 +317,14 @@ _EXACT_FOLDS = frozenset(
         *("Neg", "Abs", "Add", "Sub", "Mul", "Div", "Max", "Min", "Floor", "Ceil", "Sqrt", "Reciprocal"),
     }
 )
-# Sums and products, which an evaluator may reorder (numpy's pairwise sum) or accumulate in the input's precision:
-# exact on integers only.
-_INTEGER_FOLDS = frozenset({"CumSum", "ReduceSum", "ReduceProd"})
+# Sums and products, which an evaluator may reorder (numpy's pairwise sum) or accumulate in the input's precision,
+# and ops whose float edges (NaN, -0.0) the evaluator may order otherwise: folded on integers only.
+_INTEGER_FOLDS = frozenset(
+    {
+        *("CumSum", "ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "Mod"),
+        *("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"),
+    }
+)
 # Elementwise functions no two libraries round alike (numpy's float32 exp(88.7) is 1 ulp off eager's): computed by
 # torch's own kernel, so that the constant is eager's (rotary embeddings' cos and sin, T5's log-spaced position
 # buckets, ALiBi's slopes as a Pow), on float inputs of one dtype only.
