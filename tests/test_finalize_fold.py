@@ -68,6 +68,8 @@ ELEMENTWISE = {
         lambda b: torch.outer(torch.arange(128).float(), b).sin().half(),
         1.0 / (10000 ** (torch.arange(0, 64, 2).float() / 64)),
     ),
+    # More elements than one call of torch's takes on the calling thread (_CHUNK), not a multiple of a vector.
+    "exp_5001": (torch.exp, torch.linspace(-100, 88, 5001)),
     "sigmoid_tail": (torch.sigmoid, torch.tensor([-100.0, -90.0, -88.0, -20.0, 100.0])),
     "log_bfloat16": (torch.log, torch.tensor([0.0, 1e-3, 3.0, 1e30]).to(torch.bfloat16)),
     # ALiBi's slopes (Bloom, MPT): a power of constants.
