@@ -207,6 +207,53 @@ def test_rewrites_again_only_where_the_last_rewrite_may_have_made_a_match() -> N
     )
 
 
+def _chain(ops: list[tuple[str, dict[str, list[int]]]]) -> ir.Model:
+    """x -> each (op type, attributes) in turn, a Mul taking the constant 1.0 as its second input -> output."""
+    value = _float_value("x", [3, 4])
+    graph_input, nodes = value, []
+    constant = ir.Value(name="one", const_value=ir.tensor(np.array(1.0, np.float32), name="one"))
+    constant.type, constant.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([])
+    for index, (op_type, attributes) in enumerate(ops):
+        node = ir.node(op_type, [value, constant] if op_type == "Mul" else [value], attributes=attributes)
+        value = node.outputs[0]
+        value.name, value.type = f"v{index}", ir.TensorType(ir.DataType.FLOAT)
+        value.shape = ir.Shape([4, 3] if [op for op, _ in ops[: index + 1]].count("Transpose") % 2 else [3, 4])
+        nodes.append(node)
+    graph = ir.Graph([graph_input], [value], nodes=nodes, initializers=[constant], opset_imports={"": 18})
+    return ir.Model(graph, ir_version=8)
+
+
+def test_no_rewrite_after_a_fold_that_only_removed_what_the_rewrite_left() -> None:
+    """x * 1 rewritten to Identity(x), which the second fold removes (T5's 18 attention scales of 1): the rewrite is
+    not run again over the whole graph, as nothing the fold changed can match; the model is optimize_ir's."""
+    proto = ir.to_proto(_chain([("Relu", {}), ("Mul", {}), ("Sigmoid", {})]))
+    ours, theirs = ir.from_proto(proto), ir.from_proto(proto)
+    rewrite = _CountingRewrite(optimizer._with_exact_no_ops(onnxscript.rewriter._DEFAULT_REWRITE_RULES))
+    optimizer._FoldAndRewrite(optimizer._FoldConstants(), rewrite, iterations=2)(ours)
+    assert rewrite.runs == 1
+    assert [node.op_type for node in ours.graph] == ["Relu", "Sigmoid"]
+    optimizer.optimize(ours)
+    onnxscript.optimizer.optimize_ir(theirs)
+    assert ir.to_proto(ours).SerializeToString(deterministic=True) == ir.to_proto(theirs).SerializeToString(
+        deterministic=True
+    )
+
+
+def test_after_a_fold_the_model_is_optimize_ir_s() -> None:
+    """Transpose(x * 1 of a Transpose): the rewrite leaves Transpose(Identity(Transpose)), the fold rewires the outer
+    Transpose to the inner one (a change a second rewrite is tried at); the model is optimize_ir's."""
+    proto = ir.to_proto(
+        _chain([("Transpose", {"perm": [1, 0]}), ("Mul", {}), ("Transpose", {"perm": [1, 0]}), ("Relu", {})])
+    )
+    ours, theirs = ir.from_proto(proto), ir.from_proto(proto)
+    optimizer.optimize(ours)
+    onnxscript.optimizer.optimize_ir(theirs)
+    assert "Identity" not in [node.op_type for node in ours.graph]
+    assert ir.to_proto(ours).SerializeToString(deterministic=True) == ir.to_proto(theirs).SerializeToString(
+        deterministic=True
+    )
+
+
 def test_a_match_the_last_rewrite_made_possible_is_found() -> None:
     """Transpose(Transpose(x)) does not match while the inner Transpose has another user; once a rewrite removed
     that user (recorded as the rewrite records it: the values the removed node read), the merged pair is found,

@@ -22,6 +22,10 @@ which walks the whole graph, runs only when the model still has a function to in
 loop runs each pass again only when it may still change something, and removes unused nodes only where the rewrite
 pass has not just done it (``_FoldAndRewrite``). Constants are lifted to initializers without ``ir.tensor``'s slow
 checks (``_LiftConstants``).
+
+The fold computes only what it computes exactly, as eager does (``_EXACT_FOLDS``): ONNX's reference evaluator, which
+it runs, sums a float16 ReduceMean in float16 and takes LogSoftmax as log(softmax), where eager and ONNX Runtime do
+not. Elementwise functions of constants (the cos and sin of rotary embeddings) are computed by torch (``_TORCH_FOLDS``).
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
+import torch
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.rules.common import _redundant_scatter_nd, slice_split_rule
 
@@ -42,6 +48,10 @@ from fx2onnx import _weights
 from fx2onnx._constant_arrays import constant_attribute_tensor, number_attribute_tensor
 from fx2onnx._finalize import graph_walks
 from fx2onnx._log_filters import without_messages
+
+# What a pass changed: the nodes it added (or changed the inputs of), the values whose uses it changed.
+_Changes = tuple[list[ir.Node], list[ir.Value | None]]
+_NO_CHANGES: _Changes = ([], [])  # never appended to
 
 
 def optimize(model: ir.Model, num_iterations: int = 2) -> None:
@@ -158,12 +168,13 @@ class _FoldAndRewrite(ir.passes.InPlacePass):
     also removes unused nodes after each rewrite, which the rewrite pass has just done when its rules ask for
     it; unused functions and opsets are removed once, at the end.
 
-    A rewrite run again after a fold that changed nothing can only match where the previous rewrite changed the
-    graph (``_Rewrite.may_match_after_last_changes``): the rules are first tried there, without applying them,
-    and the whole pass runs only if one matches (on GPT-2 the second rewrite tried 411 nodes to match none).
+    A rewrite run again can only match where the previous rewrite, or the fold after it, changed the graph
+    (``_Rewrite.may_match_after_last_changes``): the rules are first tried there, without applying them, and the
+    whole pass runs only if one matches (on GPT-2 the second rewrite tried 411 nodes to match none; on T5 the fold
+    removed the 18 Identity nodes the rewrite of x * 1 left, and a second rewrite of its 930 nodes matched nothing).
     """
 
-    def __init__(self, fold: ir.passes.PassBase, rewrite: _Rewrite, iterations: int) -> None:
+    def __init__(self, fold: _FoldConstants, rewrite: _Rewrite, iterations: int) -> None:
         super().__init__()
         self.fold, self.rewrite, self.iterations = fold, rewrite, iterations
 
@@ -174,8 +185,14 @@ class _FoldAndRewrite(ir.passes.InPlacePass):
             if not (fold_pending or rewrite_pending):
                 break
             folded = fold_pending and self.fold(model).modified
-            if not folded and rewrite_pending and not self.rewrite.may_match_after_last_changes(model):
-                break  # the rewrite would match nothing: neither pass has anything left to change
+            fold_changes = self.fold.last_changes if folded else _NO_CHANGES
+            if rewrite_pending and not self.rewrite.may_match_after_last_changes(model, fold_changes):
+                # The rewrite would match nothing: neither pass has anything left to change. What it would have
+                # removed, the nodes the fold left unused (an Identity whose users it rewired), is removed here.
+                if folded:
+                    common_passes.RemoveUnusedNodesPass()(model)
+                    modified = True
+                break
             rewritten = (rewrite_pending or folded) and self.rewrite(model).modified
             if not self.rewrite.removes_unused_nodes:
                 common_passes.RemoveUnusedNodesPass()(model)
@@ -261,6 +278,11 @@ _EXACT_NO_OP_RULES = [
 
 
 class _FoldConstants(ir.passes.InPlacePass):
+    """The fold; ``last_changes`` is what its last run changed, as ``_Rewrite`` records its own changes (the nodes it
+    added, the values whose uses it changed), or None when not known."""
+
+    last_changes: _Changes | None = None
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         # Weights still in their checkpoint (export(weights=...)) are transposed unread, as a permutation: a change
         # too (the next rewrite then runs over the whole graph, _FoldAndRewrite).
@@ -275,17 +297,104 @@ class _FoldConstants(ir.passes.InPlacePass):
                 model, onnx_shape_inference=False, should_fold=_fold_only_where_exact
             )
         )
+        self.last_changes = None if fold is None or transposed else fold.changes
         return ir.passes.PassResult(model, result.modified or transposed)
 
 
-# Ops the ONNX reference evaluator, which the fold runs, computes unlike ONNX Runtime and eager at the edges: its
-# AveragePool of a window holding NaN and padding gives 0 (eager and ONNX Runtime: NaN; fuzz seed 20101372). Left to
-# ONNX Runtime even when their inputs are constants.
-_NOT_FOLDED = frozenset({"AveragePool", "LpPool"})
+# What the fold may compute, by op type (ONNX domain). The fold evaluates a node with ONNX's reference evaluator
+# (numpy), which computes some ops unlike eager and ONNX Runtime: in the precision of its input (a float16 ReduceMean,
+# Softmax or InstanceNormalization summed in float16, overflowing to inf where eager, and ONNX Runtime after
+# legalization, sum in float32), by another formula (LogSoftmax as log(softmax): -inf where eager gives -2e30), or at
+# the edges (AveragePool of a window holding NaN and padding: 0, eager NaN). So only ops whose reference result is
+# exact are folded: data movement, casts, comparisons and logic, and IEEE arithmetic, correctly rounded in every float
+# type (numpy computes a float16 op in float32 and rounds it once: the float16 result).
+_EXACT_FOLDS = frozenset(
+    {
+        *("Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Transpose", "Concat", "Slice"),
+        *("Gather", "GatherElements", "GatherND", "Tile", "Trilu", "Shape", "Size", "ConstantOfShape", "Range"),
+        *("Cast", "CastLike", "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"),
+        *("Not", "And", "Or", "Xor", "IsNaN", "IsInf"),
+        *("Neg", "Abs", "Add", "Sub", "Mul", "Div", "Max", "Min", "Floor", "Ceil", "Sqrt", "Reciprocal"),
+    }
+)
+# Sums and products, which an evaluator may reorder (numpy's pairwise sum) or accumulate in the input's precision,
+# and ops whose float edges (NaN, -0.0) the evaluator may order otherwise: folded on integers only.
+_INTEGER_FOLDS = frozenset(
+    {
+        *("CumSum", "ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "Mod"),
+        *("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"),
+    }
+)
+# Elementwise functions no two libraries round alike (numpy's float32 exp(88.7) is 1 ulp off eager's): computed by
+# torch's own kernel, so that the constant is eager's (rotary embeddings' cos and sin, T5's log-spaced position
+# buckets, ALiBi's slopes as a Pow), on float inputs of one dtype only.
+_TORCH_FOLDS: dict[str, Callable[..., torch.Tensor]] = {
+    "Exp": torch.exp,
+    "Log": torch.log,
+    "Sin": torch.sin,
+    "Cos": torch.cos,
+    "Tanh": torch.tanh,
+    "Sigmoid": torch.sigmoid,
+    "Erf": torch.erf,
+    "Pow": torch.pow,
+}
+_TORCH_DTYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE})
 
 
 def _fold_only_where_exact(node: ir.Node) -> bool | None:
-    return False if node.op_type in _NOT_FOLDED and node.domain in ("", "ai.onnx") else None
+    """``should_fold`` for onnxscript's fold: None (its own rules and size limits) for a node whose reference result is
+    exact, False otherwise (left to ONNX Runtime, or to :func:`_torch_fold`)."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type in _EXACT_FOLDS:
+        return None
+    if node.op_type in _INTEGER_FOLDS:
+        data = node.inputs[0] if node.inputs else None
+        dtype = data.dtype if data is not None else None
+        return None if dtype is not None and dtype.is_integer() else False
+    return False
+
+
+def _torch_fold(node: ir.Node, input_size_limit: int) -> np.ndarray | None:
+    """The value of an elementwise function of constant float inputs, computed by torch (None: not folded here)."""
+    function = _TORCH_FOLDS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    if function is None or not node.inputs or len(node.outputs) != 1 or node.attributes:
+        return None
+    tensors = []
+    for value in node.inputs:
+        tensor = value.const_value if value is not None and not value.is_graph_input() else None
+        if tensor is None or tensor.dtype not in _TORCH_DTYPES or tensor.size > input_size_limit:
+            return None
+        tensors.append(tensor)
+    if len({tensor.dtype for tensor in tensors}) != 1:
+        return None
+    arrays = [tensor.numpy() for tensor in tensors]
+    # numpy's bfloat16 (ml_dtypes) is not torch's: through float32, exactly.
+    if tensors[0].dtype == ir.DataType.BFLOAT16:
+        inputs = [torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16) for array in arrays]
+    else:
+        inputs = [torch.from_numpy(np.array(array)) for array in arrays]
+    result = _in_chunks(function, inputs)
+    if tensors[0].dtype == ir.DataType.BFLOAT16:
+        return result.float().numpy().astype(arrays[0].dtype)
+    return result.numpy()
+
+
+# Elements per call: torch computes these functions on its thread pool above 2048 elements, whose wake-up cost ~8 ms a
+# call on a loaded machine (the fold's whole time on a Llama), ~20 us on the calling thread. Chunks of a multiple of
+# every vector width give the values one call over the whole tensor gives (its vectorized loop and tail alike).
+_CHUNK = 2048
+
+
+def _in_chunks(function: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
+    """``function(*inputs)`` (broadcast), computed on the calling thread, `_CHUNK` elements at a time."""
+    shape = torch.broadcast_shapes(*(tensor.shape for tensor in inputs))
+    flat = [tensor.expand(shape).contiguous().reshape(-1) for tensor in inputs]
+    size = flat[0].numel()
+    if size <= _CHUNK:
+        return function(*flat).reshape(shape)
+    pieces = [function(*(tensor[start : start + _CHUNK] for tensor in flat)) for start in range(0, size, _CHUNK)]
+    return torch.cat(pieces).reshape(shape)
 
 
 def _fold_pass() -> ir.passes.PassBase | None:
@@ -322,6 +431,44 @@ def _fold_pass() -> ir.passes.PassBase | None:
                         return
             super().visit_node(node, root)
 
+        changes: _Changes | None = None
+
+        def call(self, model: ir.Model) -> Any:
+            # What the fold changes: the nodes it adds or whose inputs or output types it changes, and the values it
+            # reads or rewires the uses of (its replacements' outputs). Graph outputs it replaces: not known.
+            self.changes = ([], [])
+            outputs = list(model.graph.outputs)
+            result = super().call(model)
+            if list(model.graph.outputs) != outputs or model.functions:
+                self.changes = None
+            return result
+
+        def replace_node(self, node: ir.Node, replacement: Any, root: Any) -> None:
+            if self.changes is not None:
+                self.changes[0].extend(replacement.new_nodes)
+                self.changes[1].extend((*node.inputs, *replacement.new_outputs))
+            super().replace_node(node, replacement, root)
+
+        def process_node(self, node: ir.Node, is_function: bool) -> Any:
+            inputs, types = tuple(node.inputs), [output.type for output in node.outputs]
+            replacement = super().process_node(node, is_function)
+            if self.changes is not None and (
+                tuple(node.inputs) != inputs or [output.type for output in node.outputs] != types
+            ):  # inputs replaced by the values they equal (an Identity's input), or an output newly typed
+                self.changes[0].append(node)
+                self.changes[1].extend((*inputs, *node.outputs))
+            if replacement is not None or is_function or node.graph is None:
+                return replacement
+            array = _torch_fold(node, self.input_size_limit)
+            folded = self.new_initializer(node, array) if array is not None else None
+            if folded is None:
+                return None
+            node.graph.register_initializer(folded)
+            return replacement_type([folded], [])
+
+    replacement_type = getattr(_constant_folding, "Replacement", None)
+    if replacement_type is None:
+        return None
     try:
         fold = FoldWhereItMay(
             shape_inference=False,
@@ -360,7 +507,7 @@ class _Rewrite(ir.passes.InPlacePass):
 
     def reset(self) -> None:
         """Forget the last run's changes (of another model: the rewrite is kept from one export to the next)."""
-        self._last_changes: tuple[list[ir.Node], list[ir.Value | None]] | None = None
+        self._last_changes: _Changes | None = None
         self._pass: Any = None
         for rewrite in (self.all_rules, self.without_slice_split):
             by_root = _rules_by_root(rewrite)
@@ -387,8 +534,9 @@ class _Rewrite(ir.passes.InPlacePass):
             self._last_changes = (added, read)
         return result
 
-    def may_match_after_last_changes(self, model: ir.Model) -> bool:
-        """Whether the rewrite, run again on `model` as the last rewrite left it, may match anything.
+    def may_match_after_last_changes(self, model: ir.Model, also: _Changes | None = _NO_CHANGES) -> bool:
+        """Whether the rewrite, run again on `model` as the last rewrite (and `also`, the changes of a pass run since,
+        in the same form) left it, may match anything.
 
         A rule matches a pattern of nodes reached from its root through the producers of its inputs, at most
         `depth` nodes deep, and checks what the pattern binds: those nodes, their values' types, shapes,
@@ -399,12 +547,12 @@ class _Rewrite(ir.passes.InPlacePass):
         changes are not known (functions, a rule whose depth is not known).
         """
         changes, rewrite = getattr(self, "_last_changes", None), getattr(self, "_pass", None)
-        if changes is None or rewrite is None:
+        if changes is None or rewrite is None or also is None:
             return True
         by_root = _rules_by_root(rewrite)
         if by_root is None or by_root.max_depth is None:
             return True
-        added, read = changes
+        added, read = changes[0] + also[0], changes[1] + also[1]
         seeds: dict[ir.Node, int] = {node: 0 for node in added if node.graph is not None}
         for value in read:
             if value is None:
