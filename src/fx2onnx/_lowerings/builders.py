@@ -106,7 +106,7 @@ def _not_a_not(condition: BOOL) -> BOOL:
     """`condition`, computed otherwise than by a Not (which NotWhereFusion would fold into the Where)."""
     producer = condition.producer() if isinstance(condition, ir.Value) else None
     if producer is not None and producer.op_type == "Not" and producer.domain in ("", "ai.onnx"):
-        return op.Equal(producer.inputs[0], op.Constant(value=ir.tensor(False)))
+        return op.Equal(producer.inputs[0], op.Constant(value=_false_tensor()))
     return condition
 
 
@@ -114,7 +114,12 @@ def _negated(condition: BOOL) -> BOOL:
     producer = condition.producer() if isinstance(condition, ir.Value) else None
     if producer is not None and producer.op_type == "Not" and producer.domain in ("", "ai.onnx"):
         return _not_a_not(producer.inputs[0])
-    return op.Equal(condition, op.Constant(value=ir.tensor(False)))
+    return op.Equal(condition, op.Constant(value=_false_tensor()))
+
+
+def _false_tensor() -> ir.Tensor:
+    """What ``ir.tensor(False)`` makes, without its checks against runtime Protocols (~45 us a call)."""
+    return ir.Tensor(np.array(False))
 
 
 def _fill_value(value: object) -> float | None:
@@ -216,7 +221,11 @@ def _back(result: TFloat, self: TFloat) -> TFloat:
 
 
 def _const(value: float, like: TFloat) -> TFloat:
-    return op.Constant(value=ir.tensor(value, dtype=like.dtype))
+    dtype = like.dtype
+    if dtype is None:
+        return op.Constant(value=ir.tensor(value))
+    # What ir.tensor(value, dtype=dtype) makes, without its checks against runtime Protocols (~45 us a call).
+    return op.Constant(value=ir.Tensor(np.array(value, dtype=dtype.numpy()), dtype=dtype))
 
 
 def _log_softmax(x: TFloat, dim: int) -> TFloat:

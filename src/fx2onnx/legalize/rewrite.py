@@ -79,6 +79,8 @@ class Legalizer:
         self._folded: list[tuple[ir.Graph, ir.Value]] = []  # constants replaced by converted copies
         # Nodes found legal as they were, with what the verdict read of them: check() need not judge them again.
         self._legal_as_judged: dict[ir.Node, tuple[object, ...]] = {}
+        # Verdicts by all they read of a node (the probe's key): a model's layers ask the same over and over.
+        self._verdicts: dict[tuple[object, ...], Verdict] = {}
 
     # --- driver -------------------------------------------------------------------------------------
     def run(self) -> list[CastRecord]:
@@ -155,9 +157,14 @@ class Legalizer:
             len(node.outputs),
             _attribute_signature(node),
         )
+        found = self._verdicts.get(key)
+        if found is not None:
+            return found
         attributes = {name: a.value for name, a in node.attributes.items() if isinstance(a.value, (int, float, str))}
         probe = probes.Probe(key, build, attributes)
-        return self.target.verdict(node.domain, node.op_type, context.opset, binding, probe=probe)
+        verdict = self.target.verdict(node.domain, node.op_type, context.opset, binding, probe=probe)
+        self._verdicts[key] = verdict
+        return verdict
 
     def _choose(self, context: _NodeContext, node: ir.Node) -> schemas.Binding | None:
         """The cheapest binding the target runs, changing only constraints the pass may change."""
