@@ -441,7 +441,7 @@ def newer_transformers_cases() -> list[Case]:
             "deepseek_v3",
             "DeepseekV3ForCausalLM",
             "DeepseekV3Config",
-            **LLAMA_LIKE,
+            **{**LLAMA_LIKE, "num_key_value_heads": 4},  # multi-head latent attention has no grouped keys
             moe_intermediate_size=32,
             n_shared_experts=1,
             n_routed_experts=8,
