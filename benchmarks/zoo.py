@@ -468,7 +468,8 @@ def newer_transformers_cases() -> list[Case]:
         _decoder(
             "smollm3", "SmolLM3ForCausalLM", "SmolLM3Config", **LLAMA_LIKE, no_rope_layer_interval=2, pad_token_id=0
         ),
-        _decoder(
+        # no cache variants: its cache holds convolution and SSM states, not the keys and values a decoding step takes
+        _encoder(
             "mamba",
             "MambaForCausalLM",
             "MambaConfig",
