@@ -152,6 +152,18 @@ def _audio_inputs(batch: int, length: int) -> Inputs:
     return (), {"input_values": torch.randn(batch, 400 + 40 * length, generator=generator)}
 
 
+WHISPER_MELS = 16
+WHISPER_FRAMES = 32  # 2 x max_source_positions: Whisper's encoder takes exactly this many frames
+
+
+def _whisper_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    return (), {
+        "input_features": torch.randn(batch, WHISPER_MELS, WHISPER_FRAMES, generator=generator),
+        "decoder_input_ids": torch.randint(3, VOCAB, (batch, max(length // 2, 1)), generator=generator),
+    }
+
+
 LLAMA_LIKE = {
     "hidden_size": HIDDEN,
     "intermediate_size": 128,
@@ -375,6 +387,178 @@ def transformers_cases() -> list[Case]:
                 conv_kernel=(10, 4, 2),
                 num_conv_pos_embeddings=16,
                 num_conv_pos_embedding_groups=4,
+            ),
+            _audio_inputs,
+            audio_axes,
+        ),
+        *newer_transformers_cases(),
+    ]
+
+
+def newer_transformers_cases() -> list[Case]:
+    """Architectures bringing ops or patterns the cases above lack: QK-norm (OLMo 2), LayerNorm without bias and
+    interleaved rotary (Cohere), partial rotary (StableLM), scaling multipliers (Granite), multi-head latent
+    attention with grouped top-k routing (DeepSeek-V3), attention sinks with clamped SwiGLU experts (gpt-oss),
+    layers without rotary (SmolLM3), the selective scan (Mamba), unpadded local/global attention (ModernBERT),
+    relative position buckets (T5, BEiT), audio with log-mel features (Whisper), SigLIP, SegFormer, HuBERT."""
+    audio_axes = {"input_values": {0: "batch", 1: "samples"}}
+    whisper_axes = {"input_features": {0: "batch"}, "decoder_input_ids": {0: "batch", 1: "decoder_sequence"}}
+    whisper = _lm(
+        "WhisperForConditionalGeneration",
+        "WhisperConfig",
+        d_model=HIDDEN,
+        encoder_layers=LAYERS,
+        decoder_layers=LAYERS,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        num_mel_bins=WHISPER_MELS,
+        max_source_positions=WHISPER_FRAMES // 2,
+        max_target_positions=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        suppress_tokens=None,
+        begin_suppress_tokens=None,
+    )
+    return [
+        _decoder("olmo2", "Olmo2ForCausalLM", "Olmo2Config", **LLAMA_LIKE),
+        _decoder("cohere", "CohereForCausalLM", "CohereConfig", **LLAMA_LIKE),
+        _decoder("stablelm", "StableLmForCausalLM", "StableLmConfig", **LLAMA_LIKE, partial_rotary_factor=0.25),
+        _decoder(
+            "granite",
+            "GraniteForCausalLM",
+            "GraniteConfig",
+            **LLAMA_LIKE,
+            embedding_multiplier=12.0,
+            logits_scaling=8.0,
+            residual_multiplier=0.22,
+            attention_multiplier=0.0078125,
+        ),
+        _decoder(
+            "deepseek_v3",
+            "DeepseekV3ForCausalLM",
+            "DeepseekV3Config",
+            **{**LLAMA_LIKE, "num_key_value_heads": 4},  # multi-head latent attention has no grouped keys
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            n_routed_experts=8,
+            n_group=4,
+            topk_group=2,
+            num_experts_per_tok=2,
+            first_k_dense_replace=1,
+            kv_lora_rank=16,
+            q_lora_rank=32,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=16,
+        ),
+        _decoder(
+            "gpt_oss",
+            "GptOssForCausalLM",
+            "GptOssConfig",
+            **LLAMA_LIKE,
+            head_dim=16,
+            sliding_window=8,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        ),
+        _decoder(
+            "smollm3", "SmolLM3ForCausalLM", "SmolLM3Config", **LLAMA_LIKE, no_rope_layer_interval=2, pad_token_id=0
+        ),
+        # no cache variants: its cache holds convolution and SSM states, not the keys and values a decoding step takes
+        _encoder(
+            "mamba",
+            "MambaForCausalLM",
+            "MambaConfig",
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            state_size=8,
+            expand=2,
+            conv_kernel=4,
+        ),
+        _encoder(
+            "modernbert",
+            "ModernBertForMaskedLM",
+            "ModernBertConfig",
+            **BERT_LIKE,
+            local_attention=8,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=1,
+            sep_token_id=2,
+        ),
+        _seq2seq(
+            "t5",
+            "T5ForConditionalGeneration",
+            "T5Config",
+            d_model=HIDDEN,
+            d_kv=16,
+            d_ff=128,
+            num_layers=LAYERS,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=16,
+            feed_forward_proj="gated-gelu",
+            decoder_start_token_id=0,
+        ),
+        Case("whisper", "transformers", whisper, _whisper_inputs, whisper_axes),
+        _vision(
+            "siglip_vision",
+            "SiglipVisionModel",
+            "SiglipVisionConfig",
+            32,
+            hidden_size=HIDDEN,
+            intermediate_size=128,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+        ),
+        _vision(
+            "beit",
+            "BeitForImageClassification",
+            "BeitConfig",
+            32,
+            **BERT_LIKE,
+            image_size=32,
+            patch_size=8,
+            use_relative_position_bias=True,
+            use_mean_pooling=True,
+        ),
+        _vision(
+            "segformer",
+            "SegformerForSemanticSegmentation",
+            "SegformerConfig",
+            32,
+            num_encoder_blocks=2,
+            depths=[1, 1],
+            sr_ratios=[2, 1],
+            hidden_sizes=[16, 32],
+            num_attention_heads=[1, 2],
+            decoder_hidden_size=32,
+            num_labels=3,
+        ),
+        Case(
+            "hubert",
+            "transformers",
+            _lm(
+                "HubertForCTC",
+                "HubertConfig",
+                hidden_size=HIDDEN,
+                intermediate_size=128,
+                num_hidden_layers=LAYERS,
+                num_attention_heads=4,
+                conv_dim=(32, 32, 32),
+                conv_stride=(5, 4, 2),
+                conv_kernel=(10, 4, 2),
+                num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=4,
+                feat_extract_norm="layer",
+                do_stable_layer_norm=True,
             ),
             _audio_inputs,
             audio_axes,

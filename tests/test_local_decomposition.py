@@ -435,6 +435,31 @@ def test_mutated_buffers_take_full_decomposition() -> None:
     assert "aten::diff" in program.report.decomposed
 
 
+class RelativePositionBias(torch.nn.Module):
+    """BEiT's relative position index: an in-place add into what `contiguous` may return as a view (full
+    decomposition), then a bias on a batch of images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(16, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        coords = torch.stack(torch.meshgrid(torch.arange(2), torch.arange(2), indexing="ij")).flatten(1)
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous()
+        relative[:, :, 0] += 1
+        return (x + relative.sum(-1).to(x.dtype)).flatten(1) @ self.weight
+
+
+def test_full_decomposition_keeps_a_dynamic_dim_exported_at_size_one_dynamic() -> None:
+    """The retrace of run_decompositions decides size-obliviously as the capture did: a batch-1 example stays
+    dynamic (it was specialized to 1 by a decomposition, the graph refusing every other batch at run time)."""
+    one, three = torch.randn(1, 4, 4), torch.randn(3, 4, 4)
+    program = assert_exports_and_matches(
+        RelativePositionBias(), (one,), dynamic_shapes=({0: "batch"},), run_with=[((three,), {}), ((one,), {})]
+    )
+    assert program.report.decomposition.strategy == "full", program.report.decomposition.describe()
+
+
 def test_registry_lowering_everything_decomposes_nothing() -> None:
     program = assert_exports_and_matches(DiffAndNorm(), (torch.randn(3, 5, 4), torch.arange(15).reshape(3, 5)))
     assert program.report.decomposition.strategy == "none"

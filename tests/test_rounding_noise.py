@@ -53,6 +53,28 @@ def test_a_wrong_lowering_is_beyond_the_rounding_noise(dtype: torch.dtype, wrong
     assert "MISMATCH" in str(result) and "beyond" in str(result)
 
 
+class FloatLogits(torch.nn.Module):
+    """A low-precision model returning its logits as float32, as Mamba does (``logits.float()``)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(ids).float()
+
+
+@pytest.mark.parametrize("wrong", [None, quick_gelu])
+def test_float32_outputs_of_a_float16_model_are_judged_by_its_rounding_noise(wrong: object) -> None:
+    model, ids = _tiny_gpt(torch.float16, width=128, layers=4)
+    table = {torch.ops.aten.gelu.default: wrong} if wrong is not None else None
+    (result,) = fx2onnx.export(FloatLogits(model), (ids,), custom_translation_table=table).verify(ids)
+    rtol, atol = TOLERANCES[torch.float32]
+    assert result.expected_dtype == "float32" and result.max_abs_error > atol and result.max_rel_error > rtol
+    assert result.noise is not None and result.passed == (wrong is None), str(result)
+    assert ("within" if wrong is None else "beyond") + " float16 rounding noise" in str(result)
+
+
 def test_tolerances_the_caller_gives_are_not_second_guessed() -> None:
     model, ids = _tiny_gpt(torch.bfloat16)
     (result,) = fx2onnx.export(model, (ids,)).verify(ids, rtol=5e-2, atol=5e-2)

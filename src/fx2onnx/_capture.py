@@ -31,6 +31,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, InputSpec, OutputKind, TensorArgument
+from torch.fx.experimental import _config as symbolic_config
 
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx import _torch_compat as torch_compat
@@ -449,6 +450,11 @@ def _splice_decomposition(
     graph.erase_node(node)
 
 
+def _has_dynamic_dims(program: ExportedProgram) -> bool:
+    """Whether the captured program has symbolic input sizes (it was exported with `dynamic_shapes`)."""
+    return bool(program.range_constraints)
+
+
 def _rename_outputs(program: ExportedProgram) -> None:
     """Point the graph signature's outputs at the nodes that now compute them (a decomposed output has a new node)."""
     output = next(n for n in program.graph_module.graph.nodes if n.op == "output")
@@ -584,7 +590,9 @@ class TorchExportExtractor:
                 captured.decomposed = sorted({target for _, target in record.nodes})
                 captured.decomposition = record
                 return captured
-        with static_fake_kernels():
+        # the retrace decides again what the capture decided: size-obliviously where it did (a dynamic dim whose
+        # example is 1 would otherwise be specialized to 1 by a decomposition's contiguity or broadcast check)
+        with static_fake_kernels(), symbolic_config.patch(backed_size_oblivious=_has_dynamic_dims(program)):
             program = program.run_decompositions(dict(decompositions))
             if self.registry is not None:
                 # What neither the registry nor torch's default table handles: decompose with torch's full table.

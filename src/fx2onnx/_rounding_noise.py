@@ -45,6 +45,7 @@ class NoiseComparison:
     onnx_mean: float
     floor: float  # an absolute allowance: one fixed-tolerance step, for outputs eager computes exactly
     reference_mean: float = float("inf")  # the float32 result's mean magnitude
+    computed_in: str = ""  # the low-precision dtype of a float32 output's model (float16 weights, logits.float())
 
     @property
     def noise_dominated(self) -> bool:
@@ -92,6 +93,14 @@ def float32_outputs(module: Any, args: Sequence[Any], kwargs: dict[str, Any]) ->
     return [x for x in pytree.tree_leaves(outputs) if isinstance(x, torch.Tensor)]
 
 
+def weights_dtype(module: Any) -> torch.dtype | None:
+    """float16 or bfloat16 where every floating-point parameter of `module` has that dtype, else None."""
+    if not isinstance(module, torch.nn.Module):
+        return None
+    dtypes = {t.dtype for t in module.parameters() if t.is_floating_point()}
+    return next(iter(dtypes)) if len(dtypes) == 1 and dtypes <= set(LOW_PRECISION) else None
+
+
 def compare_to_reference(
     expected: torch.Tensor, actual: torch.Tensor, reference: torch.Tensor, floor: float
 ) -> NoiseComparison | None:
@@ -127,4 +136,4 @@ def _available_bytes() -> int:
         return 2**62  # not Linux: no limit known
 
 
-__all__ = ["LOW_PRECISION", "NoiseComparison", "compare_to_reference", "float32_outputs"]
+__all__ = ["LOW_PRECISION", "NoiseComparison", "compare_to_reference", "float32_outputs", "weights_dtype"]

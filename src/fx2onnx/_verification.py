@@ -72,7 +72,7 @@ class OutputVerification:
             return "dtype differs from eager's"
         if self.noise is not None:
             verdict = "within" if self.noise.within_noise else "beyond"
-            return f"{verdict} {self.expected_dtype} rounding noise: {self.noise}"
+            return f"{verdict} {self.noise.computed_in or self.expected_dtype} rounding noise: {self.noise}"
         if self.max_abs_error == 0:
             return "identical"
         if self.passed and self.max_abs_error <= self.atol:
