@@ -136,7 +136,7 @@ def test_elu_family(name: str, dtype: torch.dtype) -> None:
 
 # sigmoid's tail, where ONNX Runtime's Sigmoid (MLAS's logistic) is 25k ulps off at -10 and 0 from -17 down; the
 # rest of its range and the bounds of exp's range.
-SIGMOID_TAIL = [-1e30, -745.0, -104.0, -103.5, -88.7, -88.0, -80.0, -30.0, -20.0, -18.0, -17.0, -15.0, -10.0, -9.0]
+SIGMOID_TAIL = [-1e30, -745.0, -104.0, -103.5, -88.7, -88.0, -80.0, -30.0, -20.0, -18.0, -17.0, -15.84, -10.0, -9.0]
 SIGMOID_REST = [-2.0, -0.5, -1e-8, -0.0, 0.0, 1e-30, 0.25, 2.0, 9.0, 17.0, 20.0, 40.0, 88.5, 1e30, INF, -INF, NAN]
 SIGMOID_CASES: dict[str, Case] = {
     "sigmoid": torch.sigmoid,
@@ -160,16 +160,18 @@ def test_sigmoid_and_its_gates_in_the_tail(name: str, dtype: torch.dtype) -> Non
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_silu_within_an_ulp_of_its_input(dtype: torch.dtype) -> None:
-    """silu's error is below an ulp of x (ONNX Runtime's fused x * Sigmoid(x) in float32, kept for speed:
-    elementwise.py), within a few ulps of silu in float64 (eager's x / (1 + exp(-x)))."""
+def test_silu_within_float32_epsilon_times_its_input(dtype: torch.dtype) -> None:
+    """silu's error is within float32's epsilon times x (ONNX Runtime's fused x * Sigmoid(x) in float32, kept for
+    speed: elementwise.py; 1.33e-7 |x| at most, at -15.84), within a few ulps of silu in float64 (eager's
+    x / (1 + exp(-x)))."""
     x = sigmoid_values(dtype)
     program = assert_exports_and_matches(Call(F.silu), (x,))
     assert_special_values_match(program, Call(F.silu), (x,))
     got, want, x = (t.to(torch.float64) for t in (program(x)[0], F.silu(x), x))
     finite = want.isfinite()
     eps = torch.finfo(dtype).eps
-    bound = 4 * eps * want.abs() + (eps * x.abs() if dtype != torch.float64 else 0.0)
+    from_x = 1.2 * torch.finfo(torch.float32).eps * x.abs() if dtype != torch.float64 else 0.0
+    bound = 4 * eps * want.abs() + from_x
     assert bool(((got - want).abs() <= bound)[finite].all()), (x[finite], got[finite] - want[finite])
 
 
@@ -177,7 +179,7 @@ def test_silu_within_an_ulp_of_its_input(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_silu_relative_to_itself_in_its_tail(dtype: torch.dtype) -> None:
     """Open, by decision: silu(x) for x below -2 is off eager relatively (MLAS's logistic: 0 for silu(-20), eager
-    -4.1e-8), within an ulp of x. Eager's form costs 35% CPU on EfficientNet-B0 in ONNX Runtime."""
+    -4.1e-8), within float32's epsilon times x. Eager's form costs 35% CPU on EfficientNet-B0 in ONNX Runtime."""
     check_values(Call(F.silu), (sigmoid_values(dtype),), *tolerances(dtype))
 
 
