@@ -192,13 +192,6 @@ def erfc(self: DOUBLE) -> DOUBLE:
     return _erfc(self)
 
 
-@lowering("aten::sigmoid", "aten::special_expit", variant="float64")
-def sigmoid(self: DOUBLE) -> DOUBLE:
-    """eager's kernel, 1 / (1 + exp(-x)): ONNX Runtime's float64 Sigmoid is 0 below about -36.7 (eager: 4.9e-60
-    at -136.5, 0 only from -745)."""
-    return op.Reciprocal(op.Add(double(1.0), op.Exp(op.Neg(self))))
-
-
 TDegree = TypeVar("TDegree", BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8)
 
 
