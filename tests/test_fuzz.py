@@ -81,6 +81,9 @@ REGULAR_SEEDS += [20200913, 20201048, 20201993, 20102030, 20102820, 20102668, 20
 # float64 matmul whose products overflow: eager rounds them (DBL_MAX * DBL_MAX - 1.25 * DBL_MAX: NaN), ONNX Runtime
 # fuses multiply-adds (-inf); no order's bound holds there (20101642).
 REGULAR_SEEDS += [20101642]
+# bfloat16 matmul whose products overflow, consumed by a second matmul: eager NaN where ONNX Runtime's fused
+# multiply-adds give -inf, then inf from -inf * -0.5 + inf * 2.25; positions hanging on those signs left out (20102517).
+REGULAR_SEEDS += [20102517]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
@@ -483,6 +486,26 @@ def test_matmul_whose_products_overflow_has_no_bound_there_only() -> None:
         assert fuzzing.within_envelopes([expected], [actual], no_mask, runs)[0]
         actual[1, 1] = 7.001
         assert not fuzzing.within_envelopes([expected], [actual], no_mask, runs)[0]
+
+
+def test_positions_hanging_on_an_overflowing_sum_are_left_out_there_only() -> None:
+    """Seed 20102517, reduced: (x @ z)[0, 0] overflows (2 * FLT_MAX - 3 * FLT_MAX: eager NaN, a fused order +-inf),
+    then (x @ z) @ y: its row 0 hangs on that sign and is left out; row 1 is compared."""
+    big = torch.finfo(torch.float32).max
+    x, z, y = torch.tensor([[big, 3.0], [1.0, 1.0]]), torch.tensor([[2.0, 1.0], [-big, 1.0]]), torch.eye(2) - 0.5
+    steps = [Step("matmul", (0, 1), "torch.matmul({0}, {1})"), Step("matmul", (3, 2), "torch.matmul({0}, {1})")]
+    program = Program(0, [x, z, y], steps)
+    (expected,) = fuzzing.run_eager(program)
+    (mask,) = fuzzing.overflow_dependents(program)
+    assert mask[0].all() and not mask[1].any() and expected[1].isfinite().all()
+    assert torch.equal(mask, fuzzing.eager_disagreements(program)[0])
+    wrong = expected.clone()
+    wrong[0] = torch.tensor([math.inf, -math.inf])
+    assert fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+    wrong[1, 1] *= 1.01
+    assert not fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+    plain = Program(0, [y], [Step("matmul", (0,), "torch.matmul({0}, {0})")])
+    assert not fuzzing.overflow_dependents(plain)[0].any()
 
 
 def test_envelope_of_a_sum_of_ordinary_numbers_is_tight() -> None:
