@@ -426,6 +426,23 @@ def hardswish(self: DOUBLE) -> DOUBLE:
     return op.Div(op.Mul(self, clipped), _double(6.0))
 
 
+@lowering("aten::threshold")
+def threshold(self: TFloat, threshold: float, value: float) -> TFloat:
+    """x <= threshold ? value : x (NaN kept), float16/bfloat16 compared in float32 as eager does (threshold(0.5 in
+    float16, 0.49999) keeps 0.5: the number is not rounded to float16)."""
+    computed = _in_float32(self)
+    return op.Where(op.LessOrEqual(computed, _const(float(threshold), computed)), _const(float(value), self), self)
+
+
+@lowering("aten::threshold", variant="integer")
+def threshold_integer(self: TInt, threshold: float, value: float) -> TInt:
+    """x <= threshold ? value : x, the numbers converted to x's dtype toward zero first, as eager converts them
+    (threshold(0, -0.5, 7) is 7). torch's decomposition compared and selected in float32 (the numbers' promotion)
+    and cast back: int32's 2**31 - 1 came back as -2**31 (int64's near its bounds likewise)."""
+    low, replacement = _int_const(int(threshold), self.dtype), _int_const(int(value), self.dtype)
+    return op.Where(op.LessOrEqual(self, low), replacement, self)
+
+
 @lowering("aten::softplus")
 def softplus(self: DOUBLE, beta: float = 1.0, threshold: float = 20.0) -> DOUBLE:
     """x * beta > threshold ? x : log1p(exp(x * beta)) / beta."""
