@@ -84,6 +84,9 @@ REGULAR_SEEDS += [20101642]
 # bfloat16 matmul whose products overflow, consumed by a second matmul: eager NaN where ONNX Runtime's fused
 # multiply-adds give -inf, then inf from -inf * -0.5 + inf * 2.25; positions hanging on those signs left out (20102517).
 REGULAR_SEEDS += [20102517]
+# Seeds of the corner catalogue (fuzzing.CORNER_FIRST_SEED on) that failed: F.normalize of float16 -inf, clamp_min's
+# Clip without max clipping the infinite norm to 65504 (-inf where eager gives NaN; 40000119).
+REGULAR_SEEDS += [40000119]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)

@@ -193,6 +193,25 @@ def test_clamp_at_the_integer_extremes(check, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_one_sided_clamp_keeps_infinities(check, dtype: torch.dtype) -> None:
+    """clamp_min/clamp_max leave +-inf on their open side, and F.normalize (x / clamp_min(norm, eps)) of a row
+    holding -inf is NaN: ONNX's Clip without its other bound clipped to the dtype's largest value (3.4e38: -inf
+    where eager gives NaN; fuzz seed 40000119)."""
+    x = torch.tensor([[-INF, 1.0], [INF, 2.0], [NAN, 0.5], [0.0, -0.0]], dtype=dtype)
+
+    def clamps(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.clamp_min(x, 1e-12),
+            torch.clamp_max(x, 0.5),
+            x.clamp_min(-1.5).clamp_max(NAN),
+            torch.nn.functional.normalize(x, p=1, dim=0),
+            torch.nn.functional.normalize(x, dim=1),
+        )
+
+    check(Call(clamps), (x,))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_attention_with_a_float_mask_that_blocks_a_whole_row(check, dtype: torch.dtype) -> None:
     """An additive mask whose row is all -inf gives that query zeros, as eager's SDPA (its _safe_softmax), and
     as a boolean mask's all-False row already did (Softmax of a row of -inf only was NaN)."""

@@ -902,6 +902,19 @@ def clamp_float(self: TFloat, min: float | None = None, max: float | None = None
     return op.Clip(self, low, high)
 
 
+@lowering("aten::clamp_min", variant="float")
+def clamp_min_float(self: TFloat, min: float) -> TFloat:
+    """clamp(x, min=...), as clamp_float: torchlib's Clip without `max` clipped +inf to the dtype's largest value
+    (clamp_min(inf, 1e-12) was 3.4e38: F.normalize of a row holding -inf gave -inf where eager gives NaN)."""
+    return clamp_float.func(self, min, None)
+
+
+@lowering("aten::clamp_max", variant="float")
+def clamp_max_float(self: TFloat, max: float) -> TFloat:
+    """clamp(x, max=...), as clamp_float (torchlib's clamp_max(-inf, 0.5) was -3.4e38)."""
+    return clamp_float.func(self, None, max)
+
+
 @lowering("aten::pow.Tensor_Scalar", variant="float")
 def pow_float_number(self: TFloat, exponent: float) -> TFloat:
     """x ** number. Eager's float32/float64/bfloat16 kernel computes x ** 0.5 as sqrt(x) and x ** -0.5 as
