@@ -211,6 +211,26 @@ def test_one_sided_clamp_keeps_infinities(check, dtype: torch.dtype) -> None:
     check(Call(clamps), (x,))
 
 
+# A number whose square overflows where eager computes the dtype (float16: in float32, where 6e4 squared does not).
+BIG = {torch.float32: 1e30, torch.bfloat16: 1e30, torch.float64: 1e300, torch.float16: 6e4}
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_addcdiv_and_addcmul_overflow_in_eagers_order(check, dtype: torch.dtype) -> None:
+    """addcdiv(x, y, z, value=v) is x + (v * y) / z in eager (float16/bfloat16 in float32): 1e30 * 1e30 / 1e30
+    overflows to inf, where torchlib's v * (y / z) gave 1e30; addcmul likewise ((v * y) * z)."""
+    big = BIG[dtype]
+    x = torch.tensor([0.0, 1.0, -INF, NAN], dtype=dtype)
+    y = torch.tensor([big, 2.0, 1.0, 1.0], dtype=dtype)
+    z = torch.tensor([big, 0.5, 3.0, 0.0], dtype=dtype)
+    small = torch.tensor([1 / big, 1.0, 1.0, 1.0], dtype=dtype)
+
+    def both(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, small: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.addcdiv(x, y, z, value=big), torch.addcmul(x, y, small, value=big), torch.addcdiv(x, y, z)
+
+    check(Call(both), (x, y, z, small))
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_attention_with_a_float_mask_that_blocks_a_whole_row(check, dtype: torch.dtype) -> None:
     """An additive mask whose row is all -inf gives that query zeros, as eager's SDPA (its _safe_softmax), and

@@ -452,16 +452,18 @@ def softplus(self: DOUBLE, beta: float = 1.0, threshold: float = 20.0) -> DOUBLE
 
 
 # --- pointwise math -------------------------------------------------------------------------------------------
+# In eager's order for every float dtype (float16/bfloat16 computed in float32 by the opmath pass): torchlib's
+# value * (tensor1 / tensor2) gave 1e30 where eager's (1e30 * 1e30) / 1e30 overflows to inf.
 @lowering("aten::addcmul")
-def addcmul(self: DOUBLE, tensor1: DOUBLE, tensor2: DOUBLE, value: float = 1.0) -> DOUBLE:
+def addcmul(self: TFloat, tensor1: TFloat, tensor2: TFloat, value: float = 1.0) -> TFloat:
     """self + value * tensor1 * tensor2, in eager's order."""
-    return op.Add(self, op.Mul(op.Mul(_double(value), tensor1), tensor2))
+    return op.Add(self, op.Mul(op.Mul(_const(float(value), self), tensor1), tensor2))
 
 
 @lowering("aten::addcdiv")
-def addcdiv(self: DOUBLE, tensor1: DOUBLE, tensor2: DOUBLE, value: float = 1.0) -> DOUBLE:
+def addcdiv(self: TFloat, tensor1: TFloat, tensor2: TFloat, value: float = 1.0) -> TFloat:
     """self + value * tensor1 / tensor2, in eager's order."""
-    return op.Add(self, op.Div(op.Mul(_double(value), tensor1), tensor2))
+    return op.Add(self, op.Div(op.Mul(_const(float(value), self), tensor1), tensor2))
 
 
 @lowering("aten::log10")
