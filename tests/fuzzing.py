@@ -21,7 +21,10 @@ padding, resampling, convolution, pooling, normalization, searching, data-depend
 too: ``--seed 10000000``. Seeds from WIDER_FIRST_SEED (20,000,000) add rounding modes, nan_to_num's values, clamp
 with NaN bounds, var/std corrections and embedding_bag; seeds from EDGE_FIRST_SEED (30,000,000) add value edges: NaN
 and ties in selections, rows made all -inf before softmax/logsumexp, float to integer casts next to the integer
-type's bounds, clamp at the integer extremes (``--seed 30000000``).
+type's bounds, clamp at the integer extremes (``--seed 30000000``); seeds from CORNER_FIRST_SEED (40,000,000) add
+ops users hit at their corner values: remainder/fmod/floor division by +-0, +-inf and NaN, clamp with min > max,
+addcdiv/lerp extremes, wrapping integer powers, a number's powers, signbit, vector norms, normalize, scans with a
+dtype, the piecewise and smooth activations, with NaN and +-inf injected before the selections (``--seed 40000000``).
 
 Run ``python -m tests.fuzzing --programs 2000 --seed 0`` for counts per class and cause, with each finding's
 seed and minimized program. ``--jobs N`` judges in N worker processes (a program depends on its seed only, so the

@@ -609,6 +609,24 @@ def test_edge_catalogue_draws_its_ops_deterministically() -> None:
     assert {op.name for op in fuzzing.EDGE_OPS} <= drawn
 
 
+def test_corner_catalogue_draws_its_ops_deterministically() -> None:
+    """Programs from CORNER_FIRST_SEED on are reproducible, valid, and meet every op of the corner catalogue; no
+    seed below it draws them (its program is the one it named before)."""
+    drawn: set[str] = set()
+    for seed in range(fuzzing.CORNER_FIRST_SEED, fuzzing.CORNER_FIRST_SEED + 300):
+        program = fuzzing.draw_program(seed)
+        assert program.source() == fuzzing.draw_program(seed).source()
+        fuzzing.run_eager(program)
+        drawn |= {step.op for step in program.steps}
+    assert {op.name for op in fuzzing.CORNER_OPS} <= drawn
+    below = {
+        step.op
+        for seed in range(fuzzing.EDGE_FIRST_SEED, fuzzing.EDGE_FIRST_SEED + 100)
+        for step in fuzzing.draw_program(seed).steps
+    }
+    assert not {op.name for op in fuzzing.CORNER_OPS} & below
+
+
 # Eager's index_add and index_put(accumulate=True) of float16/bfloat16 round every partial sum (an overflowing one is
 # inf for good), its scatter_add accumulates in float32; fx2onnx accumulates in float32. The fuzzer compares ONNX's
 # value with the float32 accumulation rounded once, and nothing else.
