@@ -211,6 +211,22 @@ def test_one_sided_clamp_keeps_infinities(check, dtype: torch.dtype) -> None:
     check(Call(clamps), (x,))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_norm_of_one_element_is_its_magnitude(check, dtype: torch.dtype) -> None:
+    """A vector norm over one element is |x| in eager (x != 0 for ord 0), with no power that overflows: the 2-norm
+    of the float32 maximum alone is itself, F.normalize of it -1 (was sqrt(inf) and -0; fuzz seed 40100107)."""
+    big = torch.finfo(dtype).max
+    x = torch.tensor([[-big, 2.0, 0.0, NAN, -INF]], dtype=dtype)
+
+    def norms(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        vector_norm = torch.linalg.vector_norm
+        ords = (vector_norm(x, order, dim=0) for order in (0, 1, 2, 3, 0.5, INF, -INF, -1))
+        return (*ords, vector_norm(x, 2, dim=-2, keepdim=True), vector_norm(x[:, :1]), x.norm(dim=0))
+
+    check(Call(norms), (x,))
+    check(Call(lambda x: torch.nn.functional.normalize(x, dim=0)), (x,))
+
+
 # A number whose square overflows where eager computes the dtype (float16: in float32, where 6e4 squared does not).
 BIG = {torch.float32: 1e30, torch.bfloat16: 1e30, torch.float64: 1e300, torch.float16: 6e4}
 
