@@ -1329,7 +1329,7 @@ CORNER_OPS: list[Op] = [
     Op("sinc", 1, fixed("torch.sinc({0})"), inexact=True),
     Op("vector_norm", 1, vector_norm, inexact=True),
     Op("normalize", 1, normalize, inexact=True),
-    Op("count_nonzero", 1, count_nonzero),
+    Op("count_nonzero", 1, count_nonzero, discontinuous=True),  # (jumps at 0: sinc(-2.0) is 3.9e-17 or 0)
     Op("piecewise_activation", 1, activation(PIECEWISE_ACTIVATIONS), discontinuous=True),
     Op("smooth_activation", 1, activation(SMOOTH_ACTIVATIONS), inexact=True),
 ]

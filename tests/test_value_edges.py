@@ -227,6 +227,15 @@ def test_norm_of_one_element_is_its_magnitude(check, dtype: torch.dtype) -> None
     check(Call(lambda x: torch.nn.functional.normalize(x, dim=0)), (x,))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_xlogy_is_nan_where_y_is_before_x_is_zero(check, dtype: torch.dtype) -> None:
+    """xlogy(0, nan) is NaN in eager (NaN y first, then 0 for x == 0): torchlib's gave 0 (fuzz seed 40100413)."""
+    x = torch.tensor([0.0, 0.0, 0.0, 1.0, 2.0, NAN, -0.0], dtype=dtype)
+    y = torch.tensor([NAN, 0.0, INF, NAN, 0.0, 1.0, -1.0], dtype=dtype)
+    check(Call(lambda x, y: (torch.xlogy(x, y), torch.xlogy(x.to(torch.int64), y))), (x.nan_to_num(), y))
+    check(Call(torch.xlogy), (x, y))
+
+
 # A number whose square overflows where eager computes the dtype (float16: in float32, where 6e4 squared does not).
 BIG = {torch.float32: 1e30, torch.bfloat16: 1e30, torch.float64: 1e300, torch.float16: 6e4}
 

@@ -466,6 +466,16 @@ def addcdiv(self: TFloat, tensor1: TFloat, tensor2: TFloat, value: float = 1.0) 
     return op.Add(self, op.Div(op.Mul(_const(float(value), self), tensor1), tensor2))
 
 
+@lowering("aten::xlogy.Tensor")
+def xlogy(self: TFloat, other: TFloat) -> TFloat:
+    """x * log(y), 0 where x is 0, NaN where y is NaN first, as eager (torchlib's xlogy(0, nan) was 0); float16 and
+    bfloat16 computed in float32 and rounded once."""
+    x, y = _in_float32(self), _in_float32(other)
+    zero = _const(0.0, x)
+    product = op.Where(op.Equal(x, zero), zero, op.Mul(x, op.Log(y)))
+    return _back(op.Where(op.IsNaN(y), y, product), self)
+
+
 @lowering("aten::log10")
 def log10(self: DOUBLE) -> DOUBLE:
     return op.Div(op.Log(self), _double(math.log(10.0)))
