@@ -81,6 +81,18 @@ REGULAR_SEEDS += [20200913, 20201048, 20201993, 20102030, 20102820, 20102668, 20
 # float64 matmul whose products overflow: eager rounds them (DBL_MAX * DBL_MAX - 1.25 * DBL_MAX: NaN), ONNX Runtime
 # fuses multiply-adds (-inf); no order's bound holds there (20101642).
 REGULAR_SEEDS += [20101642]
+# bfloat16 matmul whose products overflow, consumed by a second matmul: eager NaN where ONNX Runtime's fused
+# multiply-adds give -inf, then inf from -inf * -0.5 + inf * 2.25; positions hanging on those signs left out (20102517).
+REGULAR_SEEDS += [20102517]
+# Seeds of the corner catalogue (fuzzing.CORNER_FIRST_SEED on) that failed: F.normalize of float16 -inf, clamp_min's
+# Clip without max clipping the infinite norm to 65504 (-inf where eager gives NaN; 40000119).
+REGULAR_SEEDS += [40000119]
+# xlogy(0, nan): NaN in eager, 0 from torchlib's (40100413); clamp(clamp(x, -0.5, -3), 1, -1), fused by onnxscript
+# into one Clip with the bounds' intersection (-3 where eager gives -1; 40000786).
+REGULAR_SEEDS += [40100413, 40000786]
+# int32 floor-divided by a 0-d float16 tensor: converted straight to float32 where eager converts to float16 first
+# (70000 is inf there; 21000595).
+REGULAR_SEEDS += [21000595]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
@@ -485,6 +497,26 @@ def test_matmul_whose_products_overflow_has_no_bound_there_only() -> None:
         assert not fuzzing.within_envelopes([expected], [actual], no_mask, runs)[0]
 
 
+def test_positions_hanging_on_an_overflowing_sum_are_left_out_there_only() -> None:
+    """Seed 20102517, reduced: (x @ z)[0, 0] overflows (2 * FLT_MAX - 3 * FLT_MAX: eager NaN, a fused order +-inf),
+    then (x @ z) @ y: its row 0 hangs on that sign and is left out; row 1 is compared."""
+    big = torch.finfo(torch.float32).max
+    x, z, y = torch.tensor([[big, 3.0], [1.0, 1.0]]), torch.tensor([[2.0, 1.0], [-big, 1.0]]), torch.eye(2) - 0.5
+    steps = [Step("matmul", (0, 1), "torch.matmul({0}, {1})"), Step("matmul", (3, 2), "torch.matmul({0}, {1})")]
+    program = Program(0, [x, z, y], steps)
+    (expected,) = fuzzing.run_eager(program)
+    (mask,) = fuzzing.overflow_dependents(program)
+    assert mask[0].all() and not mask[1].any() and expected[1].isfinite().all()
+    assert torch.equal(mask, fuzzing.eager_disagreements(program)[0])
+    wrong = expected.clone()
+    wrong[0] = torch.tensor([math.inf, -math.inf])
+    assert fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+    wrong[1, 1] *= 1.01
+    assert not fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+    plain = Program(0, [y], [Step("matmul", (0,), "torch.matmul({0}, {0})")])
+    assert not fuzzing.overflow_dependents(plain)[0].any()
+
+
 def test_envelope_of_a_sum_of_ordinary_numbers_is_tight() -> None:
     """Over numbers of one magnitude the bound is a few ulps of the sum: an error of 1e-5 relative is caught."""
     x = torch.linspace(-3, 7, 60).reshape(6, 10)
@@ -578,6 +610,24 @@ def test_edge_catalogue_draws_its_ops_deterministically() -> None:
         fuzzing.run_eager(program)
         drawn |= {step.op for step in program.steps}
     assert {op.name for op in fuzzing.EDGE_OPS} <= drawn
+
+
+def test_corner_catalogue_draws_its_ops_deterministically() -> None:
+    """Programs from CORNER_FIRST_SEED on are reproducible, valid, and meet every op of the corner catalogue; no
+    seed below it draws them (its program is the one it named before)."""
+    drawn: set[str] = set()
+    for seed in range(fuzzing.CORNER_FIRST_SEED, fuzzing.CORNER_FIRST_SEED + 300):
+        program = fuzzing.draw_program(seed)
+        assert program.source() == fuzzing.draw_program(seed).source()
+        fuzzing.run_eager(program)
+        drawn |= {step.op for step in program.steps}
+    assert {op.name for op in fuzzing.CORNER_OPS} <= drawn
+    below = {
+        step.op
+        for seed in range(fuzzing.EDGE_FIRST_SEED, fuzzing.EDGE_FIRST_SEED + 100)
+        for step in fuzzing.draw_program(seed).steps
+    }
+    assert not {op.name for op in fuzzing.CORNER_OPS} & below
 
 
 # Eager's index_add and index_put(accumulate=True) of float16/bfloat16 round every partial sum (an overflowing one is

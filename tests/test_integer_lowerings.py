@@ -140,6 +140,17 @@ def test_integer_products_wrap_around_as_in_eager(dtype: torch.dtype) -> None:
     }
 
 
+@pytest.mark.parametrize("dtype", MATMUL_DTYPES, ids=str)
+def test_threshold_keeps_integers_and_converts_its_numbers_as_eager(dtype: torch.dtype) -> None:
+    """F.threshold of an integer tensor compares and selects in its dtype, the numbers converted toward zero
+    (threshold -0.5 is 0): torch's decomposition went through float32 and gave int32's 2**31 - 1 back as -2**31
+    (fuzz catalogue from 40,000,000: piecewise activations)."""
+    numbers = [(0.5, 2.0), (3, 2.7)] + ([(-0.5, 7)] if dtype != torch.uint8 else [])  # (eager refuses -0.5 on uint8)
+    for threshold, value in numbers:
+        program = assert_exact(Call(lambda x, t=threshold, v=value: F.threshold(x, t, v)), (extremes(dtype),))
+        assert chosen(program)["aten::threshold"] == "fx2onnx:threshold_integer"
+
+
 def test_float_inputs_keep_torchlib() -> None:
     """The integer lowerings do not take floats: float nodes dispatch as before."""
     generator = torch.Generator().manual_seed(1)

@@ -24,6 +24,8 @@ from fx2onnx._finalize import check_model, graph_walks, optimizer
 from fx2onnx._records import FX_NODE, TARGET
 from fx2onnx.errors import InvalidModelError
 
+from conftest import Call, assert_exports_and_matches
+
 
 class _TwoSlices(torch.nn.Module):
     """Two slices of one value: the optimizer then runs onnxscript's SlicesSplit rule too."""
@@ -532,3 +534,20 @@ def test_the_checker_reads_no_node_metadata_and_leaves_it_as_it_was() -> None:
     with pytest.raises(InvalidModelError, match=re.escape("from FX node `relu_1` (aten.relu.default)")):
         check_model(invalid)
     assert [dict(node.metadata_props) for node in invalid.graph] == before
+
+
+def test_chained_clamps_are_not_fused_into_one_clip() -> None:
+    """onnxscript's Clip(Clip(x)) and Relu(Clip(x)) fusions take the bounds' intersection, wrong where the ranges are
+    apart: clamp(0, 1) then clamp(2, 3) is 2 (the fused Clip(x, 2, 1) gave 1), relu of clamp(-3, -1) is 0 (gave -1),
+    and crossed bounds (fuzz seed 40000786). Clip(Relu(x)) fuses right and is kept."""
+
+    def clamps(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            x.clamp(0, 1).clamp(2, 3),
+            torch.relu(x.clamp(-3, -1)),
+            x.relu().clamp(-3, -1),
+            x.clamp(-0.5, -3).clamp(1, -1),
+            torch.nn.functional.hardtanh(x.clamp(0, 1), 2, 3),
+        )
+
+    assert_exports_and_matches(Call(clamps), (torch.tensor([-5.0, 0.5, 5.0, 8.0]),))

@@ -333,6 +333,16 @@ def test_promotion_regressions(name: str) -> None:
     check(Lambda(function), args)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_integers_meet_a_reduced_float_in_its_dtype(dtype: torch.dtype) -> None:
+    """int32 / a 0-d float16 tensor: eager converts the integers to float16 first (70000 is inf there, 2049 is
+    2048), then computes in float32; a decomposition's conversion straight to float32 kept 70000 (-31104 where
+    eager gives -inf; fuzz seed 21000595)."""
+    x = torch.tensor([1, 0, 2049, 70000, -70000, 2147483646, 65504], dtype=torch.int32)
+    s = torch.tensor(-2.25, dtype=dtype)
+    check(Lambda(lambda x, s: (x / s, torch.div(x, s, rounding_mode="floor"), x // s)), (x, s))
+
+
 def test_int_and_float_numbers_promote_apart() -> None:
     """`2 == 2.0` in Python, but `bool // 2` computes in int64 and `bool // 2.0` in float32 (the rules are cached)."""
     mask = MASK.bool()

@@ -193,6 +193,70 @@ def test_clamp_at_the_integer_extremes(check, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_one_sided_clamp_keeps_infinities(check, dtype: torch.dtype) -> None:
+    """clamp_min/clamp_max leave +-inf on their open side, and F.normalize (x / clamp_min(norm, eps)) of a row
+    holding -inf is NaN: ONNX's Clip without its other bound clipped to the dtype's largest value (3.4e38: -inf
+    where eager gives NaN; fuzz seed 40000119)."""
+    x = torch.tensor([[-INF, 1.0], [INF, 2.0], [NAN, 0.5], [0.0, -0.0]], dtype=dtype)
+
+    def clamps(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.clamp_min(x, 1e-12),
+            torch.clamp_max(x, 0.5),
+            x.clamp_min(-1.5).clamp_max(NAN),
+            torch.nn.functional.normalize(x, p=1, dim=0),
+            torch.nn.functional.normalize(x, dim=1),
+        )
+
+    check(Call(clamps), (x,))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_norm_of_one_element_is_its_magnitude(check, dtype: torch.dtype) -> None:
+    """A vector norm over one element is |x| in eager (x != 0 for ord 0), with no power that overflows: the 2-norm
+    of the float32 maximum alone is itself, F.normalize of it -1 (was sqrt(inf) and -0; fuzz seed 40100107)."""
+    big = torch.finfo(dtype).max
+    x = torch.tensor([[-big, 2.0, 0.0, NAN, -INF]], dtype=dtype)
+
+    def norms(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        vector_norm = torch.linalg.vector_norm
+        ords = (vector_norm(x, order, dim=0) for order in (0, 1, 2, 3, 0.5, INF, -INF, -1))
+        return (*ords, vector_norm(x, 2, dim=-2, keepdim=True), vector_norm(x[:, :1]), x.norm(dim=0))
+
+    check(Call(norms), (x,))
+    check(Call(lambda x: torch.nn.functional.normalize(x, dim=0)), (x,))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_xlogy_is_nan_where_y_is_before_x_is_zero(check, dtype: torch.dtype) -> None:
+    """xlogy(0, nan) is NaN in eager (NaN y first, then 0 for x == 0): torchlib's gave 0 (fuzz seed 40100413)."""
+    x = torch.tensor([0.0, 0.0, 0.0, 1.0, 2.0, NAN, -0.0], dtype=dtype)
+    y = torch.tensor([NAN, 0.0, INF, NAN, 0.0, 1.0, -1.0], dtype=dtype)
+    check(Call(lambda x, y: (torch.xlogy(x, y), torch.xlogy(x.to(torch.int64), y))), (x.nan_to_num(), y))
+    check(Call(torch.xlogy), (x, y))
+
+
+# A number whose square overflows where eager computes the dtype (float16: in float32, where 6e4 squared does not).
+BIG = {torch.float32: 1e30, torch.bfloat16: 1e30, torch.float64: 1e300, torch.float16: 6e4}
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_addcdiv_and_addcmul_overflow_in_eagers_order(check, dtype: torch.dtype) -> None:
+    """addcdiv(x, y, z, value=v) is x + (v * y) / z in eager (float16/bfloat16 in float32): 1e30 * 1e30 / 1e30
+    overflows to inf, where torchlib's v * (y / z) gave 1e30; addcmul likewise ((v * y) * z)."""
+    big = BIG[dtype]
+    x = torch.tensor([0.0, 1.0, -INF, NAN], dtype=dtype)
+    y = torch.tensor([big, 2.0, 1.0, 1.0], dtype=dtype)
+    z = torch.tensor([big, 0.5, 3.0, 0.0], dtype=dtype)
+    small = torch.tensor([1 / big, 1.0, 1.0, 1.0], dtype=dtype)
+
+    def both(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, small: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.addcdiv(x, y, z, value=big), torch.addcmul(x, y, small, value=big), torch.addcdiv(x, y, z)
+
+    check(Call(both), (x, y, z, small))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_attention_with_a_float_mask_that_blocks_a_whole_row(check, dtype: torch.dtype) -> None:
     """An additive mask whose row is all -inf gives that query zeros, as eager's SDPA (its _safe_softmax), and
     as a boolean mask's all-False row already did (Softmax of a row of -inf only was NaN)."""

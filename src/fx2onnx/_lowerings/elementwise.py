@@ -468,6 +468,23 @@ def hardswish(self: DOUBLE) -> DOUBLE:
     return op.Div(op.Mul(self, clipped), _double(6.0))
 
 
+@lowering("aten::threshold")
+def threshold(self: TFloat, threshold: float, value: float) -> TFloat:
+    """x <= threshold ? value : x (NaN kept), float16/bfloat16 compared in float32 as eager does (threshold(0.5 in
+    float16, 0.49999) keeps 0.5: the number is not rounded to float16)."""
+    computed = _in_float32(self)
+    return op.Where(op.LessOrEqual(computed, _const(float(threshold), computed)), _const(float(value), self), self)
+
+
+@lowering("aten::threshold", variant="integer")
+def threshold_integer(self: TInt, threshold: float, value: float) -> TInt:
+    """x <= threshold ? value : x, the numbers converted to x's dtype toward zero first, as eager converts them
+    (threshold(0, -0.5, 7) is 7). torch's decomposition compared and selected in float32 (the numbers' promotion)
+    and cast back: int32's 2**31 - 1 came back as -2**31 (int64's near its bounds likewise)."""
+    low, replacement = _int_const(int(threshold), self.dtype), _int_const(int(value), self.dtype)
+    return op.Where(op.LessOrEqual(self, low), replacement, self)
+
+
 @lowering("aten::softplus")
 def softplus(self: DOUBLE, beta: float = 1.0, threshold: float = 20.0) -> DOUBLE:
     """x * beta > threshold ? x : log1p(exp(x * beta)) / beta."""
@@ -477,16 +494,28 @@ def softplus(self: DOUBLE, beta: float = 1.0, threshold: float = 20.0) -> DOUBLE
 
 
 # --- pointwise math -------------------------------------------------------------------------------------------
+# In eager's order for every float dtype (float16/bfloat16 computed in float32 by the opmath pass): torchlib's
+# value * (tensor1 / tensor2) gave 1e30 where eager's (1e30 * 1e30) / 1e30 overflows to inf.
 @lowering("aten::addcmul")
-def addcmul(self: DOUBLE, tensor1: DOUBLE, tensor2: DOUBLE, value: float = 1.0) -> DOUBLE:
+def addcmul(self: TFloat, tensor1: TFloat, tensor2: TFloat, value: float = 1.0) -> TFloat:
     """self + value * tensor1 * tensor2, in eager's order."""
-    return op.Add(self, op.Mul(op.Mul(_double(value), tensor1), tensor2))
+    return op.Add(self, op.Mul(op.Mul(_const(float(value), self), tensor1), tensor2))
 
 
 @lowering("aten::addcdiv")
-def addcdiv(self: DOUBLE, tensor1: DOUBLE, tensor2: DOUBLE, value: float = 1.0) -> DOUBLE:
+def addcdiv(self: TFloat, tensor1: TFloat, tensor2: TFloat, value: float = 1.0) -> TFloat:
     """self + value * tensor1 / tensor2, in eager's order."""
-    return op.Add(self, op.Div(op.Mul(_double(value), tensor1), tensor2))
+    return op.Add(self, op.Div(op.Mul(_const(float(value), self), tensor1), tensor2))
+
+
+@lowering("aten::xlogy.Tensor")
+def xlogy(self: TFloat, other: TFloat) -> TFloat:
+    """x * log(y), 0 where x is 0, NaN where y is NaN first, as eager (torchlib's xlogy(0, nan) was 0); float16 and
+    bfloat16 computed in float32 and rounded once."""
+    x, y = _in_float32(self), _in_float32(other)
+    zero = _const(0.0, x)
+    product = op.Where(op.Equal(x, zero), zero, op.Mul(x, op.Log(y)))
+    return _back(op.Where(op.IsNaN(y), y, product), self)
 
 
 @lowering("aten::log10")
@@ -925,6 +954,19 @@ def clamp_float(self: TFloat, min: float | None = None, max: float | None = None
     low = _const(-math.inf if min is None else float(min), self)
     high = _const(math.inf if max is None else float(max), self)
     return op.Clip(self, low, high)
+
+
+@lowering("aten::clamp_min", variant="float")
+def clamp_min_float(self: TFloat, min: float) -> TFloat:
+    """clamp(x, min=...), as clamp_float: torchlib's Clip without `max` clipped +inf to the dtype's largest value
+    (clamp_min(inf, 1e-12) was 3.4e38: F.normalize of a row holding -inf gave -inf where eager gives NaN)."""
+    return clamp_float.func(self, min, None)
+
+
+@lowering("aten::clamp_max", variant="float")
+def clamp_max_float(self: TFloat, max: float) -> TFloat:
+    """clamp(x, max=...), as clamp_float (torchlib's clamp_max(-inf, 0.5) was -3.4e38)."""
+    return clamp_float.func(self, None, max)
 
 
 @lowering("aten::pow.Tensor_Scalar", variant="float")

@@ -1191,10 +1191,20 @@ def norm_scalar(self: TFloat, p: float = 2.0) -> TFloat:
 def linalg_vector_norm(
     self: TFloat, ord: float = 2.0, dim: Sequence[int] | None = None, keepdim: bool = False, dtype: int | None = None
 ) -> TFloat:
-    """torch.linalg.vector_norm; a 0-d input with dim 0 or -1 reduces nothing (ONNX refuses the axis)."""
+    """torch.linalg.vector_norm; a 0-d input with dim 0 or -1 reduces nothing (ONNX refuses the axis). Where each
+    norm has one element, eager gives |x| (x != 0 for ord 0) without the power and root, which overflow: the norm
+    of -3.4e38 alone is 3.4e38, not sqrt(inf) (F.normalize of it -1, not -0; fuzz seed 40100107)."""
     x = op.Cast(self, to=dtype) if dtype is not None else self
     computed = _in_float32(x)
     dims = [dim] if isinstance(dim, int) else list(dim or [])
+    rank = len(self.shape)
+    reduced = sorted({d % rank for d in dims} if dims and rank else range(rank))
+    if all(self.shape[d] == 1 for d in reduced):
+        zero = op.Constant(value=ir.tensor(0.0, dtype=computed.dtype))
+        single = op.Abs(computed) if float(ord) != 0 else op.CastLike(op.Not(op.Equal(computed, zero)), computed)
+        if reduced and not keepdim:
+            single = op.Squeeze(single, op.Constant(value_ints=reduced))
+        return _back(single, x)
     axes = op.Constant(value_ints=dims) if dims and len(self.shape) else None
     return _back(_p_norm(computed, float(ord), axes, keepdim), x)
 

@@ -363,8 +363,18 @@ def _traced_input_dtypes(node: torch.fx.Node, leaves: list[Any], spec: pytree.Tr
             continue
         if dtype == get_computation_dtype(source) and source in outputs:
             continue  # float16 computed in float32 and rounded back: an eager kernel detail
-        wanted[index] = dtype
+        wanted[index] = _common_reduced_float(source, dtype, outputs)
     return wanted
+
+
+def _common_reduced_float(source: torch.dtype, dtype: torch.dtype, outputs: set[torch.dtype]) -> torch.dtype:
+    """An integer or bool input that a decomposition converts to float32 to compute a float16/bfloat16 result:
+    eager converts it to that result's dtype first (int32 70000 / a float16 tensor is -inf: 70000 is inf in float16;
+    it was -31104; fuzz seed 21000595), then computes in float32."""
+    reduced = [d for d in outputs if d in (torch.float16, torch.bfloat16)]
+    if source.is_floating_point or source.is_complex or len(reduced) != 1 or dtype != torch.float32:
+        return dtype
+    return reduced[0]
 
 
 def _describe(leaf: Any) -> Any:
