@@ -121,6 +121,37 @@ def test_in_place_writes_into_fresh_tensors_become_functional() -> None:
     assert record.nodes == []
 
 
+class InPlaceHardActivations(torch.nn.Module):
+    """timm's MobileNetV3: ``nn.Hardswish(inplace=True)`` and a hardsigmoid gate, then a flatten of the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 3, 1)
+        self.norm = torch.nn.BatchNorm2d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.hardswish(self.norm(self.conv(x)), inplace=True)
+        torch.nn.functional.hardsigmoid(y, inplace=True)
+        return torch.flatten(y, 1)
+
+
+def test_in_place_ops_functionalized_from_a_batch_of_one_keep_the_batch_dynamic() -> None:
+    # their fake kernels, run again out of the capture's size-oblivious tracing, gave a static batch of 1: the
+    # flatten's Reshape to [1, 48] then failed in ONNX Runtime at batch 3 (timm mobilenetv3_small_100, batch1)
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    program = assert_exports_and_matches(
+        InPlaceHardActivations(),
+        (torch.randn(1, 3, 4, 4) * 4,),
+        dynamic_shapes=({0: batch},),
+        run_with=[((torch.randn(3, 3, 4, 4) * 4,), {}), ((torch.randn(1, 3, 4, 4) * 4,), {})],
+    )
+    assert [target for _, target in program.report.decomposition.functionalized] == [
+        "aten::hardswish_",
+        "aten::hardsigmoid_",
+    ]
+    assert [str(d) for d in program.model.graph.outputs[0].shape] == ["batch", "48"]
+
+
 class WritesThroughAView(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = x * 2
