@@ -307,8 +307,6 @@ def decompose_locally(program: ExportedProgram, registry: Registry) -> Decomposi
             table = local_decomposition_table(registry)
         return table
 
-    from torch.fx.experimental import _config as symbolic_config
-
     # Fake kernels run again here as the capture ran them, size-obliviously: otherwise one of a dim whose example is
     # 1 (hardswish's, hardsigmoid's) gives a static 1, and the graph's shapes after it lose the dynamic batch
     with symbolic_config.patch(backed_size_oblivious=True):
