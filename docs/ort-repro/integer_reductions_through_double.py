@@ -2,9 +2,10 @@
 
 ReduceSum([2**53 + 1, 0]) gives 2**53 (the smallest case: two elements); a cancelling sum loses a small result
 altogether, ReduceSum([2**62, 1, -2**62]) = 0 (int64 arithmetic: 1), and an overflowing one saturates:
-ReduceSum([INT64_MAX, 1]) = INT64_MAX where int64 arithmetic (eager's sum) wraps to INT64_MIN. ReduceProd([2**32 + 1, 2**32 + 1]) gives INT64_MAX where int64 arithmetic
-wraps to 2**33 + 1 (as eager does); Pow(3, 40) gives INT64_MIN (saturated) where int64 arithmetic wraps, and
-Pow(0, -3) gives INT64_MIN (eager: 0). Optimizations on or off alike.
+ReduceSum([INT64_MAX, 1]) = INT64_MAX where int64 arithmetic (eager's sum) wraps to INT64_MIN.
+ReduceProd([2**32 + 1, 2**32 + 1]) gives INT64_MAX where int64 arithmetic wraps to 2**33 + 1 (as eager does);
+Pow(3, 40) gives INT64_MIN (saturated) where int64 arithmetic wraps, and Pow(0, -3) gives INT64_MIN (eager: 0).
+Optimizations on or off alike.
 
 Run: python integer_reductions_through_double.py
 """
