@@ -511,3 +511,17 @@ def test_final_check_judges_again_a_legal_node_whose_types_changed() -> None:
     bf16 = ir.TensorType(ir.DataType.BFLOAT16)
     x.type = cos.outputs[0].type = bf16
     assert [refusal.node.name for refusal in legalizer.check()] == ["cos"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_tanh_gelu_of_a_zero_dimensional_tensor_runs(dtype: torch.dtype) -> None:
+    """ONNX Runtime fuses the tanh form of gelu into FastGelu, whose kernel refuses a 0-d input when the model runs
+    (fuzz seed 40001174: gelu(sinc(x), approximate="tanh") of a 0-d tensor); fusion_guards keeps a 0-d Tanh's input
+    apart (docs/ort-defects.md). The user's own GPT-2 formula, in eager's order, likewise."""
+
+    def gpt2_gelu(x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    for function in (lambda x: F.gelu(x, approximate="tanh"), gpt2_gelu):
+        for value in (-5.0, 0.7, 3.0):
+            check(One(lambda x, f=function: f(torch.sinc(x))), (torch.tensor(value, dtype=dtype),))

@@ -26,6 +26,10 @@ session than with optimizations off; each such runtime defect is described, with
   between legalization's Casts). The input is sliced to size 0 along those dims first: the same result, and an
   Expand the rule only removes when it is one.
 
+- ``FastGeluFusion`` makes the tanh form of gelu a ``com.microsoft.FastGelu``, whose kernel requires an input of
+  rank 1 or more: a 0-d gelu(x, approximate="tanh") failed when run (fuzz seed 40001174). A 0-d Tanh takes its
+  input through a same-shape Reshape, which the fusion does not look through.
+
 ONNX Runtime also refuses to create a session for a model with an integer ``Div``/``Mod`` by a constant holding a
 zero ("Integer modulo by zero", at kernel creation), where eager's ``empty_uint8 % 0`` is an empty tensor (and a
 non-empty one raises ZeroDivisionError). The zeros of such a constant divisor become ones: the model loads, and
@@ -63,6 +67,8 @@ def guard_fusions(model: ir.Model) -> int:
                 inserted += _separate_from_casts(graph, node, to=_EIGHT_BIT_INTEGERS)
             elif node.op_type == "Expand" and node.domain in _STANDARD:
                 inserted += _empty_expansion_kept(graph, node)
+            elif node.op_type == "Tanh" and node.domain in _STANDARD:
+                inserted += _scalar_tanh_kept_apart(graph, node)
     return inserted
 
 
@@ -160,6 +166,16 @@ def _empty_expansion_kept(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
     graph.insert_before(node, [zeros, axes_node, sliced])
     node.replace_input_with(0, sliced.outputs[0])
     return 1
+
+
+def _scalar_tanh_kept_apart(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
+    """A Tanh of a 0-d value takes it through a same-shape Reshape: FastGeluFusion would make the tanh form of gelu
+    around it a FastGelu, whose kernel refuses a 0-d input when the model runs (fuzz seed 40001174)."""
+    source = node.inputs[0] if node.inputs else None
+    producer = source.producer() if source is not None else None
+    if producer is None or source is not producer.outputs[0] or source.shape is None or source.shape.rank() != 0:
+        return 0
+    return _guard_uses(graph, producer, [(node, 0)])
 
 
 def _graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
