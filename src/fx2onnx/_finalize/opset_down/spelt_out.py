@@ -1,5 +1,6 @@
 """Adapters that spell an op out in older ops where the target opset lacks it or its mode: scatter reductions as a
-Loop, LayerNormalization, Trilu, HardSwish, Mish, bitwise ops, DFT, GridSample, Col2Im."""
+Loop, LayerNormalization, Trilu, HardSwish, Mish, bitwise ops, DFT, GridSample, Col2Im; below 13 Softmax along an
+inner axis (transposed to the last), below 12 GreaterOrEqual, LessOrEqual and Celu."""
 
 from __future__ import annotations
 
@@ -86,6 +87,56 @@ def _scatter_in_a_loop(node: ir.Node, reduction: str) -> None:
     written.shape = data.shape
     graph = ir.Graph([step, going, current], [still, written], nodes=body.nodes, name=f"{prefix}_loop")
     result = tape.op("Loop", [count, None, data], {"body": graph})
+    replace(node, tape.nodes, [result])
+
+
+def softmax_along_last(node: ir.Node, opset: int) -> None:
+    """Softmax, LogSoftmax and Hardmax-13 (along one axis) below 13, where they flatten the input to 2-D at their
+    axis (default 1): the same along the last axis only, so an inner axis is swapped with the last and back."""
+    if opset >= 13:
+        return
+    axis = node.attributes["axis"].as_int() if "axis" in node.attributes else -1
+    x = node.inputs[0]
+    assert x is not None
+    rank = len(x.shape) if x.shape is not None else None
+    if rank is None and axis != -1:
+        raise OpsetRefused(f"{node.op_type} along axis {axis} of an input of unknown rank needs opset 13")
+    if rank == 0:
+        raise OpsetRefused(f"{node.op_type} of a scalar needs opset 13")
+    node.attributes["axis"] = ir.AttrInt64("axis", -1)
+    if rank is None or axis % rank == rank - 1:
+        return
+    swap = list(range(rank))
+    swap[axis % rank], swap[-1] = rank - 1, axis % rank
+    tape = ir.tape.Tape()
+    swapped = tape.op("Transpose", [x], {"perm": swap})
+    along_last = tape.op(node.op_type, [swapped], {"axis": -1})
+    result = tape.op("Transpose", [along_last], {"perm": swap})
+    replace(node, tape.nodes, [result])
+
+
+def compare_or_equal(node: ir.Node, opset: int) -> None:
+    """GreaterOrEqual and LessOrEqual-12 as Greater (Less) or Equal: false at NaN, as theirs (not Not(Less))."""
+    a, b = node.inputs[0], node.inputs[1]
+    tape = ir.tape.Tape()
+    strict = tape.op("Greater" if node.op_type == "GreaterOrEqual" else "Less", [a, b])
+    result = tape.op("Or", [strict, tape.op("Equal", [a, b])])
+    replace(node, tape.nodes, [result])
+
+
+def celu_spelt_out(node: ir.Node, opset: int) -> None:
+    """Celu-12 as its definition: x where positive, else alpha (exp(x / alpha) - 1) (NaN stays NaN)."""
+    x = node.inputs[0]
+    assert x is not None and x.dtype is not None
+    alpha = node.attributes["alpha"].as_float() if "alpha" in node.attributes else 1.0
+    tape = ir.tape.Tape()
+
+    def constant(value: float) -> ir.Value:
+        return tape.op("Constant", [], {"value": ir.tensor(np.asarray(value, dtype=x.dtype.numpy()))})
+
+    exp = tape.op("Exp", [tape.op("Div", [x, constant(alpha)])])
+    negative = tape.op("Mul", [constant(alpha), tape.op("Sub", [exp, constant(1.0)])])
+    result = tape.op("Where", [tape.op("Greater", [x, constant(0.0)]), x, negative])
     replace(node, tape.nodes, [result])
 
 
