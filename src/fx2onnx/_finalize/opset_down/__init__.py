@@ -7,14 +7,14 @@ op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
 - an op whose newer version only took more types is kept: legalize, which runs next at the target opset, casts
   what the target has no kernel for, and the ONNX checker then holds the types to the target's schemas;
 - an op whose newer version moved an input to an attribute (Reduce*'s axes; below 13 Squeeze's, Unsqueeze's and
-  ReduceSum's axes, Split's sizes, which go back to attributes where they are constants), split its sizes differently (Split's
-  ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form; Scatter*
-  with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
+  ReduceSum's axes, Split's sizes, which go back to attributes where they are constants), split its sizes
+  differently (Split's ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the
+  old form; Scatter* with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
 - an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, Bitwise* of integers,
   DFT as a matrix product, 4-D GridSample as gathers, Col2Im as padded sums; below 12 GreaterOrEqual, LessOrEqual,
   Celu) or whose older version means something else (Softmax-11 flattens to 2-D: an inner axis is swapped with the
-  last around it) is spelt out in
-  older ops, computing what eager computes at the extremes too (NaN and infinite inputs, coordinates off the image);
+  last around it) is spelt out in older ops, computing what eager computes at the extremes too (NaN and infinite
+  inputs, coordinates off the image);
 - anything else is refused with the op, the opset it needs and the user's source line: never a node that means
   something else at the older version.
 """
