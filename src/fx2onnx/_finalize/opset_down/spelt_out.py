@@ -1,6 +1,7 @@
 """Adapters that spell an op out in older ops where the target opset lacks it or its mode: scatter reductions as a
 Loop, LayerNormalization, Trilu, HardSwish, Mish, bitwise ops, DFT, GridSample, Col2Im; below 13 Softmax along an
-inner axis (transposed to the last), below 12 GreaterOrEqual, LessOrEqual and Celu."""
+inner axis (transposed to the last), below 12 GreaterOrEqual, LessOrEqual, Celu, and Max, Min and Clip of
+integers."""
 
 from __future__ import annotations
 
@@ -121,6 +122,35 @@ def compare_or_equal(node: ir.Node, opset: int) -> None:
     tape = ir.tape.Tape()
     strict = tape.op("Greater" if node.op_type == "GreaterOrEqual" else "Less", [a, b])
     result = tape.op("Or", [strict, tape.op("Equal", [a, b])])
+    replace(node, tape.nodes, [result])
+
+
+def integer_extremes_as_where(node: ir.Node, opset: int) -> None:
+    """Max, Min and Clip of integers below 12 (their version 8 and 11 take floats only, and no float holds every
+    int64) as Where over Greater or Less: exact, and integers have no NaN to order."""
+    if opset >= 12:
+        return
+    x = node.inputs[0]
+    if x is None or x.dtype is None or not x.dtype.is_integer():
+        return
+    tape = ir.tape.Tape()
+
+    def pick(a: ir.Value, b: ir.Value, larger: bool) -> ir.Value:
+        return tape.op("Where", [tape.op("Greater" if larger else "Less", [a, b]), a, b])
+
+    if node.op_type == "Clip":
+        result = x
+        for index, larger in ((1, True), (2, False)):  # max(x, low), then min(.., high), as Clip with low > high
+            bound = node.inputs[index] if len(node.inputs) > index else None
+            if bound is not None:
+                result = pick(result, bound, larger)
+        if result is x:
+            result = tape.op("Identity", [x])
+    else:
+        values = [value for value in node.inputs if value is not None]
+        result = values[0] if len(values) > 1 else tape.op("Identity", [values[0]])
+        for value in values[1:]:
+            result = pick(result, value, node.op_type == "Max")
     replace(node, tape.nodes, [result])
 
 
