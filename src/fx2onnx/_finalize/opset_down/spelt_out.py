@@ -1,7 +1,7 @@
 """Adapters that spell an op out in older ops where the target opset lacks it or its mode: scatter reductions as a
-Loop, LayerNormalization, Trilu, HardSwish, Mish, bitwise ops, DFT, GridSample, Col2Im; below 13 Softmax along an
-inner axis (transposed to the last), below 12 GreaterOrEqual, LessOrEqual, Celu, and Max, Min and Clip of
-integers."""
+Loop, LayerNormalization, Trilu, HardSwish, Mish, bitwise ops, DFT, window functions, GridSample, Col2Im; below 13
+Softmax along an inner axis (transposed to the last), below 12 GreaterOrEqual, LessOrEqual, Celu, and Max, Min and
+Clip of integers."""
 
 from __future__ import annotations
 
@@ -118,6 +118,8 @@ def softmax_along_last(node: ir.Node, opset: int) -> None:
 
 def compare_or_equal(node: ir.Node, opset: int) -> None:
     """GreaterOrEqual and LessOrEqual-12 as Greater (Less) or Equal: false at NaN, as theirs (not Not(Less))."""
+    if opset >= 12:
+        return
     a, b = node.inputs[0], node.inputs[1]
     tape = ir.tape.Tape()
     strict = tape.op("Greater" if node.op_type == "GreaterOrEqual" else "Less", [a, b])
@@ -152,6 +154,36 @@ def integer_extremes_as_where(node: ir.Node, opset: int) -> None:
         for value in values[1:]:
             result = pick(result, value, node.op_type == "Max")
     replace(node, tape.nodes, [result])
+
+
+def window_as_constant(node: ir.Node, opset: int) -> None:
+    """HannWindow, HammingWindow and BlackmanWindow-17 of a size known at export as the constant they compute (their
+    definitions' cosine sums, in float64, then cast to the output type)."""
+    size = constant_ints(node.inputs[0])
+    if size is None or len(size) != 1:
+        raise OpsetRefused(f"{node.op_type} of a size computed at run time needs opset 17")
+    periodic = node.attributes["periodic"].as_int() if "periodic" in node.attributes else 1
+    dtype = ir.DataType(node.attributes["output_datatype"].as_int()) if "output_datatype" in node.attributes else None
+    dtype = dtype or ir.DataType.FLOAT
+    length = size[0]
+    angle = 2 * np.pi * np.arange(length) / max(length if periodic else length - 1, 1)
+    terms = {
+        "HannWindow": (0.5, 0.5, 0.0),
+        "HammingWindow": (25 / 46, 21 / 46, 0.0),
+        "BlackmanWindow": (0.42, 0.5, 0.08),
+    }
+    a0, a1, a2 = terms[node.op_type]
+    window = a0 - a1 * np.cos(angle) + a2 * np.cos(2 * angle)
+    tape = ir.tape.Tape()
+    result = tape.op("Constant", [], {"value": ir.tensor(window.astype(dtype.numpy()))})
+    replace(node, tape.nodes, [result])
+
+
+_WINDOW_TERMS = {
+    "HannWindow": (0.5, 0.5, 0.0),
+    "HammingWindow": (25 / 46, 21 / 46, 0.0),
+    "BlackmanWindow": (0.42, 0.5, 0.08),
+}
 
 
 def celu_spelt_out(node: ir.Node, opset: int) -> None:
