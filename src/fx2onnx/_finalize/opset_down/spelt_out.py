@@ -163,22 +163,18 @@ def window_as_constant(node: ir.Node, opset: int) -> None:
     if size is None or len(size) != 1:
         raise OpsetRefused(f"{node.op_type} of a size computed at run time needs opset 17")
     periodic = node.attributes["periodic"].as_int() if "periodic" in node.attributes else 1
-    dtype = ir.DataType(node.attributes["output_datatype"].as_int()) if "output_datatype" in node.attributes else None
-    dtype = dtype or ir.DataType.FLOAT
+    output_type = node.attributes.get("output_datatype")
+    dtype = ir.DataType(output_type.as_int()) if output_type is not None else ir.DataType.FLOAT
     length = size[0]
     angle = 2 * np.pi * np.arange(length) / max(length if periodic else length - 1, 1)
-    terms = {
-        "HannWindow": (0.5, 0.5, 0.0),
-        "HammingWindow": (25 / 46, 21 / 46, 0.0),
-        "BlackmanWindow": (0.42, 0.5, 0.08),
-    }
-    a0, a1, a2 = terms[node.op_type]
+    a0, a1, a2 = _WINDOW_TERMS[node.op_type]
     window = a0 - a1 * np.cos(angle) + a2 * np.cos(2 * angle)
     tape = ir.tape.Tape()
     result = tape.op("Constant", [], {"value": ir.tensor(window.astype(dtype.numpy()))})
     replace(node, tape.nodes, [result])
 
 
+# a0 - a1 cos(angle) + a2 cos(2 angle), as ONNX defines each window (Hamming's alpha 25/46, not torch's 0.54)
 _WINDOW_TERMS = {
     "HannWindow": (0.5, 0.5, 0.0),
     "HammingWindow": (25 / 46, 21 / 46, 0.0),
