@@ -520,6 +520,20 @@ def test_bfloat16_below_13_is_refused_naming_the_dtype(tmp_path: Path, opset: in
     assert not path.exists()
 
 
+@pytest.mark.parametrize("opset", [11, 13])
+def test_softplus_whose_cast_like_reads_an_untyped_value(check, opset: int) -> None:
+    """torchlib's softplus casts its threshold like an intermediate of its own, which inlining leaves untyped: the
+    CastLike (new at 15) becomes a Cast to the type its producer's schema gives it (mamba's, refused before)."""
+
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.nn.functional.softplus(x + 1), torch.nn.functional.softplus(x, beta=2.0, threshold=5.0)
+
+    x = torch.randn(2, 8) * 10
+    x[0, 0], x[1, 1] = float("inf"), float("nan")
+    program = check(Call(forward), (x,), opset_version=opset)
+    assert _opset_of(program) == opset and "CastLike" not in _op_types(program)
+
+
 def test_einsum_at_11_is_refused_without_a_file(tmp_path: Path) -> None:
     def forward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.einsum("bij,bjk->bik", x, y)  # Einsum: new at opset 12

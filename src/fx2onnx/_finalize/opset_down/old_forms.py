@@ -7,7 +7,15 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from fx2onnx._finalize.opset_down.rewriting import Adapter, OpsetRefused, constant_ints, int64s, replace, typed
+from fx2onnx._finalize.opset_down.rewriting import (
+    Adapter,
+    OpsetRefused,
+    constant_ints,
+    int64s,
+    known_dtype,
+    replace,
+    typed,
+)
 
 
 def reduce_axes_as_attribute(node: ir.Node, opset: int) -> None:
@@ -217,10 +225,10 @@ def shape_sliced(node: ir.Node, opset: int) -> None:
 
 
 def cast_like_as_cast(node: ir.Node, opset: int) -> None:
-    like = node.inputs[1]
-    if like is None or like.dtype is None:
+    dtype = known_dtype(node.inputs[1])
+    if dtype is None:
         raise OpsetRefused("CastLike to a type not known at export")
-    cast = ir.node("Cast", [node.inputs[0]], {"to": ir.AttrInt64("to", like.dtype.value)})
+    cast = ir.node("Cast", [node.inputs[0]], {"to": ir.AttrInt64("to", dtype.value)})
     replace(node, [cast], cast.outputs)
 
 
