@@ -534,17 +534,40 @@ def test_softplus_whose_cast_like_reads_an_untyped_value(check, opset: int) -> N
     assert _opset_of(program) == opset and "CastLike" not in _op_types(program)
 
 
-def test_einsum_at_11_is_refused_without_a_file(tmp_path: Path) -> None:
-    def forward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("bij,bjk->bik", x, y)  # Einsum: new at opset 12
+EQUATIONS = [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bhid,bhjd->bhij", [(2, 3, 4, 8), (2, 3, 5, 8)]),
+    ("ij,j->i", [(3, 4), (4,)]),
+    ("ij->ji", [(3, 4)]),
+    ("ij->", [(3, 4)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("...ij,...jk->...ik", [(2, 3, 3, 4), (3, 4, 5)]),
+    ("bij,bjk", [(2, 3, 4), (2, 4, 5)]),
+    ("...d,hd->...h", [(2, 7, 4, 8), (6, 8)]),
+    ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 5)]),
+    ("b i d, b j d -> b i j", [(2, 3, 4), (2, 5, 4)]),
+]
+
+
+@pytest.mark.parametrize(("equation", "shapes"), EQUATIONS)
+def test_einsum_at_11_as_a_product_and_sum(check, equation: str, shapes: list[tuple[int, ...]]) -> None:
+    def forward(*operands: torch.Tensor) -> torch.Tensor:
+        return torch.einsum(equation, *operands)
+
+    program = check(Call(forward), tuple(torch.randn(*shape) for shape in shapes), opset_version=11)
+    assert _opset_of(program) == 11 and "Einsum" not in _op_types(program)
+
+
+def test_einsum_of_a_diagonal_at_11_is_refused_without_a_file(tmp_path: Path) -> None:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("ii->i", x)  # a repeated label: Einsum-12 only
 
     path = tmp_path / "model.onnx"
-    args = (torch.randn(2, 3, 4), torch.randn(2, 4, 5))
     with pytest.raises(fx2onnx.ExportError) as raised:
-        fx2onnx.export(Call(forward), args, str(path), opset_version=11)
+        fx2onnx.export(Call(forward), (torch.randn(3, 3),), str(path), opset_version=11)
     message = str(raised.value)
-    assert "Einsum does not exist before opset 12" in message and "opset_version=18" in message
+    assert "(a diagonal) needs opset 12" in message and "opset_version=18" in message
     assert "test_older_opsets.py" in message  # the user's line
     assert not path.exists()
-    program = fx2onnx.export(Call(forward), args, opset_version=12)
-    assert _opset_of(program) == 12 and all(result.passed for result in program.verify(*args))
+    program = fx2onnx.export(Call(forward), (torch.randn(3, 3),), opset_version=12)
+    assert _opset_of(program) == 12

@@ -12,10 +12,10 @@ op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
   old form; Scatter* with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
 - an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, Bitwise* of integers,
   DFT as a matrix product, window functions as constants, 4-D GridSample as gathers, Col2Im as padded sums; below
-  12 GreaterOrEqual, LessOrEqual, Celu; Max, Min, Clip of integers, which no older float holds exactly) or whose
-  older version means something else (Softmax-11 flattens to 2-D: an inner axis is swapped with the last around
-  it) is spelt out in older ops, computing what eager computes at the extremes too (NaN and infinite inputs,
-  coordinates off the image);
+  12 GreaterOrEqual, LessOrEqual, Celu, Einsum as a broadcast product and sum; Max, Min, Clip of integers, which
+  no older float holds exactly) or whose older version means something else (Softmax-11 flattens to 2-D: an inner
+  axis is swapped with the last around it) is spelt out in older ops, computing what eager computes at the
+  extremes too (NaN and infinite inputs, coordinates off the image);
 - anything else is refused with the op, the opset it needs and the user's source line: never a node that means
   something else at the older version.
 """
@@ -113,6 +113,7 @@ _ADAPTERS: dict[str, Adapter] = {
     **dict.fromkeys(("Softmax", "LogSoftmax", "Hardmax"), spelt_out.softmax_along_last),
     **dict.fromkeys(("GreaterOrEqual", "LessOrEqual"), spelt_out.compare_or_equal),
     "Celu": spelt_out.celu_spelt_out,
+    "Einsum": spelt_out.einsum_as_product,
     **dict.fromkeys(("HannWindow", "HammingWindow", "BlackmanWindow"), spelt_out.window_as_constant),
     **dict.fromkeys(("Max", "Min", "Clip"), spelt_out.integer_extremes_as_where),
     "ScatterElements": spelt_out.scatter_reduction,

@@ -182,6 +182,73 @@ _WINDOW_TERMS = {
 }
 
 
+EINSUM_PRODUCT_LIMIT = 1 << 24
+"""The most elements the broadcast product of an Einsum's operands (its form before opset 12) may hold."""
+
+
+def einsum_as_product(node: ir.Node, opset: int) -> None:
+    """Einsum-12 as its definition: every operand transposed and unsqueezed to one layout of all its labels (the
+    output's first, then the summed ones; an ellipsis as labels of its own, aligned from the right), multiplied
+    with broadcasting, and summed over the labels not in the output. Refused when a label repeats within an
+    operand (a diagonal) or the product would be larger than EINSUM_PRODUCT_LIMIT."""
+    equation = node.attributes["equation"].as_string().replace(" ", "")
+    given, _, output = equation.partition("->")
+    terms = given.split(",")
+    operands = list(node.inputs)
+    if len(terms) != len(operands) or any(x is None or x.shape is None for x in operands):
+        raise OpsetRefused("Einsum of inputs of unknown rank needs opset 12")
+    ellipsis = [chr(0x100 + k) for k in range(max(len(x.shape) for x in operands if x is not None))]
+
+    def labels(term: str, rank: int) -> list[str]:
+        head, dots, tail = term.partition("...")
+        if not dots:
+            return list(term)
+        count = rank - len(head) - len(tail)
+        return [*head, *ellipsis[:count][::-1], *tail]  # the ellipsis's last dim is label 0 in every operand
+
+    named = [labels(term, len(x.shape)) for term, x in zip(terms, operands, strict=True) if x is not None]
+    if any(len(set(term)) != len(term) for term in named):
+        raise OpsetRefused("Einsum with a label repeated in one operand (a diagonal) needs opset 12")
+    if "->" in equation:
+        widest = max(sum(1 for label in term if label in ellipsis) for term in named)
+        out = labels(output, widest + len(output.replace("...", ""))) if "..." in output else list(output)
+    else:  # implicit output: the ellipsis, then the labels seen once, in alphabetical order
+        seen = [label for term in named for label in term]
+        dots = sorted({label for label in seen if label in ellipsis}, reverse=True)
+        out = dots + sorted(label for label in set(seen) if seen.count(label) == 1 and label not in ellipsis)
+    summed = [label for term in named for label in term if label not in out]
+    layout = out + list(dict.fromkeys(summed))
+    sizes: dict[str, int] = {}  # the sizes known at export (a dynamic one counts as 1)
+    for term, x in zip(named, operands, strict=True):
+        assert x is not None and x.shape is not None
+        for label, size in zip(term, x.shape, strict=True):
+            if isinstance(size, int):
+                sizes[label] = max(sizes.get(label, 1), size)
+    product = int(np.prod([sizes.get(label, 1) for label in layout]))
+    if product > EINSUM_PRODUCT_LIMIT:
+        raise OpsetRefused(f"Einsum {equation} as a product of {product} elements (its form before 12) is too large")
+    tape = ir.tape.Tape()
+
+    def constant(values: list[int]) -> ir.Value:
+        return tape.op("Constant", [], {"value": ir.tensor(np.asarray(values, dtype=np.int64))})
+
+    result: ir.Value | None = None
+    for term, x in zip(named, operands, strict=True):
+        assert x is not None
+        order = sorted(range(len(term)), key=lambda i: layout.index(term[i]))
+        aligned = tape.op("Transpose", [x], {"perm": order}) if order != sorted(order) else x
+        missing = [i for i, label in enumerate(layout) if label not in term]
+        if missing:
+            aligned = tape.op("Unsqueeze", [aligned, constant(missing)])
+        result = aligned if result is None else tape.op("Mul", [result, aligned])
+    assert result is not None
+    if len(layout) > len(out):
+        result = tape.op("ReduceSum", [result, constant(list(range(len(out), len(layout))))], {"keepdims": 0})
+    elif not tape.nodes:
+        result = tape.op("Identity", [result])
+    replace(node, tape.nodes, [result])
+
+
 def celu_spelt_out(node: ir.Node, opset: int) -> None:
     """Celu-12 as its definition: x where positive, else alpha (exp(x / alpha) - 1) (NaN stays NaN)."""
     x = node.inputs[0]
