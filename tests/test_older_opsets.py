@@ -546,6 +546,10 @@ EQUATIONS = [
     ("...d,hd->...h", [(2, 7, 4, 8), (6, 8)]),
     ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 5)]),
     ("b i d, b j d -> b i j", [(2, 3, 4), (2, 5, 4)]),
+    ("ij,ij->i", [(3, 4), (3, 4)]),
+    ("bhjd,bhid->bhij", [(2, 1, 5, 8), (2, 3, 4, 8)]),  # a MatMul broadcasting its batch
+    ("ikj,jm->mi", [(3, 2, 4), (4, 5)]),  # k summed in the first operand alone
+    ("abc,cd->abd", [(2, 3, 4), (4, 5)]),
 ]
 
 
@@ -556,6 +560,8 @@ def test_einsum_at_11_as_a_product_and_sum(check, equation: str, shapes: list[tu
 
     program = check(Call(forward), tuple(torch.randn(*shape) for shape in shapes), opset_version=11)
     assert _opset_of(program) == 11 and "Einsum" not in _op_types(program)
+    if equation in ("bij,bjk->bik", "bhid,bhjd->bhij", "bhjd,bhid->bhij", "ij,ij->i"):  # one label of each kind
+        assert "MatMul" in _op_types(program)
 
 
 def test_einsum_of_a_diagonal_at_11_is_refused_without_a_file(tmp_path: Path) -> None:

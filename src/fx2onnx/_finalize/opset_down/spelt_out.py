@@ -190,7 +190,9 @@ def einsum_as_product(node: ir.Node, opset: int) -> None:
     """Einsum-12 as its definition: every operand transposed and unsqueezed to one layout of all its labels (the
     output's first, then the summed ones; an ellipsis as labels of its own, aligned from the right), multiplied
     with broadcasting, and summed over the labels not in the output. Refused when a label repeats within an
-    operand (a diagonal) or the product would be larger than EINSUM_PRODUCT_LIMIT."""
+    operand (a diagonal) or the product would be larger than EINSUM_PRODUCT_LIMIT. Two operands with at most one
+    label of each kind (only the first's, only the second's, summed in both) are a MatMul instead, as attention's
+    "bhid,bhjd->bhij": the product would be as large as their inputs times the summed size."""
     equation = node.attributes["equation"].as_string().replace(" ", "")
     given, _, output = equation.partition("->")
     terms = given.split(",")
@@ -216,6 +218,8 @@ def einsum_as_product(node: ir.Node, opset: int) -> None:
         seen = [label for term in named for label in term]
         dots = sorted({label for label in seen if label in ellipsis}, reverse=True)
         out = dots + sorted(label for label in set(seen) if seen.count(label) == 1 and label not in ellipsis)
+    if len(named) == 2 and _einsum_as_matmul(node, named, out):
+        return
     summed = [label for term in named for label in term if label not in out]
     layout = out + list(dict.fromkeys(summed))
     sizes: dict[str, int] = {}  # the sizes known at export (a dynamic one counts as 1)
@@ -247,6 +251,52 @@ def einsum_as_product(node: ir.Node, opset: int) -> None:
     elif not tape.nodes:
         result = tape.op("Identity", [result])
     replace(node, tape.nodes, [result])
+
+
+def _einsum_as_matmul(node: ir.Node, named: list[list[str]], out: list[str]) -> bool:
+    """Einsum of two operands as Transposes, a MatMul over the batch labels and back, when its labels fit one."""
+    a, b = named
+    batch = [label for label in out if label in a and label in b]
+    only_a = [label for label in out if label in a and label not in b]
+    only_b = [label for label in out if label in b and label not in a]
+    summed = [label for label in a if label in b and label not in out]
+    if max(len(only_a), len(only_b), len(summed)) > 1:
+        return False
+    tape = ir.tape.Tape()
+
+    def constant(values: list[int]) -> ir.Value:
+        return tape.op("Constant", [], {"value": ir.tensor(np.asarray(values, dtype=np.int64))})
+
+    def arrange(x: ir.Value, labels: list[str], target: list[str]) -> ir.Value:
+        """`x` summed over its labels not in `target`, transposed to its order, 1s where it lacks a label."""
+        alone = [i for i, label in enumerate(labels) if label not in target]
+        if alone:
+            x = tape.op("ReduceSum", [x, constant(alone)], {"keepdims": 0})
+            labels = [label for label in labels if label in target]
+        order = sorted(range(len(labels)), key=lambda i: target.index(labels[i]))
+        if order != list(range(len(labels))):
+            x = tape.op("Transpose", [x], {"perm": order})
+        missing = [i for i, label in enumerate(target) if label not in labels]
+        return tape.op("Unsqueeze", [x, constant(missing)]) if missing else x
+
+    rows, inner, columns = only_a or ["rows"], summed or ["inner"], only_b or ["columns"]  # "rows": no einsum label
+    left, right = (
+        arrange(x, term, batch + first + second)
+        for x, term, first, second in (
+            (node.inputs[0], a, rows, inner),
+            (node.inputs[1], b, inner, columns),
+        )
+    )
+    result = tape.op("MatMul", [left, right])
+    placeholders = [len(batch) + i for i, group in enumerate((only_a, only_b)) if not group]
+    if placeholders:
+        result = tape.op("Squeeze", [result, constant(placeholders)])
+    made = batch + only_a + only_b
+    order = [made.index(label) for label in out]
+    if order != list(range(len(made))):
+        result = tape.op("Transpose", [result], {"perm": order})
+    replace(node, tape.nodes, [result])
+    return True
 
 
 def celu_spelt_out(node: ir.Node, opset: int) -> None:
