@@ -15,7 +15,8 @@
   a model that runs when fed the weights; torch's dynamo path writes a model with undefined weights instead).
 - ``model`` may be a plain function (wrapped in a module whose ``forward`` has its signature); a ScriptModule or
   ScriptFunction is refused with the way out (torch.export cannot read TorchScript).
-- ``opset_version`` below 13 is refused with the way out (torch's dynamo path writes opset 18 for it).
+- ``opset_version`` below 11 is refused with the way out (torch's dynamo path writes opset 18 for it); 11 to 17 give
+  a model of that opset, adapted op by op (:mod:`fx2onnx._finalize.opset_down`).
 - A model in training mode is exported as it is, with a warning (as torch does): dropout and batch norm then
   compute what training does.
 - ``dynamo=False`` asks for a TorchScript export: refused with the reason. Options torch's dynamo path ignores
@@ -118,7 +119,7 @@ def split_kwargs_from_args(
 
 def check_old_opset(opset_version: Any, lowest: int) -> None:
     """An opset below the oldest fx2onnx writes, refused with what to pass instead (torch.onnx.export's dynamo path
-    writes opset 18 for it, with a log message; legacy calls often still say 11 or 12)."""
+    writes opset 18 for it, with a log message; legacy calls say 11 or 12 most often, older ones 9 or 10)."""
     if isinstance(opset_version, int) and not isinstance(opset_version, bool) and 0 < opset_version < lowest:
         raise ExportError(
             f"opset_version={opset_version}: fx2onnx writes opset {lowest} to the newest (ONNX Runtime runs them "

@@ -1,17 +1,21 @@
 """Down-conversion: a model emitted at opset 18 (the lowest torchlib implements) rewritten for an older opset.
 
-Users pass ``opset_version=17`` (or 13 to 16) where their deployment runtime needs it. onnx's C++ version converter
+Users pass ``opset_version=17`` (or 11 to 16) where their deployment runtime needs it. onnx's C++ version converter
 has no down adapter for Split-18, Pow-15 or LayerNormalization-17, and onnxscript's converts upward only, so each
 op fx2onnx emits is adapted here, node by node, in every graph and subgraph:
 
 - an op whose newer version only took more types is kept: legalize, which runs next at the target opset, casts
   what the target has no kernel for, and the ONNX checker then holds the types to the target's schemas;
-- an op whose newer version moved an input to an attribute (Reduce*'s axes), split its sizes differently (Split's
-  ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the old form; Scatter*
-  with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
+- an op whose newer version moved an input to an attribute (Reduce*'s axes; below 13 Squeeze's, Unsqueeze's and
+  ReduceSum's axes, Split's sizes, which go back to attributes where they are constants), split its sizes
+  differently (Split's ``num_outputs``) or added an attribute at a value the old op means anyway is rewritten to the
+  old form; Scatter* with a reduction (add and mul at 16, max and min at 18) becomes a Loop of plain scatters;
 - an op new since the target (LayerNormalization, CastLike, Trilu, HardSwish, Mish, Bitwise* of integers,
-  DFT as a matrix product, 4-D GridSample as gathers, Col2Im as padded sums) is spelt out in
-  older ops, computing what eager computes at the extremes too (NaN and infinite inputs, coordinates off the image);
+  DFT as a matrix product, window functions as constants, 4-D GridSample as gathers, Col2Im as padded sums; below
+  12 GreaterOrEqual, LessOrEqual, Celu, Einsum as a broadcast product and sum; Max, Min, Clip of integers, which
+  no older float holds exactly) or whose older version means something else (Softmax-11 flattens to 2-D: an inner
+  axis is swapped with the last around it) is spelt out in older ops, computing what eager computes at the
+  extremes too (NaN and infinite inputs, coordinates off the image);
 - anything else is refused with the op, the opset it needs and the user's source line: never a node that means
   something else at the older version.
 """
@@ -26,9 +30,9 @@ from fx2onnx._finalize.opset_down.rewriting import Adapter, OpsetRefused, since
 from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
 from fx2onnx.errors import ExportError, source_line
 
-LOWEST_OPSET = 13
-"""The oldest opset an export may target: 13 made Split's, Squeeze's and ReduceSum's axes inputs, as torchlib
-emits them; below it every such node would need rewriting too."""
+LOWEST_OPSET = 11
+"""The oldest opset an export may target: 11 gave Pad, Clip, Resize, Slice and TopK the inputs torchlib gives them
+(and negative axes); below it most nodes would need rewriting."""
 
 
 class DownConvertPass(ir.passes.InPlacePass):
@@ -42,13 +46,19 @@ class DownConvertPass(ir.passes.InPlacePass):
         modified = False
         graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
         for graph in graphs:
-            for node in list(ir.traversal.RecursiveGraphIterator(graph)):
-                if node.domain not in ("", "ai.onnx") or since(node.op_type, BASE_OPSET) <= self.opset:
-                    continue
-                try:
-                    modified |= _convert(node, self.opset)
-                except OpsetRefused as refusal:
-                    raise _refusal_error(node, self.opset, str(refusal)) from None
+            seen: set[ir.Node] = set()
+            while True:  # again over the nodes adapters added, in opset 13's forms (Unsqueeze's axes as an input)
+                nodes = [node for node in ir.traversal.RecursiveGraphIterator(graph) if node not in seen]
+                if not nodes:
+                    break
+                seen.update(nodes)
+                for node in nodes:
+                    if node.domain not in ("", "ai.onnx") or since(node.op_type, BASE_OPSET) <= self.opset:
+                        continue
+                    try:
+                        modified |= _convert(node, self.opset)
+                    except OpsetRefused as refusal:
+                        raise _refusal_error(node, self.opset, str(refusal)) from None
         return ir.passes.PassResult(model, modified)
 
 
@@ -92,9 +102,20 @@ def _refusal_error(node: ir.Node, opset: int, reason: str) -> ExportError:
 
 _ADAPTERS: dict[str, Adapter] = {
     **dict.fromkeys(old_forms.REDUCTIONS, old_forms.reduce_axes_as_attribute),
-    "Split": old_forms.split_sizes_as_input,
+    "ReduceSum": old_forms.reduce_sum_11,
+    **dict.fromkeys(("Squeeze", "Unsqueeze"), old_forms.axes_as_attribute),
+    "Split": old_forms.split_11,
     "Pad": old_forms.pad_without_axes,
-    "Resize": old_forms.resize_13,
+    "Resize": old_forms.resize_11,
+    "Constant": old_forms.constant_11,
+    **dict.fromkeys(("ArgMax", "ArgMin"), old_forms.defaults_dropped({"select_last_index": 0}, new_in=12)),
+    "GatherND": old_forms.defaults_dropped({"batch_dims": 0}, new_in=12),
+    **dict.fromkeys(("Softmax", "LogSoftmax", "Hardmax"), spelt_out.softmax_along_last),
+    **dict.fromkeys(("GreaterOrEqual", "LessOrEqual"), spelt_out.compare_or_equal),
+    "Celu": spelt_out.celu_spelt_out,
+    "Einsum": spelt_out.einsum_as_product,
+    **dict.fromkeys(("HannWindow", "HammingWindow", "BlackmanWindow"), spelt_out.window_as_constant),
+    **dict.fromkeys(("Max", "Min", "Clip"), spelt_out.integer_extremes_as_where),
     "ScatterElements": spelt_out.scatter_reduction,
     "ScatterND": spelt_out.scatter_reduction,
     "Shape": old_forms.shape_sliced,

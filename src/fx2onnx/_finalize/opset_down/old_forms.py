@@ -1,12 +1,21 @@
-"""Adapters to an op's older form: inputs back to attributes (Reduce* axes, Split sizes, Pad/Resize axes), new
-attributes dropped where they hold their old meaning, Shape's start/end as Slice, CastLike as Cast."""
+"""Adapters to an op's older form: inputs back to attributes (Reduce* axes, Split sizes, Pad/Resize axes, and below
+13 Squeeze's, Unsqueeze's, ReduceSum's axes and Split's sizes), new attributes dropped where they hold their old
+meaning, Shape's start/end as Slice, CastLike as Cast, Constant's number attributes as its tensor."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
 
-from fx2onnx._finalize.opset_down.rewriting import Adapter, OpsetRefused, constant_ints, int64s, replace, typed
+from fx2onnx._finalize.opset_down.rewriting import (
+    Adapter,
+    OpsetRefused,
+    constant_ints,
+    int64s,
+    known_dtype,
+    replace,
+    typed,
+)
 
 
 def reduce_axes_as_attribute(node: ir.Node, opset: int) -> None:
@@ -23,6 +32,35 @@ def reduce_axes_as_attribute(node: ir.Node, opset: int) -> None:
     node.resize_inputs(1)
     if axes:
         node.attributes["axes"] = ir.AttrInt64s("axes", axes)
+
+
+def reduce_sum_11(node: ir.Node, opset: int) -> None:
+    """ReduceSum-13's axes input as the attribute ReduceSum-11 takes."""
+    if opset < 13:
+        reduce_axes_as_attribute(node, opset)
+
+
+def axes_as_attribute(node: ir.Node, opset: int) -> None:
+    """Squeeze-13's and Unsqueeze-13's axes input as the attribute their version 11 takes (a constant only)."""
+    if opset >= 13 or len(node.inputs) < 2:
+        return
+    axes = constant_ints(node.inputs[1])
+    if axes is None:
+        raise OpsetRefused(f"{node.op_type}'s axes are computed at run time; before opset 13 they are an attribute")
+    node.resize_inputs(1)
+    node.attributes["axes"] = ir.AttrInt64s("axes", axes)
+
+
+def split_11(node: ir.Node, opset: int) -> None:
+    """Split-18 as Split-13 (sizes as an input), then below 13 its sizes as the attribute Split-11 takes."""
+    split_sizes_as_input(node, opset)
+    if opset >= 13 or len(node.inputs) < 2:
+        return
+    sizes = constant_ints(node.inputs[1])
+    if sizes is None:
+        raise OpsetRefused("Split's sizes are computed at run time; before opset 13 they are an attribute")
+    node.resize_inputs(1)
+    node.attributes["split"] = ir.AttrInt64s("split", sizes)
 
 
 def split_sizes_as_input(node: ir.Node, opset: int) -> None:
@@ -119,6 +157,56 @@ def resize_13(node: ir.Node, opset: int) -> None:
         node.replace_input_with(index, full)
 
 
+def resize_11(node: ir.Node, opset: int) -> None:
+    """Resize-18 as Resize-13, then below 13 its roi and scales given as empty tensors where left out (Resize-11
+    requires both inputs; an empty one means none)."""
+    resize_13(node, opset)
+    if opset >= 13:
+        return
+    sizes = node.inputs[3] if len(node.inputs) > 3 else None
+    missing = [index for index in (1, 2) if node.inputs[index] is None] if len(node.inputs) > 2 else [1, 2]
+    if not missing:
+        return
+    if sizes is None and 2 in missing:
+        raise OpsetRefused("Resize with neither scales nor sizes")
+    node.resize_inputs(max(len(node.inputs), 3))
+    for index in missing:
+        empty = ir.node("Constant", [], {"value": ir.tensor(np.zeros(0, dtype=np.float32), name=f"resize_{index}")})
+        empty.outputs[0].dtype, empty.outputs[0].shape = ir.DataType.FLOAT, ir.Shape([0])
+        node.graph.insert_before(node, empty)
+        node.replace_input_with(index, empty.outputs[0])
+
+
+def constant_11(node: ir.Node, opset: int) -> None:
+    """Constant-12's value_int(s), value_float(s) and value_string(s) as the tensor Constant-11 holds."""
+    if opset >= 12:
+        return
+    for name, dtype in _CONSTANT_ATTRIBUTES.items():
+        _constant_as_tensor(node, name, dtype)
+
+
+_CONSTANT_ATTRIBUTES: dict[str, type] = {
+    "value_int": np.int64,
+    "value_ints": np.int64,
+    "value_float": np.float32,
+    "value_floats": np.float32,
+    "value_string": np.object_,
+    "value_strings": np.object_,
+}
+
+
+def _constant_as_tensor(node: ir.Node, name: str, dtype: type) -> None:
+    attribute = node.attributes.pop(name, None)
+    if attribute is None:
+        return
+    if attribute.is_ref():
+        raise OpsetRefused(f"Constant's {name} referring to a function attribute needs opset 12")
+    value = attribute.value
+    array = np.asarray(list(value) if isinstance(value, (list, tuple)) else value, dtype=dtype)
+    tensor = ir.StringTensor(array) if dtype is np.object_ else ir.tensor(array)
+    node.attributes["value"] = ir.AttrTensor("value", tensor)
+
+
 def shape_sliced(node: ir.Node, opset: int) -> None:
     """Shape-15's start and end as Shape then Slice."""
     start = node.attributes.pop("start", None)
@@ -137,10 +225,10 @@ def shape_sliced(node: ir.Node, opset: int) -> None:
 
 
 def cast_like_as_cast(node: ir.Node, opset: int) -> None:
-    like = node.inputs[1]
-    if like is None or like.dtype is None:
+    dtype = known_dtype(node.inputs[1])
+    if dtype is None:
         raise OpsetRefused("CastLike to a type not known at export")
-    cast = ir.node("Cast", [node.inputs[0]], {"to": ir.AttrInt64("to", like.dtype.value)})
+    cast = ir.node("Cast", [node.inputs[0]], {"to": ir.AttrInt64("to", dtype.value)})
     replace(node, [cast], cast.outputs)
 
 

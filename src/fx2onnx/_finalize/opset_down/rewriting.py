@@ -9,6 +9,7 @@ import onnx.defs
 import onnx_ir as ir
 
 from fx2onnx._constant_arrays import constant_array
+from fx2onnx._records import BASE_OPSET
 
 
 class OpsetRefused(Exception):
@@ -29,6 +30,25 @@ Adapter = Callable[[ir.Node, int], None]
 def constant_ints(value: ir.Value | None) -> list[int] | None:
     array = constant_array(value)
     return None if array is None else [int(v) for v in array.reshape(-1)]
+
+
+def known_dtype(value: ir.Value | None) -> ir.DataType | None:
+    """The dtype of `value`, or where the inliner left it untyped (a torchlib function's intermediate), that of the
+    input its producer's schema gives the same type parameter as the output (Softplus of x: x's)."""
+    while value is not None and value.dtype is None:
+        producer = value.producer()
+        if producer is None or producer.domain not in ("", "ai.onnx") or not producer.inputs:
+            return None
+        try:
+            schema = onnx.defs.get_schema(producer.op_type, BASE_OPSET, "")
+        except onnx.defs.SchemaError:
+            return None
+        output = schema.outputs[min(value.index() or 0, len(schema.outputs) - 1)].type_str
+        value = next(
+            (v for v, formal in zip(producer.inputs, schema.inputs) if formal.type_str == output and v is not None),
+            None,
+        )
+    return value.dtype if value is not None else None
 
 
 def replace(node: ir.Node, new_nodes: Sequence[ir.Node], new_outputs: Sequence[ir.Value]) -> None:
