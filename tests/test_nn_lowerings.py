@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import fx2onnx
 from fx2onnx import Registry
 
 from conftest import Call, assert_exports_and_matches
@@ -209,6 +210,20 @@ def test_scaled_dot_product_attention_bool_mask_scores_beyond_float16(dtype: tor
     mask[0, :, :, :2] = False  # left padding
     mask[1] = False  # a row of padding only
     check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m), query, key, value, mask)
+
+
+@pytest.mark.parametrize("mask_dtype", [None, torch.float32, torch.bool])
+def test_scaled_dot_product_attention_unscaled_records_no_mul(mask_dtype: torch.dtype | None) -> None:
+    """A scale of exactly 1 (T5's attention, which does not scale) multiplies nothing: the emitted graph has no Mul
+    for the optimizer to remove (a rewrite and a fold round), and the scores are eager's."""
+    query, key, value = floats(2, 4, 3, 8), floats(2, 4, 6, 8, seed=2), floats(2, 4, 6, 8, seed=3)
+    args: tuple[torch.Tensor, ...] = (query, key, value)
+    if mask_dtype is not None:
+        args = (*args, floats(3, 6, seed=4) if mask_dtype == torch.float32 else floats(3, 6, seed=4) > 0)
+    model = Call(lambda q, k, v, *m: F.scaled_dot_product_attention(q, k, v, *m, scale=1.0))
+    assert_exports_and_matches(model, args)
+    emitted = fx2onnx.export(model, args, optimize=False).model_proto
+    assert "Mul" not in {node.op_type for node in emitted.graph.node}
 
 
 # --- convolutions -----------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ answer must be the one computed afresh.
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -269,6 +270,42 @@ def test_a_model_exports_the_same_with_and_without_replays(monkeypatch: pytest.M
     monkeypatch.setattr(GraphRecorder, "call_traced", lambda self, function, arguments, call: call())
     traced = fx2onnx.export(model, args).model_proto.SerializeToString()
     assert replayed == traced
+
+
+class _MaskedLayers(torch.nn.Module):
+    """Each layer selects its scores under the same causal mask (a constant folded at emit, of more elements than a
+    trace key holds the bytes of), as T5's attention layers: where.ScalarOther, masked_fill and where.self."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[-1])
+        mask = positions[:, None] >= positions
+        for _ in range(3):
+            x = torch.where(mask, x * 2, torch.finfo(x.dtype).min).softmax(-1)
+            x = x.masked_fill(~mask, -0.0) + torch.where(mask, x, -x)
+        return x
+
+
+def test_selections_under_a_shared_mask_are_replayed(check: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A where/masked_fill lowering reads its operands' producers and fill values (builders._selection_reads, its
+    context_key), and the fold of the mask's negation reads the mask's bytes: the later layers replay the first's
+    selections, and the model is the one fresh traces make."""
+    replayed: list[str] = []
+    replay = GraphRecorder._replay
+
+    def counted(self: GraphRecorder, trace: Any, inputs: Any) -> Any:
+        replayed.extend(node.op_type for node in trace.nodes)
+        return replay(self, trace, inputs)
+
+    monkeypatch.setattr(GraphRecorder, "_replay", counted)
+    x = torch.randn(2, 12, 12)
+    program = check(_MaskedLayers(), (x,))
+    assert replayed.count("Where") >= 2 * 3  # the second and third layers' where.ScalarOther, masked_fill, where.self
+    monkeypatch.setattr(GraphRecorder, "call_traced", lambda self, function, arguments, call: call())
+    import fx2onnx
+
+    assert fx2onnx.export(_MaskedLayers(), (x,)).model_proto.SerializeToString() == (
+        program.model_proto.SerializeToString()
+    )
 
 
 def test_a_users_function_runs_for_each_node() -> None:

@@ -38,10 +38,22 @@ class _Emitter(Protocol):
 class LoweringContext:
     """Handed to a lowering that needs more than its arguments; valid while that lowering runs."""
 
-    def __init__(self, emitter: _Emitter, recorder: GraphRecorder, node: torch.fx.Node) -> None:
+    def __init__(
+        self,
+        emitter: _Emitter,
+        recorder: GraphRecorder,
+        node: torch.fx.Node,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> None:
         self._emitter = emitter
         self._recorder = recorder
         self.node = node  # the FX node being lowered (its args, its example values in meta["val"])
+        # The arguments the rule is called with (its ONNX values and Python values), for its context_key: the key
+        # reads them before the call, where the recorder does not watch them.
+        self.arguments: Mapping[str, Any] = arguments or {}
+        # What the rule's context_key gave for this call (None without one): a rule decides from it what the key
+        # read of its arguments, so that it reads nothing of them the key does not hold.
+        self.key: Hashable | None = None
 
     @property
     def metadata(self) -> Mapping[str, str]:

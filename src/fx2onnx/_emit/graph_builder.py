@@ -182,12 +182,13 @@ class GraphEmitter:
                 if implementation.source != "user" and context_rule(function) is None:
                     result = self.recorder.call_traced(function, kwargs, lambda: _call(function, kwargs, None))
                 elif replay_key is not None:  # a context rule that says what it reads of its context
-                    context = LoweringContext(self, self.recorder, node)
+                    context = LoweringContext(self, self.recorder, node, dict(kwargs))
+                    context.key = replay_key(context)
                     result = self.recorder.call_traced(
-                        (function, replay_key(context)), kwargs, lambda: _call(function, kwargs, context)
+                        (function, context.key), kwargs, lambda: _call(function, kwargs, context)
                     )
                 else:
-                    result = _call(function, kwargs, LoweringContext(self, self.recorder, node))
+                    result = _call(function, kwargs, LoweringContext(self, self.recorder, node, dict(kwargs)))
             except Exception as error:
                 arguments = ", ".join(f"{k}={describe_value(v)}" for k, v in candidate.arguments.items())
                 raise LoweringError(

@@ -171,7 +171,12 @@ class GraphRecorder(evaluator.Evaluator):
             if result is None:
                 return None
             for value in inputs:
-                if value is not None and value.const_value is not None and value.const_value.size > _READ_CONSTANT_SIZE:
+                if (
+                    value is not None
+                    and value.const_value is not None
+                    and value.const_value.size > _READ_CONSTANT_SIZE
+                    and id(value) not in self._constant_keys  # a shared constant is keyed by its value
+                ):
                     _note_watched(value, "const_value")
         # Shared by value, as Python constants are: the same constant folded in each layer is one value, so the
         # nodes that read it stay alike for the optimizer's common subexpression elimination.
@@ -375,7 +380,7 @@ class GraphRecorder(evaluator.Evaluator):
         if self._traces is None or self._log is not None:
             return call()
         try:
-            key, inputs = _trace_key(function, arguments)
+            key, inputs = _trace_key(function, arguments, self._constant_keys)
         except _NotKeyable:
             return call()
         trace = self._traces.get(key, _UNSEEN)
@@ -451,11 +456,15 @@ _UNSEEN = object()
 _Reference = tuple[str, Any, int]
 
 
-def _trace_key(function: Any, arguments: Mapping[str, Any]) -> tuple[tuple[Any, ...], list[ir.Value]]:
+def _trace_key(
+    function: Any, arguments: Mapping[str, Any], shared: Mapping[int, tuple[Any, ...]]
+) -> tuple[tuple[Any, ...], list[ir.Value]]:
     """What a traced function reads of its arguments when it reads only their types: each input value's dtype,
     shape and (a small one's) constant value, which input values are the same value, and the Python arguments
     (by type and repr: -0.0 is not 0.0, True is not 1). The recorder reads the constant values of inputs of up to 64
-    elements (for ONNX's type inference); a function that reads more is seen doing so while its trace is recorded.
+    elements (for ONNX's type inference), and of any size for a constant it shares by value (`shared`: id -> its
+    key in the recorder's shared constants), whose key holds its bytes: a fold at emit reads them (a mask in each
+    attention layer); a function that reads more is seen doing so while its trace is recorded.
     Also the call's distinct input values in order."""
     positions: dict[int, int] = {}
     inputs: list[ir.Value] = []
@@ -474,8 +483,8 @@ def _trace_key(function: Any, arguments: Mapping[str, Any]) -> tuple[tuple[Any, 
             shape = item.shape
             dims = None if shape is None else tuple(d if type(d) is int else (d.value,) for d in shape)
             const = item.const_value
-            data = None
-            if const is not None:
+            data = shared.get(id(item))
+            if const is not None and data is None:
                 try:
                     data = (
                         const.dtype,

@@ -64,8 +64,10 @@ def scaled_dot_product_attention_bool_mask(
         width = op.Cast(op.Shape(q, start=-1), to=compute_type)
         scale_value = op.Div(op.CastLike(1.0, q), op.Sqrt(width))
     else:
-        scale_value = op.CastLike(scale, q)
-    scores = op.Mul(op.MatMul(q, key_transposed), scale_value)
+        scale_value = _scale(scale, q)
+    scores = op.MatMul(q, key_transposed)
+    if scale_value is not None:
+        scores = op.Mul(scores, scale_value)
     zero = op.Constant(value=ir.tensor(0.0, dtype=compute_type))
     minus_infinity = op.Constant(value=ir.tensor(-math.inf, dtype=compute_type))
     scores = op.Add(scores, op.Where(attn_mask, zero, minus_infinity))
@@ -130,6 +132,12 @@ def _onnx_attention(
         attributes["is_causal"] = 1
     result = opset23.Attention(query, key, value, mask, **attributes)
     return op.Squeeze(result, op.Constant(value_ints=[1])) if rank == 3 else result
+
+
+def _scale(scale: float, like: TFloat) -> TFloat | None:
+    """The scores' scale as a constant, None for a scale of exactly 1 (T5's): x * 1 is x, and a Mul by 1 would cost
+    the optimizer a rewrite and a fold to remove."""
+    return None if scale == 1 else op.CastLike(scale, like)
 
 
 def _zero_blocked_rows(scores: TFloat, weights: TFloat) -> TFloat:
@@ -205,8 +213,10 @@ def scaled_dot_product_attention(
     if scale is None:
         scale_value = op.Div(op.CastLike(1.0, q), op.Sqrt(op.CastLike(op.Shape(q, start=-1), q)))
     else:
-        scale_value = op.CastLike(scale, q)
-    scores = op.Mul(op.MatMul(q, key_transposed), scale_value)
+        scale_value = _scale(scale, q)
+    scores = op.MatMul(q, key_transposed)
+    if scale_value is not None:
+        scores = op.Mul(scores, scale_value)
     if is_causal:
         scores = op.Where(_causal_mask(query, key), scores, op.CastLike(-math.inf, q))
     if attn_mask is not None:

@@ -102,18 +102,24 @@ def _is_negative_zero(value: float) -> bool:
     return value == 0 and math.copysign(1.0, value) < 0
 
 
-def _not_a_not(condition: BOOL) -> BOOL:
-    """`condition`, computed otherwise than by a Not (which NotWhereFusion would fold into the Where)."""
+def _is_not_output(condition: BOOL) -> bool:
     producer = condition.producer() if isinstance(condition, ir.Value) else None
-    if producer is not None and producer.op_type == "Not" and producer.domain in ("", "ai.onnx"):
-        return op.Equal(producer.inputs[0], op.Constant(value=_false_tensor()))
+    return producer is not None and producer.op_type == "Not" and producer.domain in ("", "ai.onnx")
+
+
+def _not_a_not(condition: BOOL, is_not: bool) -> BOOL:
+    """`condition`, computed otherwise than by a Not (which NotWhereFusion would fold into the Where). `is_not`:
+    whether a Not computes it (_is_not_output)."""
+    if is_not:
+        (negated,) = condition.producer().inputs
+        return op.Equal(negated, op.Constant(value=_false_tensor()))
     return condition
 
 
-def _negated(condition: BOOL) -> BOOL:
-    producer = condition.producer() if isinstance(condition, ir.Value) else None
-    if producer is not None and producer.op_type == "Not" and producer.domain in ("", "ai.onnx"):
-        return _not_a_not(producer.inputs[0])
+def _negated(condition: BOOL, is_not: bool) -> BOOL:
+    if is_not:
+        (negated,) = condition.producer().inputs
+        return _not_a_not(negated, _is_not_output(negated))
     return op.Equal(condition, op.Constant(value=_false_tensor()))
 
 
@@ -154,22 +160,38 @@ def _first_branch_safe(value: object) -> bool:
     return fill is not None and not _is_negative_zero(fill)
 
 
-def _select(condition: BOOL, chosen: TFloat | float, otherwise: TFloat | float, like: TFloat) -> TFloat:
+def _selection_reads(condition: BOOL, chosen: TFloat | float, otherwise: TFloat | float) -> tuple[bool, bool, bool]:
+    """All _select reads of its operands besides their types and shapes: whether `chosen` and `otherwise` may be
+    Where's first branch, whether a Not computes `condition`. A lowering may compute it before its call, as its
+    replay key (context_key), and hand it to _select."""
+    return _first_branch_safe(chosen), _first_branch_safe(otherwise), _is_not_output(condition)
+
+
+def _select(
+    condition: BOOL,
+    chosen: TFloat | float,
+    otherwise: TFloat | float,
+    like: TFloat,
+    reads: tuple[bool, bool, bool] | None = None,
+) -> TFloat:
     """Eager's where(condition, chosen, otherwise) on floats, zero signs kept. An operand fixed to a value other than
     -0.0 (a number, a scalar constant, a filled tensor) may stay in the first branch: one Where (and one Equal on
     the booleans to put `chosen` second). Two tensors (or a -0.0 fill) cost two Wheres and a Mul:
-    Where(not c, 1, chosen) * Where(c, 1, otherwise), exact (x * 1 is x)."""
+    Where(not c, 1, chosen) * Where(c, 1, otherwise), exact (x * 1 is x). `reads`: _selection_reads of the operands,
+    when the caller has it."""
 
     def tensor(value: TFloat | float) -> TFloat:
         return _const(float(value), like) if isinstance(value, (bool, int, float)) else value
 
-    if _first_branch_safe(chosen):
-        return op.Where(_not_a_not(condition), tensor(chosen), tensor(otherwise))
-    if _first_branch_safe(otherwise):
-        return op.Where(_negated(condition), tensor(otherwise), tensor(chosen))
+    chosen_first, otherwise_first, is_not = reads or _selection_reads(condition, chosen, otherwise)
+    if chosen_first:
+        return op.Where(_not_a_not(condition, is_not), tensor(chosen), tensor(otherwise))
+    if otherwise_first:
+        return op.Where(_negated(condition, is_not), tensor(otherwise), tensor(chosen))
     one = _const(1.0, like)
     return op.Mul(
-        op.Where(_negated(condition), one, tensor(chosen)), op.Where(_not_a_not(condition), one, tensor(otherwise))
+        op.Where(_negated(condition, is_not), one, tensor(chosen)),
+        op.Where(_not_a_not(condition, is_not), one, tensor(otherwise)),
     )
 
 

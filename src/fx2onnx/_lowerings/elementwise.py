@@ -25,6 +25,7 @@ from onnxscript import (
 from onnxscript import opset18 as op
 
 from fx2onnx._constant_arrays import constant_array
+from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.builders import (
     _BITS,
     _LOW_PRECISION,
@@ -43,6 +44,7 @@ from fx2onnx._lowerings.builders import (
     _p_norm,
     _scaled_sum,
     _select,
+    _selection_reads,
     _wide,
     _widened,
     expm1,
@@ -1185,29 +1187,49 @@ def gelu_nn(self: TFloat, approximate: str = "none") -> TFloat:
 
 
 # --- the user's selections, keeping a selected -0.0 (builders._select) ------------------------------------------
-@lowering("aten::where.self", variant="float")
-def where_float(condition: BOOL, self: TFloat, other: TFloat) -> TFloat:
-    return _select(condition, self, other, self)
+# Their context_key is what _select reads of the operands (_selection_reads), computed before the call: calls alike
+# in it and in their arguments' types are replayed (a model's attention layers select with the same mask).
+def _where_reads(ctx: LoweringContext) -> tuple[bool, bool, bool]:
+    arguments = ctx.arguments
+    return _selection_reads(arguments["condition"], arguments["self"], arguments["other"])
 
 
-@lowering("aten::where.ScalarOther", variant="float")
-def where_scalar_other_float(condition: BOOL, self: TFloat, other: float) -> TFloat:
-    return _select(condition, self, other, self)
+def _fill_reads(ctx: LoweringContext) -> tuple[bool, bool, bool]:
+    arguments = ctx.arguments
+    return _selection_reads(arguments["mask"], arguments["value"], arguments["self"])
 
 
-@lowering("aten::where.ScalarSelf", variant="float")
-def where_scalar_self_float(condition: BOOL, self: float, other: TFloat) -> TFloat:
-    return _select(condition, self, other, other)
+def _key_of_call(ctx: LoweringContext, *values: object) -> tuple[bool, bool, bool] | None:
+    """ctx.key when `ctx` is the emitter's for this call (its arguments are `values`), None when another lowering
+    lends its own context (then _select reads the operands itself)."""
+    arguments = list(ctx.arguments.values())
+    same = len(arguments) == len(values) and all(a is b for a, b in zip(arguments, values))
+    return ctx.key if same else None  # type: ignore[return-value]
 
 
-@lowering("aten::masked_fill.Scalar", variant="float")
-def masked_fill_float(self: TFloat, mask: BOOL, value: float) -> TFloat:
-    return _select(mask, value, self, self)
+@lowering("aten::where.self", variant="float", context=True, context_key=_where_reads)
+def where_float(ctx: LoweringContext, condition: BOOL, self: TFloat, other: TFloat) -> TFloat:
+    return _select(condition, self, other, self, _key_of_call(ctx, condition, self, other))
 
 
-@lowering("aten::masked_fill.Tensor", variant="float")
-def masked_fill_tensor_float(self: TFloat, mask: BOOL, value: TFloat) -> TFloat:
-    return _select(mask, value, self, self)
+@lowering("aten::where.ScalarOther", variant="float", context=True, context_key=_where_reads)
+def where_scalar_other_float(ctx: LoweringContext, condition: BOOL, self: TFloat, other: float) -> TFloat:
+    return _select(condition, self, other, self, _key_of_call(ctx, condition, self, other))
+
+
+@lowering("aten::where.ScalarSelf", variant="float", context=True, context_key=_where_reads)
+def where_scalar_self_float(ctx: LoweringContext, condition: BOOL, self: float, other: TFloat) -> TFloat:
+    return _select(condition, self, other, other, _key_of_call(ctx, condition, self, other))
+
+
+@lowering("aten::masked_fill.Scalar", variant="float", context=True, context_key=_fill_reads)
+def masked_fill_float(ctx: LoweringContext, self: TFloat, mask: BOOL, value: float) -> TFloat:
+    return _select(mask, value, self, self, _key_of_call(ctx, self, mask, value))
+
+
+@lowering("aten::masked_fill.Tensor", variant="float", context=True, context_key=_fill_reads)
+def masked_fill_tensor_float(ctx: LoweringContext, self: TFloat, mask: BOOL, value: TFloat) -> TFloat:
+    return _select(mask, value, self, self, _key_of_call(ctx, self, mask, value))
 
 
 # --- lerp -------------------------------------------------------------------------------------------------------------
