@@ -93,7 +93,7 @@ REGULAR_SEEDS += [40100413, 40000786]
 # int32 floor-divided by a 0-d float16 tensor: converted straight to float32 where eager converts to float16 first
 # (70000 is inf there; 21000595).
 REGULAR_SEEDS += [21000595]
-# gelu (tanh form) of a 0-d tensor: ONNX Runtime's FastGelu fusion refused it at load (docs/ort-defects.md 14; 40001174).
+# gelu (tanh form) of a 0-d tensor: ONNX Runtime's FastGelu fusion refused it (docs/ort-defects.md 14; 40001174).
 REGULAR_SEEDS += [40001174]
 
 
