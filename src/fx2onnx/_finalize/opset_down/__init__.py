@@ -25,7 +25,7 @@ from __future__ import annotations
 import onnx.defs
 import onnx_ir as ir
 
-from fx2onnx._finalize.opset_down import old_forms, spelt_out
+from fx2onnx._finalize.opset_down import old_forms, sampling, scatter, spectral, spelt_out
 from fx2onnx._finalize.opset_down.rewriting import Adapter, OpsetRefused, since
 from fx2onnx._records import BASE_OPSET, FX_NODE, STACK_TRACE, TARGET
 from fx2onnx.errors import ExportError, source_line
@@ -114,10 +114,10 @@ _ADAPTERS: dict[str, Adapter] = {
     **dict.fromkeys(("GreaterOrEqual", "LessOrEqual"), spelt_out.compare_or_equal),
     "Celu": spelt_out.celu_spelt_out,
     "Einsum": spelt_out.einsum_as_product,
-    **dict.fromkeys(("HannWindow", "HammingWindow", "BlackmanWindow"), spelt_out.window_as_constant),
+    **dict.fromkeys(("HannWindow", "HammingWindow", "BlackmanWindow"), spectral.window_as_constant),
     **dict.fromkeys(("Max", "Min", "Clip"), spelt_out.integer_extremes_as_where),
-    "ScatterElements": spelt_out.scatter_reduction,
-    "ScatterND": spelt_out.scatter_reduction,
+    "ScatterElements": scatter.scatter_reduction,
+    "ScatterND": scatter.scatter_reduction,
     "Shape": old_forms.shape_sliced,
     "CastLike": old_forms.cast_like_as_cast,
     "LayerNormalization": spelt_out.layer_norm_spelt_out,
@@ -126,9 +126,9 @@ _ADAPTERS: dict[str, Adapter] = {
     "Mish": spelt_out.mish_spelt_out,
     "BitwiseNot": spelt_out.bitwise_not_as_sub,
     **dict.fromkeys(("BitwiseAnd", "BitwiseOr", "BitwiseXor"), spelt_out.bitwise_by_bits),
-    "DFT": spelt_out.dft_as_matmul,
-    "GridSample": spelt_out.grid_sample_spelt_out,
-    "Col2Im": spelt_out.col2im_as_pads,
+    "DFT": spectral.dft_as_matmul,
+    "GridSample": sampling.grid_sample_spelt_out,
+    "Col2Im": sampling.col2im_as_pads,
     "RoiAlign": old_forms.roi_align_mode,
     "Reshape": old_forms.reshape_13,
     "BatchNormalization": old_forms.batch_norm_inference,
