@@ -525,3 +525,13 @@ def test_tanh_gelu_of_a_zero_dimensional_tensor_runs(dtype: torch.dtype) -> None
     for function in (lambda x: F.gelu(x, approximate="tanh"), gpt2_gelu):
         for value in (-5.0, 0.7, 3.0):
             check(One(lambda x, f=function: f(torch.sinc(x))), (torch.tensor(value, dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_two_gelus_of_one_tensor_load(check: Callable[..., Any], dtype: torch.dtype) -> None:
+    """gelu(h) + gelu(h, approximate="tanh"): the optimizer shares their h * 0.5, and ONNX Runtime's GeluFusion removed
+    that node with the erf gelu it fused, so the default session refused the model ("Node input ... is not a graph
+    input"); fusion_guards gives the other reader its own product (docs/ort-defects.md)."""
+    model = One(lambda h: F.gelu(h) + F.gelu(h, approximate="tanh"))
+    x = torch.tensor([[-6.0, -3.0, -0.5, 0.0, 0.5, 3.0, 6.0, float("nan")]], dtype=dtype).repeat(2, 1)
+    check(model, (x,))

@@ -30,6 +30,10 @@ session than with optimizations off; each such runtime defect is described, with
   rank 1 or more: a 0-d gelu(x, approximate="tanh") failed when run (fuzz seed 40001174). A 0-d Tanh takes its
   input through a same-shape Reshape, which the fusion does not look through.
 
+- ``GeluFusion`` removes the ``x * 0.5`` node it finds among x's consumers with the erf gelu it fuses, even when
+  other nodes read that product: two gelus of one tensor (erf and tanh forms, the product shared by the optimizer)
+  gave a model the session refused. The other readers get their own product, of x through a same-shape Reshape.
+
 ONNX Runtime also refuses to create a session for a model with an integer ``Div``/``Mod`` by a constant holding a
 zero ("Integer modulo by zero", at kernel creation), where eager's ``empty_uint8 % 0`` is an empty tensor (and a
 non-empty one raises ZeroDivisionError). The zeros of such a constant divisor become ones: the model loads, and
@@ -61,6 +65,7 @@ def guard_fusions(model: ir.Model) -> int:
                     inserted += _non_finite_scale_kept_apart(graph, node)
             elif node.op_type == "Mul" and node.domain in _STANDARD:
                 inserted += _non_finite_scale_kept_apart(graph, node)
+                inserted += _shared_gelu_half_kept_apart(graph, node)
             elif node.op_type in ("Add", "Sub") and node.domain in _STANDARD:
                 inserted += _zero_addition_kept(graph, node)
             elif node.op_type == "Cast" and node.domain in _STANDARD and _cast_target(node) in _NARROW_FLOATS:
@@ -176,6 +181,54 @@ def _scalar_tanh_kept_apart(graph: ir.Graph | ir.Function, node: ir.Node) -> int
     if producer is None or source is not producer.outputs[0] or source.shape is None or source.shape.rank() != 0:
         return 0
     return _guard_uses(graph, producer, [(node, 0)])
+
+
+def _shared_gelu_half_kept_apart(graph: ir.Graph | ir.Function, node: ir.Node) -> int:
+    """x * 0.5 (`node`) read by the last Mul of an erf gelu, (1 + erf(.)) * (x * 0.5), and by other nodes (two gelus
+    of one tensor, the product shared by the optimizer's common subexpressions): GeluFusion removes this node with
+    the gelu it fuses, and the session refuses the model, whose other readers then read a value nothing computes
+    ("Node input ... is not a graph input"). The other readers get their own x * 0.5 of x through a same-shape
+    Reshape, which the fusion, finding its Mul among x's consumers, does not look through."""
+    output = node.outputs[0]
+    uses = list(output.uses())
+    if len(uses) < 2 or len(node.inputs) != 2 or not any(_ends_an_erf_gelu(user) for user, _ in uses):
+        return 0
+    others = [(user, index) for user, index in uses if not _ends_an_erf_gelu(user)]
+    for position, value in enumerate(node.inputs):
+        if value is None or constant_array(value) is not None or value.shape is None:
+            continue
+        name = f"{output.name or 'gelu_half'}_apart"
+        keep_dims = ir.tensor(np.zeros(value.shape.rank(), np.int64))  # Reshape's 0 keeps a dimension as it is
+        zeros = ir.node("Constant", [], {"value": keep_dims}, name=f"{name}_shape")
+        zeros.outputs[0].name, zeros.outputs[0].type = f"{name}_shape", ir.TensorType(ir.DataType.INT64)
+        view = ir.node("Reshape", [value, zeros.outputs[0]], name=f"{name}_view")
+        view.outputs[0].name, view.outputs[0].type, view.outputs[0].shape = f"{name}_view", value.type, value.shape
+        inputs = list(node.inputs)
+        inputs[position] = view.outputs[0]
+        copy = ir.node("Mul", inputs, name=name)
+        copy.outputs[0].name = name
+        copy.outputs[0].type, copy.outputs[0].shape = output.type, output.shape
+        for new_node in (zeros, view, copy):
+            for key, meta in node.metadata_props.items():
+                new_node.metadata_props[key] = meta
+        graph.insert_after(node, [zeros, view, copy])
+        for user, index in others:
+            user.replace_input_with(index, copy.outputs[0])
+        return 1
+    return 0
+
+
+def _ends_an_erf_gelu(node: ir.Node) -> bool:
+    """Whether `node` is a Mul of (1 + erf(.)) by something: the last node of the erf form of gelu."""
+    if node.op_type != "Mul" or node.domain not in _STANDARD:
+        return False
+    for value in node.inputs:
+        plus = value.producer() if value is not None else None
+        if plus is not None and plus.op_type == "Add":
+            sources = [operand.producer() for operand in plus.inputs if operand is not None]
+            if any(source is not None and source.op_type == "Erf" for source in sources):
+                return True
+    return False
 
 
 def _graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
