@@ -198,20 +198,17 @@ def _shared_gelu_half_kept_apart(graph: ir.Graph | ir.Function, node: ir.Node) -
         if value is None or constant_array(value) is not None or value.shape is None:
             continue
         name = f"{output.name or 'gelu_half'}_apart"
-        keep_dims = ir.tensor(np.zeros(value.shape.rank(), np.int64))  # Reshape's 0 keeps a dimension as it is
-        zeros = ir.node("Constant", [], {"value": keep_dims}, name=f"{name}_shape")
-        zeros.outputs[0].name, zeros.outputs[0].type = f"{name}_shape", ir.TensorType(ir.DataType.INT64)
-        view = ir.node("Reshape", [value, zeros.outputs[0]], name=f"{name}_view")
-        view.outputs[0].name, view.outputs[0].type, view.outputs[0].shape = f"{name}_view", value.type, value.shape
+        view = _same_shape_view(graph, value, node, name)
         inputs = list(node.inputs)
-        inputs[position] = view.outputs[0]
+        inputs[position] = view
         copy = ir.node("Mul", inputs, name=name)
         copy.outputs[0].name = name
         copy.outputs[0].type, copy.outputs[0].shape = output.type, output.shape
-        for new_node in (zeros, view, copy):
-            for key, meta in node.metadata_props.items():
-                new_node.metadata_props[key] = meta
-        graph.insert_after(node, [zeros, view, copy])
+        for key, meta in node.metadata_props.items():
+            copy.metadata_props[key] = meta
+        view_node = view.producer()
+        assert view_node is not None
+        graph.insert_after(view_node, copy)
         for user, index in others:
             user.replace_input_with(index, copy.outputs[0])
         return 1
@@ -277,23 +274,28 @@ def _guard_uses(graph: ir.Graph | ir.Function, node: ir.Node, uses: list[tuple[i
     output = node.outputs[0]
     if not uses:
         return 0
-    name = output.name or node.name or "matmul_integer"
-    rank = output.shape.rank() if output.shape is not None else None
-    if rank is not None:  # Reshape's 0 keeps each dimension as it is, whatever its size at run time
-        shape_node = ir.node("Constant", [], {"value": ir.tensor(np.zeros(rank, np.int64))}, name=f"{name}_guard_shape")
-    else:
-        shape_node = ir.node("Shape", [output], name=f"{name}_guard_shape")
-    shape_node.outputs[0].name = f"{name}_guard_shape"
-    shape_node.outputs[0].type = ir.TensorType(ir.DataType.INT64)
-    reshape = ir.node("Reshape", [output, shape_node.outputs[0]], name=f"{name}_fusion_guard")
-    guarded = reshape.outputs[0]
-    guarded.name = f"{name}_fusion_guard"
-    guarded.type = output.type
-    guarded.shape = output.shape
-    for key in ("pkg.fx2onnx.fx_node", "pkg.fx2onnx.target", "pkg.fx2onnx.stack_trace", "namespace"):
-        if key in node.metadata_props:
-            reshape.metadata_props[key] = node.metadata_props[key]
-    graph.insert_after(node, [shape_node, reshape])
+    guarded = _same_shape_view(graph, output, node, output.name or node.name or "matmul_integer")
     for user, index in uses:
         user.replace_input_with(index, guarded)
     return 1
+
+
+def _same_shape_view(graph: ir.Graph | ir.Function, value: ir.Value, anchor: ir.Node, name: str) -> ir.Value:
+    """`value` through a same-shape Reshape, inserted after `anchor` (whose origin metadata it takes)."""
+    rank = value.shape.rank() if value.shape is not None else None
+    if rank is not None:  # Reshape's 0 keeps each dimension as it is, whatever its size at run time
+        shape_node = ir.node("Constant", [], {"value": ir.tensor(np.zeros(rank, np.int64))}, name=f"{name}_guard_shape")
+    else:
+        shape_node = ir.node("Shape", [value], name=f"{name}_guard_shape")
+    shape_node.outputs[0].name = f"{name}_guard_shape"
+    shape_node.outputs[0].type = ir.TensorType(ir.DataType.INT64)
+    reshape = ir.node("Reshape", [value, shape_node.outputs[0]], name=f"{name}_fusion_guard")
+    guarded = reshape.outputs[0]
+    guarded.name = f"{name}_fusion_guard"
+    guarded.type = value.type
+    guarded.shape = value.shape
+    for key in ("pkg.fx2onnx.fx_node", "pkg.fx2onnx.target", "pkg.fx2onnx.stack_trace", "namespace"):
+        if key in anchor.metadata_props:
+            reshape.metadata_props[key] = anchor.metadata_props[key]
+    graph.insert_after(anchor, [shape_node, reshape])
+    return guarded
