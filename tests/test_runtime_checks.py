@@ -450,3 +450,32 @@ def test_the_models_own_torch_check_of_a_data_dependent_size_is_checked(tmp_path
         with pytest.raises(RuntimeError):
             model(torch.tensor(kept))  # eager refuses too
         _fails_naming(session, r"u0 >= 2, .*torch._check\(kept.shape\[0\] >= 2\)", torch.tensor(kept))
+
+
+class ConvHead(torch.nn.Module):
+    """A detection head's conv on dynamic height and width: the conv's fake kernel asserts ``1 < 3*height*width``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).flatten(2)
+
+
+def test_an_assumption_every_nonempty_size_satisfies_is_checked_without_a_warning(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = ConvHead().eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = fx2onnx.export(
+            model, (torch.randn(1, 3, 8, 8),), dynamic_shapes=({2: Dim("height"), 3: Dim("width")},)
+        )
+    assumed = [note for note in program.report.dynamic_dims or [] if "3*" in note]
+    assert assumed and all("true for every size of at least 1" in note for note in assumed), assumed
+    assert not [w for w in caught if "3*" in str(w.message)], [str(w.message) for w in caught]
+    session = _session(program, tmp_path)
+    with torch.no_grad():
+        for height, width in ((1, 1), (2, 5), (9, 4)):
+            x = torch.randn(1, 3, height, width)
+            np.testing.assert_allclose(_run(session, x)[0], model(x).numpy(), rtol=1e-5, atol=1e-6)

@@ -398,9 +398,10 @@ def _warn_about_dynamic_dims(
     ]
     notes += static
     # torch.export's deferred guards on the sizes (the model's code assumes them) and what cannot be checked
-    notes += [note for note in checks.checked if "assumed by the model's code" in note]
+    warned = [note for note in checks.checked if runtime_checks.EVERY_NONEMPTY_SIZE not in note]
+    notes += [note for note in warned if "assumed by the model's code" in note]
     notes += [note for note in checks.unchecked if runtime_checks.LOWERED_WHOLE not in note]
-    reported = notes + [note for note in checks.checked if "assumed by the model's code" not in note]
+    reported = notes + [note for note in checks.checked if note not in notes]
     reported += [note for note in checks.unchecked if runtime_checks.LOWERED_WHOLE in note]
     if reported:
         export_report.dynamic_dims = reported

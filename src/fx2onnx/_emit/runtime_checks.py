@@ -32,6 +32,7 @@ import onnx_ir as ir
 import sympy
 import torch
 from torch.utils._sympy import functions as sympy_functions
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from fx2onnx._capture import CapturedGraph
 from fx2onnx._capture_size_one import SizeOneVerdict
@@ -258,6 +259,30 @@ def _general_branch(expression: str) -> bool:
     )
 
 
+EVERY_NONEMPTY_SIZE = "true for every size of at least 1"
+
+
+def _holds_for_every_nonempty_size(expression: str) -> bool:
+    """Whether the assertion holds wherever every input dim is at least 1 (``1 < 3*height*width``, a conv's check
+    that its input is not empty): an assumption no user's dynamic dim can break but by an empty input. Unbacked
+    symbols (``u0``: a count or an ``item()``) may be anything."""
+    try:
+        parsed = sympy.sympify(expression)
+    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+        return False
+    if not isinstance(parsed, sympy.Basic) or not parsed.free_symbols:
+        return False
+    ranges = {
+        symbol: ValueRanges(1, sympy.oo) if re.fullmatch(r"s\d+", symbol.name) else ValueRanges.unknown_int()
+        for symbol in parsed.free_symbols
+    }
+    try:
+        bound = bound_sympy(parsed, ranges)
+    except Exception:  # sympy and torch failing to bound an expression is no failure of the export
+        return False
+    return bound.lower is sympy.true and bound.upper is sympy.true
+
+
 def _users_own_check(line: str | None) -> bool:
     """Whether the model's line that asked is its own ``torch._check(...)``: the model states the condition
     (``torch._check(kept.shape[0] >= 2)``), and eager raises where it is false, so the ONNX model checks it, even
@@ -413,6 +438,8 @@ def _assertion_checks(
             same = f"; {GENERAL_BRANCH_SAME}" if verdict is not None else ""
             found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH}{same}): {assumption}")
             continue
+        if _holds_for_every_nonempty_size(expression):  # checked, but no limit of the model's worth a warning
+            assumption += f" ({EVERY_NONEMPTY_SIZE})"
         if node.graph is not graph:  # inside a control-flow body: no output of the main graph can read it
             found.unchecked.append(f"not checked at run time (inside a control-flow body): {assumption}")
             continue
