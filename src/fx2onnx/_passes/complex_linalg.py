@@ -621,7 +621,9 @@ def _cholesky_ex(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
     return {0: _cholesky_factor(build, node.args[0], bool(upper)), 1: info}
 
 
-COMPOSITES.update({aten.linalg_cholesky.default: _cholesky, aten.cholesky.default: _cholesky})
+COMPOSITES[aten.linalg_cholesky.default] = _cholesky
+if hasattr(aten, "cholesky"):  # the deprecated torch.cholesky's op; torch 2.15 removed it
+    COMPOSITES[aten.cholesky.default] = _cholesky
 TUPLES[aten.linalg_cholesky_ex.default] = _cholesky_ex
 TUPLE_RESULTS[aten.linalg_cholesky_ex.default] = {0, 1}
 
