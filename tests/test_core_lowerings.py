@@ -299,10 +299,15 @@ def test_group_norm_of_no_element(dtype: torch.dtype) -> None:
         x = torch.empty(shape, dtype=dtype)
         weight, bias = torch.ones(shape[1], dtype=dtype), torch.zeros(shape[1], dtype=dtype)
         group_norm = Call(lambda x, w, b, g=groups: torch.nn.functional.group_norm(x, g, w, b, eps=1e-3))
-        assert_exports_and_matches(group_norm, (x, weight, bias))
         size = (shape[0], shape[1], math.prod(shape[2:]))
         native = Call(lambda x, g=groups, size=size: torch.native_group_norm(x, None, None, *size, g, 1e-5))
-        assert_exports_and_matches(native, (x,))
+        for call, inputs in ((group_norm, (x, weight, bias)), (native, (x,))):
+            try:
+                call(*inputs)
+            except RuntimeError as error:  # torch 2.15 refuses some inputs of no element: no channel, H*W 0
+                assert "to be greater than 0" in str(error) and not x.numel(), error
+                continue
+            assert_exports_and_matches(call, inputs)
     tiny = torch.finfo(dtype).tiny
     x = torch.tensor([[[tiny, -tiny], [0.0, -0.0]], [[1.0, 2.0], [3.0, 4.0]]], dtype=dtype)
     assert_exports_and_matches(Call(lambda x: torch.nn.functional.group_norm(x, 1)), (x,))
