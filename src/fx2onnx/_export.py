@@ -97,6 +97,11 @@ def export(
     weightless model; the weights are read from the checkpoint only when the model is saved, block by block,
     converted to the dtype of the model's parameters (:mod:`fx2onnx._weights`).
     """
+    given_kwargs = kwargs if kwargs is not None else f if isinstance(f, Mapping) else None
+    args, given_kwargs, input_names, output_names, dynamic_shapes = torch_compat.exportable_module_arguments(
+        model, args, given_kwargs, input_names, output_names, dynamic_shapes
+    )
+    kwargs = given_kwargs if not isinstance(f, Mapping) else kwargs
     # the same export for the same module holding other weights (ONNXProgram.apply_weights, where the export folded
     # the weights), before the arguments below are read into their internal forms
     export_again = functools.partial(

@@ -96,7 +96,7 @@ class ONNXProgram:
 
     def save(
         self,
-        path: str | os.PathLike[str] | BinaryIO,
+        destination: str | os.PathLike[str] | BinaryIO,
         *,
         external_data: bool | str | None = None,
         direct_io: bool | None = None,
@@ -108,9 +108,9 @@ class ONNXProgram:
         """Write the model; weights go to ``<name>.data`` (or the file name `external_data` gives) when asked or
         above 1.5 GB. Returns the weights' file name (relative to the model's folder), or None.
 
-        The save never corrupts, loses or escapes: the files are written in a temporary folder beside `path`,
+        The save never corrupts, loses or escapes: the files are written in a temporary folder beside `destination`,
         flushed to the disk, and swapped in, the weights under a name that nothing references yet, then the
-        ``.onnx`` file in one rename; the model previously at `path` stays whole until then, and its weights'
+        ``.onnx`` file in one rename; the model previously at `destination` stays whole until then, and its weights'
         file is removed after (the folder holds exactly the files of the model saved). When a file of the
         weights' name already exists (the replaced model's), the new weights get a fresh name beside it
         (``model.onnx.3f9a1c2e.data``), which only the new model references. `external_data` must name a file
@@ -135,12 +135,13 @@ class ONNXProgram:
         moving or changing them breaks or changes it (``verify_weights`` says so); saving over it never removes
         them.
 
-        `path` may also be a binary file object (``io.BytesIO``, as torch.onnx.export's `f`): the model is written
-        to it as one protobuf, weights included (no external data). ``keep_initializers_as_inputs=True`` lists the
-        initializers among the graph's inputs too (a runtime may then be fed other values for them);
+        `destination` may also be a binary file object (``io.BytesIO``, as torch.onnx.export's `f`): the model is
+        written to it as one protobuf, weights included (no external data). ``keep_initializers_as_inputs=True``
+        lists the initializers among the graph's inputs too (a runtime may then be fed other values for them);
         ``include_initializers=False`` leaves their data out of the file, and then they must be inputs (as
         torch.onnx's TorchScript exporter made them for ``export_params=False``): the model in memory is unchanged.
         """
+        path = destination  # torch.onnx's name for it
         if not include_initializers and not keep_initializers_as_inputs:
             raise ValueError(
                 "include_initializers=False without keep_initializers_as_inputs=True leaves the weights' values "

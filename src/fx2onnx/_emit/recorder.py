@@ -153,8 +153,7 @@ class GraphRecorder(evaluator.Evaluator):
         if result is None:
             if op_type in ("Shape", "Size"):
                 return None
-            arrays: list[np.ndarray | None] = []
-            for value in inputs:
+            for value in inputs:  # every input checked before any is read: a weight read is one folded (_weight_reads)
                 const = None if value is None else value.const_value
                 if value is not None and (const is None or value.is_graph_input()):
                     return None
@@ -162,6 +161,9 @@ class GraphRecorder(evaluator.Evaluator):
                     return None
                 if const is not None and const.size > folding.INPUT_SIZE_LIMIT:
                     return None
+            arrays: list[np.ndarray | None] = []
+            for value in inputs:
+                const = None if value is None else value.const_value
                 try:
                     arrays.append(None if const is None else const.numpy().view(const.dtype.numpy()))
                 except Exception:  # a weight without bytes (on the meta device: export(weights=...))
