@@ -257,7 +257,8 @@ class ONNXProgram:
                     "or export the module built for it"
                 )
             if tensor is not old:
-                changed[name] = tensor.detach()
+                # a tied weight (one tensor under several names, each its own graph input) changes under all of them
+                changed.update((alias, tensor.detach()) for alias, held in captured.items() if _same_tensor(held, old))
         if not changed:
             return
         if set(changed) <= self.swappable_weights:
@@ -603,6 +604,21 @@ def applied_weights(module: Any, tensors: Mapping[str, torch.Tensor]) -> Iterato
     finally:
         for slots, held, original in reversed(replaced):
             slots[held] = original
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a` and `b` are one tensor (the same object, or views of the same memory alike in every way)."""
+    if a is b:
+        return True
+    if a.device.type == "meta" or b.device.type == "meta" or a.layout != torch.strided or b.layout != torch.strided:
+        return False
+    return (a.untyped_storage().data_ptr(), a.storage_offset(), a.shape, a.stride(), a.dtype) == (
+        b.untyped_storage().data_ptr(),
+        b.storage_offset(),
+        b.shape,
+        b.stride(),
+        b.dtype,
+    )
 
 
 def _numpy_to_torch(array: np.ndarray) -> torch.Tensor:
