@@ -23,7 +23,8 @@
   compute what training does.
 - ``dynamo=False`` asks for a TorchScript export: refused with the reason. Options torch's dynamo path ignores
   (``training``, ``operator_export_type``, ``do_constant_folding``, ``custom_opsets``, ``export_modules_as_functions``,
-  ``autograd_inlining``, ``profile``) are ignored here too, with a warning when not at their defaults.
+  ``autograd_inlining``) are ignored here too, with a warning when not at their defaults; so is ``profile`` (torch
+  profiles its export with it), which changes nothing in the model either.
   ``verbose`` is read, as torch's dynamo path does: ``verbose=True`` shows the export's progress.
 """
 
@@ -259,10 +260,12 @@ def check_options(*, dynamo: bool, **ignored: Any) -> None:
         )
     for name, value in ignored.items():
         if name in IGNORED_OPTIONS and value != IGNORED_OPTIONS[name]:
-            warnings.warn(
-                f"{name}={value!r} is ignored: torch.onnx.export reads it only in its TorchScript exporter",
-                stacklevel=3,
+            why = (
+                "fx2onnx does not profile the export (the report, report=True, gives each stage's time)"
+                if name == "profile"  # torch's dynamo path reads it: a pyinstrument profile of its export
+                else "torch.onnx.export reads it only in its TorchScript exporter"
             )
+            warnings.warn(f"{name}={value!r} is ignored: {why}; the model is the same either way", stacklevel=3)
 
 
 def dynamic_shapes_from_axes(
