@@ -26,6 +26,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 from onnxscript import opset18 as op
+from torch.onnx import is_in_onnx_export  # imported by name, as mmdet and quantization toolkits do
 
 import fx2onnx
 
@@ -1226,3 +1227,21 @@ def test_an_exportable_module_exports_from_its_own_example_arguments(exporter: s
     assert _names(path)[:2] == (["features"], ["scores"])
     x = torch.randn(5, 8)
     _matches(_run_by_name(path, {"features": x}), model(x))
+
+
+class ExportFlagImported(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if is_in_onnx_export():
+            return x + 1  # what the model computes in ONNX (a fake-quantize stand-in, a traceable path)
+        return x - 1
+
+
+@pytest.mark.parametrize("exporter", ["torch.onnx", "fx2onnx"])
+def test_is_in_onnx_export_imported_by_name_is_true_during_the_export(exporter: str, tmp_path: Any) -> None:
+    """``from torch.onnx import is_in_onnx_export`` at a module's top binds torch's function: it must answer True
+    during the export too (fx2onnx replaced only the attribute of torch.onnx: the model took its eager branch)."""
+    path, x = str(tmp_path / "model.onnx"), torch.zeros(3)
+    with _quiet():
+        (torch.onnx.export if exporter == "torch.onnx" else fx2onnx.export)(ExportFlagImported(), (x,), path)
+    _matches(_run_by_name(path, {"x": x}), x + 1)
+    assert not is_in_onnx_export() and torch.equal(ExportFlagImported()(x), x - 1)  # False again afterwards

@@ -611,31 +611,41 @@ class TorchExportExtractor:
         return captured
 
 
+def _exporting() -> bool:
+    return True
+
+
 @contextlib.contextmanager
 def onnx_export_flag() -> Iterator[None]:
     """``torch.onnx.is_in_onnx_export()`` returns True while fx2onnx captures, as in torch's exporters.
 
     The flag that function reads lives in ``torch.onnx._internal`` (no public setter in torch 2.13), which
-    fx2onnx does not import; the public function itself is replaced for the capture's duration instead, so
-    models calling ``torch.onnx.is_in_onnx_export()`` take their export branch.
+    fx2onnx does not import; the public function's code is replaced for the capture's duration instead, so that
+    models take their export branch whether they call ``torch.onnx.is_in_onnx_export()`` or a name imported
+    before the export (``from torch.onnx import is_in_onnx_export``, as mmdet and quantization toolkits do: the
+    same function object).
     """
     import torch.onnx
 
-    original = torch.onnx.is_in_onnx_export
-    if getattr(original, "_fx2onnx_capturing", False):  # a nested export: already set
+    function = torch.onnx.is_in_onnx_export
+    if getattr(function, "_fx2onnx_capturing", False):  # a nested export: already set
         yield
         return
-
-    def is_in_onnx_export() -> bool:
-        return True
-
-    is_in_onnx_export._fx2onnx_capturing = True  # type: ignore[attr-defined]
-    is_in_onnx_export.__doc__ = original.__doc__
-    torch.onnx.is_in_onnx_export = is_in_onnx_export
+    if function.__code__.co_freevars:  # a stand-in closure, which cannot take other code: replaced as a name
+        torch.onnx.is_in_onnx_export = _exporting
+        try:
+            yield
+        finally:
+            torch.onnx.is_in_onnx_export = function
+        return
+    original = function.__code__
+    function.__code__ = _exporting.__code__
+    function._fx2onnx_capturing = True  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        torch.onnx.is_in_onnx_export = original
+        function.__code__ = original
+        del function._fx2onnx_capturing  # type: ignore[attr-defined]
 
 
 class SymbolicTraceExtractor:
