@@ -439,3 +439,20 @@ def test_repr_shows_the_graph_and_the_exported_program() -> None:
     text = repr(program)
     assert text.startswith("ONNXProgram(") and "Conv(" in text and "ExportedProgram" in text
     assert str(program) == text
+
+
+def test_apply_weights_to_a_program_exported_from_an_exported_program() -> None:
+    """No module to export again: the weights used as they are are swapped, the others refused with the way out."""
+    torch.manual_seed(0)
+    model, x = LargeWeights().eval(), torch.randn(2, 16, 6, 6)
+    program = fx2onnx.export(torch.export.export(model, (x,)), (x,))
+    weights = _randomized(model, 3)
+    program.apply_weights(weights)
+    model.load_state_dict(weights)
+    torch.testing.assert_close(program(x)[0], model(x), rtol=1e-4, atol=1e-4)
+    assert all(v.passed for v in program.verify(x))
+    folded, x = FoldedWeights().eval(), torch.randn(2, 3, 8, 8)
+    program = fx2onnx.export(torch.export.export(folded, (x,)), (x,))
+    with pytest.raises(ValueError, match=r"read the values of .*bn\.running_mean.*load_state_dict"):
+        program.apply_weights(_randomized(folded, 3))
+    torch.testing.assert_close(program(x)[0], folded(x), rtol=1e-4, atol=1e-5)  # left as it was

@@ -256,7 +256,7 @@ class ONNXProgram:
                     f"apply_weights: {name!r} is {_describe(tensor)}; the model's is {_describe(old)}: convert it, "
                     "or export the module built for it"
                 )
-            if tensor is not old:
+            if not _same_tensor(tensor, old) and not torch.equal(tensor.detach(), old):
                 # a tied weight (one tensor under several names, each its own graph input) changes under all of them
                 changed.update((alias, tensor.detach()) for alias, held in captured.items() if _same_tensor(held, old))
         if not changed:
@@ -272,9 +272,9 @@ class ONNXProgram:
                         self.captured.weights[node] = (name, changed[name])
         elif self.export_again is None:
             raise ValueError(
-                f"the export folded {', '.join(sorted(set(changed) - self.swappable_weights))} into the model's "
-                "constants, and this program cannot be exported again (exported from an ExportedProgram): export "
-                "the module holding the new weights (module.load_state_dict(state_dict))"
+                f"the export read the values of {', '.join(sorted(set(changed) - self.swappable_weights))} (folded "
+                "into constants, or compared), and this program cannot be exported again (exported from an "
+                "ExportedProgram): export the module holding the new weights (module.load_state_dict(state_dict))"
             )
         else:
             with applied_weights(self._module, {**self._applied, **changed}):
