@@ -620,10 +620,11 @@ def onnx_export_flag() -> Iterator[None]:
     """``torch.onnx.is_in_onnx_export()`` returns True while fx2onnx captures, as in torch's exporters.
 
     The flag that function reads lives in ``torch.onnx._internal`` (no public setter in torch 2.13), which
-    fx2onnx does not import; the public function's code is replaced for the capture's duration instead, so that
-    models take their export branch whether they call ``torch.onnx.is_in_onnx_export()`` or a name imported
-    before the export (``from torch.onnx import is_in_onnx_export``, as mmdet and quantization toolkits do: the
-    same function object).
+    fx2onnx does not import. Instead, for the capture's duration, the public function's code answers True, so that
+    a name imported before the export (``from torch.onnx import is_in_onnx_export``, as mmdet and quantization
+    toolkits do: the same function object) answers True too; and ``torch.onnx.is_in_onnx_export`` names a new
+    function, which torch.export's strict mode inlines (Dynamo answers False for the function objects its tables
+    hold, torch's own among them, whatever their code, as it does under torch.onnx.export).
     """
     import torch.onnx
 
@@ -631,21 +632,23 @@ def onnx_export_flag() -> Iterator[None]:
     if getattr(function, "_fx2onnx_capturing", False):  # a nested export: already set
         yield
         return
-    if function.__code__.co_freevars:  # a stand-in closure, which cannot take other code: replaced as a name
-        torch.onnx.is_in_onnx_export = _exporting
-        try:
-            yield
-        finally:
-            torch.onnx.is_in_onnx_export = function
-        return
+
+    def is_in_onnx_export() -> bool:  # a new object per capture: in no table of Dynamo's
+        return True
+
+    is_in_onnx_export._fx2onnx_capturing = True  # type: ignore[attr-defined]
+    is_in_onnx_export.__doc__ = function.__doc__
     original = function.__code__
-    function.__code__ = _exporting.__code__
-    function._fx2onnx_capturing = True  # type: ignore[attr-defined]
+    swap = not original.co_freevars  # a user's stand-in closure cannot take other code
+    if swap:
+        function.__code__ = _exporting.__code__
+    torch.onnx.is_in_onnx_export = is_in_onnx_export
     try:
         yield
     finally:
-        function.__code__ = original
-        del function._fx2onnx_capturing  # type: ignore[attr-defined]
+        torch.onnx.is_in_onnx_export = function
+        if swap:
+            function.__code__ = original
 
 
 class SymbolicTraceExtractor:
