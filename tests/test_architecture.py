@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
         "fx2onnx._rounding_noise",
         "fx2onnx._streaming",
         "fx2onnx._weights",
+        "fx2onnx._weight_reads",
         "fx2onnx._verification",
         "fx2onnx._fake_kernels",
         "fx2onnx._torch_compat",

@@ -26,6 +26,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 from onnxscript import opset18 as op
+from torch.onnx import is_in_onnx_export  # imported by name, as mmdet and quantization toolkits do
 
 import fx2onnx
 
@@ -1056,3 +1057,191 @@ def test_legacy_options_at_their_defaults_with_report_and_verify(tmp_path: Any) 
     assert os.listdir(tmp_path / "artifacts") == ["Linear_fx2onnx_report.md"]
     assert program.report is not None and all(result.passed for result in program.report.verification)
     _matches(_run_by_name(path, {"input": x}), model(x))
+
+
+# --- after the export call: what users do with the returned ONNXProgram, through both exporters ----------------------
+def _initializer_feed(program: Any) -> dict[str, torch.Tensor]:
+    """The program's weights by their graph names, to feed a model saved with them as inputs only."""
+    graph = program.model.graph
+    return {name: torch.from_numpy(value.const_value.numpy().copy()) for name, value in graph.initializers.items()}
+
+
+def _other_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Other values for every floating-point weight of `model` (batch norm's statistics too), as a state_dict."""
+    generator = torch.Generator().manual_seed(5)
+    return {
+        name: torch.rand(t.shape, generator=generator) + 0.5 if t.is_floating_point() else t.clone()
+        for name, t in model.state_dict().items()
+    }
+
+
+def _use_apply_weights(program: Any, model: torch.nn.Module, args: tuple[Any, ...], path: str) -> list[torch.Tensor]:
+    weights = _other_weights(model)
+    with _quiet():
+        program.apply_weights(weights)
+    model.load_state_dict(weights)  # eager with the same weights
+    program.save(path)
+    return _run_by_name(path, {"x": args[0]})
+
+
+def _use_verify_onnx_program(program: Any, model: torch.nn.Module, args: tuple[Any, ...], path: str) -> list[Any]:
+    from torch.onnx.verification import verify_onnx_program
+
+    with _quiet():
+        infos = verify_onnx_program(program, args)
+    assert infos and all(info.max_abs_diff < 1e-4 for info in infos), infos
+    return list(program(*args))
+
+
+def _use_initialize_inference_session(
+    program: Any, model: torch.nn.Module, args: tuple[Any, ...], path: str
+) -> list[Any]:
+    program.initialize_inference_session(_session)
+    return list(program(*args))
+
+
+def _use_rename_axes(program: Any, model: torch.nn.Module, args: tuple[Any, ...], path: str) -> list[torch.Tensor]:
+    program.rename_axes({program.model.graph.inputs[0].shape[0]: "images"})
+    program.save(path)
+    assert onnx.load(path).graph.input[0].type.tensor_type.shape.dim[0].dim_param == "images"
+    return _run_by_name(path, {"x": args[0]})
+
+
+def _save_model_proto(program: Any, path: str) -> str:
+    onnx.save(program.model_proto, path)
+    return path
+
+
+# (name, model, export's extra options, what the user does: (program, model, args, path) -> outputs to compare)
+USES: list[tuple[str, Callable[[], torch.nn.Module], dict[str, Any], Callable[..., list[Any]]]] = [
+    (
+        "apply-weights-named-parameters",
+        Convolution,
+        {},
+        lambda p, m, a, path: (
+            p.apply_weights(dict(m.named_parameters())),
+            p.save(path),
+            _run_by_name(path, {"x": a[0]}),
+        )[-1],
+    ),
+    ("apply-weights-another-state-dict", Convolution, {}, _use_apply_weights),
+    ("apply-weights-another-state-dict-linear", Linear, {}, _use_apply_weights),
+    (
+        "save-destination-keyword",
+        Linear,
+        {},
+        lambda p, m, a, path: (p.save(destination=path), _run_by_name(path, {"x": a[0]}))[-1],
+    ),
+    (
+        "save-weights-as-inputs-without-data",
+        Convolution,
+        {},
+        lambda p, m, a, path: (
+            p.save(path, include_initializers=False, keep_initializers_as_inputs=True),
+            _run_by_name(path, {"x": a[0], **_initializer_feed(p)}),
+        )[-1],
+    ),
+    (
+        "compute-values-of-an-output",
+        Linear,
+        {},
+        lambda p, m, a, path: list(p.compute_values([p.model.graph.outputs[0].name], a)),
+    ),
+    ("call-reference", Convolution, {}, lambda p, m, a, path: list(p.call_reference(*a))),
+    ("initialize-inference-session", Convolution, {}, _use_initialize_inference_session),
+    ("rename-axes", Convolution, {"dynamic_shapes": ({0: "batch"},)}, _use_rename_axes),
+    ("verify-onnx-program", Convolution, {}, _use_verify_onnx_program),
+    (
+        "onnx-save-model-proto",
+        Convolution,
+        {},
+        lambda p, m, a, path: _run_by_name(_save_model_proto(p, path), {"x": a[0]}),
+    ),
+    ("release-and-call-again", Linear, {}, lambda p, m, a, path: (p(*a), p.release(), list(p(*a)))[-1]),
+]
+
+
+def _run_use(
+    exporter: str, model_class: Callable[[], torch.nn.Module], options: dict[str, Any], use: Any, folder: str
+) -> Outcome:
+    torch.manual_seed(0)
+    model = model_class().eval()
+    args = (r(2, 3, 8, 8),) if model_class is Convolution else (r(2, 8),)
+    try:
+        with _quiet():
+            export = torch.onnx.export if exporter == "torch.onnx" else fx2onnx.export
+            program = export(model, args, dynamo=True, **options)
+        got = use(program, model, args, os.path.join(folder, f"{exporter}.onnx"))
+    except Exception as error:
+        return Outcome("failed", f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}")
+    with torch.no_grad():
+        expected = _flat_outputs(model(*args))
+    mismatch = _compare(
+        [torch.as_tensor(g) for g in got if g is not None], expected, Case("use", model_class, lambda: one(()))
+    )
+    return Outcome("wrong", mismatch) if mismatch else Outcome("correct")
+
+
+@pytest.mark.parametrize(("name", "model", "options", "use"), USES, ids=[use[0] for use in USES])
+def test_what_users_do_with_the_returned_program_works_as_with_torch_onnx(
+    name: str, model: Callable[[], torch.nn.Module], options: dict[str, Any], use: Any, tmp_path: Any
+) -> None:
+    """Every use gives eager's outputs with fx2onnx; torch.onnx's outcome is said when it differs (its
+    ``apply_weights`` leaves batch norm's folded statistics as they were: a silently wrong model)."""
+    reference = _run_use("torch.onnx", model, options, use, str(tmp_path))
+    ours = _run_use("fx2onnx", model, options, use, str(tmp_path))
+    assert ours.status == "correct", (
+        f"{name}: fx2onnx {ours.detail} (torch.onnx: {reference.status} {reference.detail})"
+    )
+
+
+class Exportable(torch.onnx.ExportableModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.proj(x))
+
+    def example_arguments(self) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+        return (torch.randn(2, 8),), None
+
+    def input_names(self) -> tuple[str, ...]:
+        return ("features",)
+
+    def output_names(self) -> tuple[str, ...]:
+        return ("scores",)
+
+    def dynamic_shapes(self) -> Any:
+        return ({0: "batch"},)
+
+
+@pytest.mark.parametrize("exporter", ["torch.onnx", "fx2onnx"])
+def test_an_exportable_module_exports_from_its_own_example_arguments(exporter: str, tmp_path: Any) -> None:
+    """``torch.onnx.export(module)`` of a ``torch.onnx.ExportableModule``: no args, the module gives them, its names
+    and dynamic shapes (fx2onnx: CaptureError, missing a required argument 'x')."""
+    torch.manual_seed(0)
+    model, path = Exportable().eval(), str(tmp_path / "model.onnx")
+    with _quiet():
+        (torch.onnx.export if exporter == "torch.onnx" else fx2onnx.export)(model, f=path)
+    assert _names(path)[:2] == (["features"], ["scores"])
+    x = torch.randn(5, 8)
+    _matches(_run_by_name(path, {"features": x}), model(x))
+
+
+class ExportFlagImported(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if is_in_onnx_export():
+            return x + 1  # what the model computes in ONNX (a fake-quantize stand-in, a traceable path)
+        return x - 1
+
+
+@pytest.mark.parametrize("exporter", ["torch.onnx", "fx2onnx"])
+def test_is_in_onnx_export_imported_by_name_is_true_during_the_export(exporter: str, tmp_path: Any) -> None:
+    """``from torch.onnx import is_in_onnx_export`` at a module's top binds torch's function: it must answer True
+    during the export too (fx2onnx replaced only the attribute of torch.onnx: the model took its eager branch)."""
+    path, x = str(tmp_path / "model.onnx"), torch.zeros(3)
+    with _quiet():
+        (torch.onnx.export if exporter == "torch.onnx" else fx2onnx.export)(ExportFlagImported(), (x,), path)
+    _matches(_run_by_name(path, {"x": x}), x + 1)
+    assert not is_in_onnx_export() and torch.equal(ExportFlagImported()(x), x - 1)  # False again afterwards

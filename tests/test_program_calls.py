@@ -240,3 +240,219 @@ def test_intermediate_values_are_compared_with_nested_inputs_given_in_another_or
     verification = program.verify(shuffled, intermediates=True)
     assert verification.first_mismatch is None
     assert all(r.passed for r in verification)
+
+
+# --- torch.onnx.ONNXProgram's methods, as its users call them after the export --------------------------------------
+def _session_outputs(path: str, feed: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """The saved file run in ONNX Runtime with default session options, as a user loads it."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    outputs = session.run(None, {name: value.detach().numpy() for name, value in feed.items()})
+    return [torch.from_numpy(output) for output in outputs]
+
+
+def _randomized(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """Other weights for `model`'s architecture (batch norm statistics included), as a new state_dict."""
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        name: torch.rand(t.shape, generator=generator) + 0.5 if t.is_floating_point() else t.clone()
+        for name, t in model.state_dict().items()
+    }
+
+
+class LargeWeights(torch.nn.Module):
+    """Weights the export uses as they are (a convolution's, a Linear on 2-D inputs: Gemm reads it untransposed),
+    too large for the optimizer to compare with others."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 32, 3, bias=False)
+        self.fc = torch.nn.Linear(32, 64, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x).mean((2, 3)))
+
+
+class FoldedWeights(torch.nn.Module):
+    """Weights the export folds: batch norm's statistics into a constant, small biases compared by the optimizer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.fc = torch.nn.Linear(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.bn(self.conv(x)).mean((2, 3)))
+
+
+class WeightReadTwice(torch.nn.Module):
+    """A weight used as it is and folded into a constant (its sum): swapping its initializer alone would leave the
+    sum of the old weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(48, 48))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w + self.w.sum()
+
+
+def test_apply_weights_swaps_the_weights_the_export_used_as_they_are_in_place(tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    model, x = LargeWeights().eval(), torch.randn(2, 16, 6, 6)
+    program = fx2onnx.export(model, (x,))
+    assert program.swappable_weights == {"conv.weight", "fc.weight"}
+    program.export_again = None  # the swap needs no second export
+    weights = _randomized(model, 1)
+    program.apply_weights(weights)
+    other = LargeWeights().eval()
+    other.load_state_dict(weights)
+    expected = other(x)
+    torch.testing.assert_close(program(x)[0], expected, rtol=1e-4, atol=1e-4)
+    assert all(v.passed for v in program.verify(x))  # eager runs with the applied weights
+    path = str(tmp_path / "model.onnx")
+    program.save(path)
+    torch.testing.assert_close(_session_outputs(path, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)
+    assert torch.equal(model.conv.weight, LargeWeights().conv.weight) is False  # the module keeps its own weights
+    torch.testing.assert_close(model(x), fx2onnx.export(model, (x,))(x)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("model_class", [FoldedWeights, WeightReadTwice])
+def test_apply_weights_exports_again_where_the_export_read_the_weights(model_class: type, tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    model = model_class().eval()
+    x = torch.randn(2, 3, 8, 8) if model_class is FoldedWeights else torch.randn(3, 48)
+    program = fx2onnx.export(model, (x,))
+    weights = _randomized(model, 2)
+    program.apply_weights(weights)
+    other = model_class().eval()
+    other.load_state_dict(weights)
+    expected = other(x)
+    torch.testing.assert_close(program(x)[0], expected, rtol=1e-4, atol=1e-3)
+    assert all(v.passed for v in program.verify(x))
+    path = str(tmp_path / "model.onnx")
+    program.save(path)
+    torch.testing.assert_close(_session_outputs(path, {"x": x})[0], expected, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(fx2onnx.export(model, (x,))(x)[0], model(x), rtol=1e-4, atol=1e-3)  # module unchanged
+
+
+def test_apply_weights_of_the_models_own_parameters_changes_nothing_and_tied_weights_stay_tied() -> None:
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(40, 48)
+            self.head = torch.nn.Linear(48, 40, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(self.embed(ids))
+
+    torch.manual_seed(0)
+    model, ids = Tied().eval(), torch.randint(0, 40, (2, 5))
+    program = fx2onnx.export(model, (ids,))
+    program.apply_weights(dict(model.named_parameters()))  # a user's call, after torch's documentation
+    torch.testing.assert_close(program(ids)[0], model(ids), rtol=1e-4, atol=1e-4)
+    table = torch.randn(40, 48)
+    program.apply_weights({"embed.weight": table})
+    torch.testing.assert_close(program(ids)[0], table[ids] @ table.T, rtol=1e-4, atol=1e-4)
+    assert all(v.passed for v in program.verify(ids))
+
+
+def test_apply_weights_refuses_another_shape_and_skips_names_the_graph_does_not_read() -> None:
+    model, x = FoldedWeights().eval(), torch.randn(1, 3, 8, 8)
+    program = fx2onnx.export(model, (x,))
+    with pytest.raises(ValueError, match=r"fc\.weight"):
+        program.apply_weights({"fc.weight": torch.zeros(5, 5)})
+    with pytest.raises(ValueError, match=r"fc\.weight"):
+        program.apply_weights({"fc.weight": torch.zeros(5, 4, dtype=torch.float64)})
+    with pytest.warns(UserWarning, match=r"'missing\.weight' not found"):
+        program.apply_weights({"missing.weight": torch.zeros(3)})
+    torch.testing.assert_close(program(x)[0], model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_compute_values_gives_intermediate_values_by_their_names() -> None:
+    class Steps(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            hidden = torch.relu(x * 3.0 - 1.0)
+            return hidden.sum(-1), hidden.amax(-1)
+
+    x = torch.randn(4, 6)
+    program = fx2onnx.export(Steps(), (x,))
+    relu = next(node for node in program.model.graph if node.op_type == "Relu")
+    names = [relu.outputs[0].name, program.model.graph.outputs[1].name, "x"]
+    hidden, amax, given = program.compute_values(names, (x,))
+    torch.testing.assert_close(hidden, torch.relu(x * 3.0 - 1.0))
+    torch.testing.assert_close(amax, torch.relu(x * 3.0 - 1.0).amax(-1))
+    assert torch.equal(given, x)
+    assert len(program.model.graph.outputs) == 2  # the model's outputs are back
+    with pytest.raises(ValueError, match="'nowhere'"):
+        program.compute_values(["nowhere"], (x,))
+
+
+def test_call_reference_runs_onnx_reference_implementation() -> None:
+    torch.manual_seed(0)
+    model, x = FoldedWeights().eval(), torch.randn(2, 3, 8, 8)
+    program = fx2onnx.export(model, (x,))
+    torch.testing.assert_close(program.call_reference(x)[0], model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_initialize_inference_session_with_the_users_initializer() -> None:
+    import onnxruntime
+
+    made: list[Any] = []
+
+    def initializer(model: str | bytes) -> onnxruntime.InferenceSession:
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        made.append(onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"]))
+        return made[-1]
+
+    torch.manual_seed(0)
+    model, x = FoldedWeights().eval(), torch.randn(2, 3, 8, 8)
+    program = fx2onnx.export(model, (x,))
+    program.initialize_inference_session(initializer)
+    torch.testing.assert_close(program(x)[0], model(x), rtol=1e-4, atol=1e-5)
+    assert len(made) == 1 and program.session() is made[0]
+    program.release()
+    torch.testing.assert_close(program(x)[0], model(x), rtol=1e-4, atol=1e-5)
+    assert program.session() is not made[0]
+
+
+def test_rename_axes_renames_the_dims_everywhere(tmp_path: Any) -> None:
+    model, x = FoldedWeights().eval(), torch.randn(2, 3, 8, 8)
+    program = fx2onnx.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("b")},))
+    batch = program.model.graph.inputs[0].shape[0]
+    program.rename_axes({batch: "images"})
+    assert str(program.model.graph.inputs[0].shape[0]) == "images"
+    assert str(program.model.graph.outputs[0].shape[0]) == "images"
+    path = str(tmp_path / "model.onnx")
+    program.save(path)
+    assert onnx.load(path).graph.input[0].type.tensor_type.shape.dim[0].dim_param == "images"
+    x5 = torch.randn(5, 3, 8, 8)
+    torch.testing.assert_close(_session_outputs(path, {"x": x5})[0], model(x5), rtol=1e-4, atol=1e-5)
+
+
+def test_repr_shows_the_graph_and_the_exported_program() -> None:
+    program = fx2onnx.export(FoldedWeights().eval(), (torch.randn(1, 3, 8, 8),))
+    text = repr(program)
+    assert text.startswith("ONNXProgram(") and "Conv(" in text and "ExportedProgram" in text
+    assert str(program) == text
+
+
+def test_apply_weights_to_a_program_exported_from_an_exported_program() -> None:
+    """No module to export again: the weights used as they are are swapped, the others refused with the way out."""
+    torch.manual_seed(0)
+    model, x = LargeWeights().eval(), torch.randn(2, 16, 6, 6)
+    program = fx2onnx.export(torch.export.export(model, (x,)), (x,))
+    weights = _randomized(model, 3)
+    program.apply_weights(weights)
+    model.load_state_dict(weights)
+    torch.testing.assert_close(program(x)[0], model(x), rtol=1e-4, atol=1e-4)
+    assert all(v.passed for v in program.verify(x))
+    folded, x = FoldedWeights().eval(), torch.randn(2, 3, 8, 8)
+    program = fx2onnx.export(torch.export.export(folded, (x,)), (x,))
+    with pytest.raises(ValueError, match=r"read the values of .*bn\.running_mean.*load_state_dict"):
+        program.apply_weights(_randomized(folded, 3))
+    torch.testing.assert_close(program(x)[0], folded(x), rtol=1e-4, atol=1e-5)  # left as it was

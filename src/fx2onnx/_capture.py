@@ -611,31 +611,44 @@ class TorchExportExtractor:
         return captured
 
 
+def _exporting() -> bool:
+    return True
+
+
 @contextlib.contextmanager
 def onnx_export_flag() -> Iterator[None]:
     """``torch.onnx.is_in_onnx_export()`` returns True while fx2onnx captures, as in torch's exporters.
 
     The flag that function reads lives in ``torch.onnx._internal`` (no public setter in torch 2.13), which
-    fx2onnx does not import; the public function itself is replaced for the capture's duration instead, so
-    models calling ``torch.onnx.is_in_onnx_export()`` take their export branch.
+    fx2onnx does not import. Instead, for the capture's duration, the public function's code answers True, so that
+    a name imported before the export (``from torch.onnx import is_in_onnx_export``, as mmdet and quantization
+    toolkits do: the same function object) answers True too; and ``torch.onnx.is_in_onnx_export`` names a new
+    function, which torch.export's strict mode inlines (Dynamo answers False for the function objects its tables
+    hold, torch's own among them, whatever their code, as it does under torch.onnx.export).
     """
     import torch.onnx
 
-    original = torch.onnx.is_in_onnx_export
-    if getattr(original, "_fx2onnx_capturing", False):  # a nested export: already set
+    function = torch.onnx.is_in_onnx_export
+    if getattr(function, "_fx2onnx_capturing", False):  # a nested export: already set
         yield
         return
 
-    def is_in_onnx_export() -> bool:
+    def is_in_onnx_export() -> bool:  # a new object per capture: in no table of Dynamo's
         return True
 
     is_in_onnx_export._fx2onnx_capturing = True  # type: ignore[attr-defined]
-    is_in_onnx_export.__doc__ = original.__doc__
+    is_in_onnx_export.__doc__ = function.__doc__
+    original = function.__code__
+    swap = not original.co_freevars  # a user's stand-in closure cannot take other code
+    if swap:
+        function.__code__ = _exporting.__code__
     torch.onnx.is_in_onnx_export = is_in_onnx_export
     try:
         yield
     finally:
-        torch.onnx.is_in_onnx_export = original
+        torch.onnx.is_in_onnx_export = function
+        if swap:
+            function.__code__ = original
 
 
 class SymbolicTraceExtractor:

@@ -25,6 +25,7 @@ from fx2onnx import _dtypes as dtypes
 from fx2onnx import _finalize as finalize_stage
 from fx2onnx import _passes as passes
 from fx2onnx import _torch_compat as torch_compat
+from fx2onnx import _weight_reads as weight_reads
 from fx2onnx import _weights as checkpoint_weights
 from fx2onnx import legalize
 from fx2onnx._dispatch import ArgumentBinding, Dispatcher
@@ -96,6 +97,33 @@ def export(
     weightless model; the weights are read from the checkpoint only when the model is saved, block by block,
     converted to the dtype of the model's parameters (:mod:`fx2onnx._weights`).
     """
+    given_kwargs = kwargs if kwargs is not None else f if isinstance(f, Mapping) else None
+    args, given_kwargs, input_names, output_names, dynamic_shapes = torch_compat.exportable_module_arguments(
+        model, args, given_kwargs, input_names, output_names, dynamic_shapes
+    )
+    kwargs = given_kwargs if not isinstance(f, Mapping) else kwargs
+    # the same export for the same module holding other weights (ONNXProgram.apply_weights, where the export folded
+    # the weights), before the arguments below are read into their internal forms
+    export_again = functools.partial(
+        export,
+        args=args,
+        f=f if isinstance(f, Mapping) else None,
+        kwargs=kwargs,
+        dynamic_shapes=dynamic_shapes,
+        dynamic_axes=dynamic_axes,
+        input_names=input_names,
+        output_names=output_names,
+        opset_version=opset_version,
+        registry=registry,
+        custom_translation_table=custom_translation_table,
+        strict=strict,
+        extractor=extractor,
+        optimize=optimize,
+        target=target,
+        fast_math=fast_math,
+        progress=progress,
+        verbose=verbose,
+    )
     unknown = set(torchscript_options) - set(torch_compat.IGNORED_OPTIONS)
     if unknown:
         raise TypeError(f"export() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
@@ -131,7 +159,7 @@ def export(
     shown = ExportProgress(progress_wanted(progress, verbose))
     captures: list[capture_stage.CapturedGraph] = []  # its capture's warning is issued even when a later stage fails
     try:
-        with capture_stage.EXPORT_LOCK, _collections_skip_older_objects():
+        with capture_stage.EXPORT_LOCK, _collections_skip_older_objects(), weight_reads.watch() as reads:
             program = _export(
                 model,
                 args,
@@ -153,6 +181,7 @@ def export(
                 weights=weights,
                 progress=shown,
                 captures=captures,
+                reads=reads,
             )
             if dynamic_axes is not None:
                 torch_compat.name_output_axes(program.model, dynamic_axes, axes_inputs)
@@ -165,6 +194,8 @@ def export(
         if report is not None:
             export_report.write(report)
         raise
+    if weights is None and not isinstance(model, torch.export.ExportedProgram):
+        program.export_again = export_again
     if dump_exported_program and program.exported_program is not None:
         os.makedirs(artifacts_dir, exist_ok=True)
         path = os.path.join(artifacts_dir, f"{type(model).__name__}_exported_program.txt")
@@ -208,6 +239,7 @@ def _export(
     weights: str | os.PathLike[str] | Mapping[str, Any] | None,
     progress: ExportProgress,
     captures: list[capture_stage.CapturedGraph],
+    reads: weight_reads.WeightReads,
 ) -> ONNXProgram:
     timer = StageClock(export_report.stage_seconds, progress)
     with timer("registry"):  # the first export in a process builds the default registry
@@ -320,6 +352,8 @@ def _export(
 
     with timer("legalize"):
         export_report.casts.extend(legalize.legalize_model(model_ir, target, fast_math=fast_math))
+    # the graph is final: the checks below read every weight, without changing what the model computes
+    swappable = reads.finish(model_ir)
 
     with timer("check"):
         # Shape inference runs on the legal model: before legalization some nodes (bf16 Cos) are invalid ONNX.
@@ -343,6 +377,7 @@ def _export(
         captured=captured,
         weights=weights,
         optimized=optimize,
+        swappable_weights=swappable,
     )
     if verify:
         with timer("verify"):

@@ -13,6 +13,8 @@
 - ``keep_initializers_as_inputs=True`` lists the weights among the saved model's inputs too (as torch does);
   ``export_params=False`` saves them as inputs only, without their data (what torch's TorchScript exporter made,
   a model that runs when fed the weights; torch's dynamo path writes a model with undefined weights instead).
+- A ``torch.onnx.ExportableModule`` given without inputs supplies them (and its input and output names and dynamic
+  shapes where the call gives none), as in torch.
 - ``model`` may be a plain function (wrapped in a module whose ``forward`` has its signature); a ScriptModule or
   ScriptFunction is refused with the way out (torch.export cannot read TorchScript).
 - ``opset_version`` below 11 is refused with the way out (torch's dynamo path writes opset 18 for it); 11 to 17 give
@@ -21,7 +23,8 @@
   compute what training does.
 - ``dynamo=False`` asks for a TorchScript export: refused with the reason. Options torch's dynamo path ignores
   (``training``, ``operator_export_type``, ``do_constant_folding``, ``custom_opsets``, ``export_modules_as_functions``,
-  ``autograd_inlining``, ``profile``) are ignored here too, with a warning when not at their defaults.
+  ``autograd_inlining``) are ignored here too, with a warning when not at their defaults; so is ``profile`` (torch
+  profiles its export with it), which changes nothing in the model either.
   ``verbose`` is read, as torch's dynamo path does: ``verbose=True`` shows the export's progress.
 """
 
@@ -115,6 +118,30 @@ def split_kwargs_from_args(
             return tuple(positional), dict(last)  # neither binds: let capture name torch's reading's error
         return args, kwargs
     return tuple(positional), dict(last)
+
+
+def exportable_module_arguments(
+    model: Any,
+    args: Any,
+    kwargs: Mapping[str, Any] | None,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    dynamic_shapes: Any,
+) -> tuple[Any, Mapping[str, Any] | None, Sequence[str] | None, Sequence[str] | None, Any]:
+    """A ``torch.onnx.ExportableModule`` exported without inputs (``torch.onnx.export(module)``) gives its own: its
+    ``example_arguments()``, and ``input_names()``, ``output_names()``, ``dynamic_shapes()`` where the call gives
+    none, as torch.onnx reads them."""
+    exportable = getattr(torch.onnx, "ExportableModule", None)
+    if exportable is None or not isinstance(model, exportable) or args or kwargs:
+        return args, kwargs, input_names, output_names, dynamic_shapes
+    args, kwargs = model.example_arguments()
+    if input_names is None:
+        input_names = model.input_names()
+    if output_names is None:
+        output_names = model.output_names()
+    if dynamic_shapes is None:
+        dynamic_shapes = model.dynamic_shapes()
+    return args, kwargs, input_names, output_names, dynamic_shapes
 
 
 def check_old_opset(opset_version: Any, lowest: int) -> None:
@@ -233,10 +260,12 @@ def check_options(*, dynamo: bool, **ignored: Any) -> None:
         )
     for name, value in ignored.items():
         if name in IGNORED_OPTIONS and value != IGNORED_OPTIONS[name]:
-            warnings.warn(
-                f"{name}={value!r} is ignored: torch.onnx.export reads it only in its TorchScript exporter",
-                stacklevel=3,
+            why = (
+                "fx2onnx does not profile the export (the report, report=True, gives each stage's time)"
+                if name == "profile"  # torch's dynamo path reads it: a pyinstrument profile of its export
+                else "torch.onnx.export reads it only in its TorchScript exporter"
             )
+            warnings.warn(f"{name}={value!r} is ignored: {why}; the model is the same either way", stacklevel=3)
 
 
 def dynamic_shapes_from_axes(
@@ -345,6 +374,7 @@ __all__ = [
     "check_old_opset",
     "check_options",
     "dynamic_shapes_from_axes",
+    "exportable_module_arguments",
     "name_output_axes",
     "split_f_and_kwargs",
     "split_kwargs_from_args",

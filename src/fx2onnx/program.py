@@ -7,7 +7,9 @@ import copy
 import dataclasses
 import os
 import tempfile
-from collections.abc import Collection, Iterator, Mapping, Sequence
+import textwrap
+import warnings
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import numpy as np
@@ -15,6 +17,7 @@ import onnx
 import onnx_ir as ir
 import torch
 import torch.utils._pytree as pytree
+from onnx_ir.tensor_adapters import TorchTensor
 
 from fx2onnx import _complex_layout as complex_layout
 from fx2onnx import _dtypes as dtypes
@@ -57,6 +60,7 @@ class ONNXProgram:
         captured: CapturedGraph | None = None,
         weights: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         optimized: bool = True,
+        swappable_weights: frozenset[str] = frozenset(),
     ) -> None:
         self.model = model
         self.optimized = optimized  # export(optimize=...): whether the onnxscript optimizer ran before legalize
@@ -69,6 +73,17 @@ class ONNXProgram:
         self._input_layout = input_layout(captured, in_spec)
         self._session: onnxruntime.InferenceSession | None = None
         self._unoptimized_session: onnxruntime.InferenceSession | None = None
+        # apply_weights: the weights whose initializers it may swap in place (the export never read their values,
+        # fx2onnx/_weight_reads.py), the export to run again for the others, and the weights applied (eager runs
+        # with them in verify)
+        self.swappable_weights = swappable_weights
+        self.export_again: Callable[[Any], ONNXProgram] | None = None
+        self._applied: dict[str, torch.Tensor] = {}
+
+    def __repr__(self) -> str:
+        model = textwrap.indent(str(self.model), " " * 8)
+        program = textwrap.indent(str(self.exported_program), " " * 8)
+        return f"ONNXProgram(\n    model=\n{model}\n    ,\n    exported_program=\n{program}\n)\n"
 
     # --- the model ------------------------------------------------------------------------------
     @property
@@ -81,7 +96,7 @@ class ONNXProgram:
 
     def save(
         self,
-        path: str | os.PathLike[str] | BinaryIO,
+        destination: str | os.PathLike[str] | BinaryIO,
         *,
         external_data: bool | str | None = None,
         direct_io: bool | None = None,
@@ -93,9 +108,9 @@ class ONNXProgram:
         """Write the model; weights go to ``<name>.data`` (or the file name `external_data` gives) when asked or
         above 1.5 GB. Returns the weights' file name (relative to the model's folder), or None.
 
-        The save never corrupts, loses or escapes: the files are written in a temporary folder beside `path`,
+        The save never corrupts, loses or escapes: the files are written in a temporary folder beside `destination`,
         flushed to the disk, and swapped in, the weights under a name that nothing references yet, then the
-        ``.onnx`` file in one rename; the model previously at `path` stays whole until then, and its weights'
+        ``.onnx`` file in one rename; the model previously at `destination` stays whole until then, and its weights'
         file is removed after (the folder holds exactly the files of the model saved). When a file of the
         weights' name already exists (the replaced model's), the new weights get a fresh name beside it
         (``model.onnx.3f9a1c2e.data``), which only the new model references. `external_data` must name a file
@@ -120,12 +135,13 @@ class ONNXProgram:
         moving or changing them breaks or changes it (``verify_weights`` says so); saving over it never removes
         them.
 
-        `path` may also be a binary file object (``io.BytesIO``, as torch.onnx.export's `f`): the model is written
-        to it as one protobuf, weights included (no external data). ``keep_initializers_as_inputs=True`` lists the
-        initializers among the graph's inputs too (a runtime may then be fed other values for them);
+        `destination` may also be a binary file object (``io.BytesIO``, as torch.onnx.export's `f`): the model is
+        written to it as one protobuf, weights included (no external data). ``keep_initializers_as_inputs=True``
+        lists the initializers among the graph's inputs too (a runtime may then be fed other values for them);
         ``include_initializers=False`` leaves their data out of the file, and then they must be inputs (as
         torch.onnx's TorchScript exporter made them for ``export_params=False``): the model in memory is unchanged.
         """
+        path = destination  # torch.onnx's name for it
         if not include_initializers and not keep_initializers_as_inputs:
             raise ValueError(
                 "include_initializers=False without keep_initializers_as_inputs=True leaves the weights' values "
@@ -208,6 +224,75 @@ class ONNXProgram:
         self._session = None
         self._unoptimized_session = None
 
+    def apply_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """torch.onnx's ``apply_weights``: the model computes with these weights (keyed by the module's
+        ``state_dict`` names) from now on, in ``save``, ``program(...)`` and ``verify`` (whose eager run gets them
+        too; the module itself is left unchanged).
+
+        A weight that the export used only as an initializer of its name is swapped in place. A weight the export
+        read the values of (folded into a constant, as batch norm's statistics or a transposed Linear weight are, or
+        merged with an equal one) is applied by exporting the module again with the weights given in place of its
+        own (with the export's arguments), since swapping its initializer alone would leave the model computing
+        with the old values. A name the graph does not read is skipped with a warning, as torch does; a weight of
+        another shape or dtype than the module's is refused.
+        """
+        if self.weights is not None:
+            raise ValueError(
+                "this model's weights come from the checkpoint given to export(weights=...): export again with "
+                "weights= naming the new ones"
+            )
+        captured = {name: tensor for name, tensor in self.captured.weights.values()} if self.captured else {}
+        changed: dict[str, torch.Tensor] = {}
+        for name, tensor in state_dict.items():
+            if name not in captured:
+                warnings.warn(
+                    f"Weight {name!r} not found in the model (its graph does not read it). Skipped applying.",
+                    stacklevel=2,
+                )
+                continue
+            old = captured[name]
+            if not isinstance(tensor, torch.Tensor) or tensor.shape != old.shape or tensor.dtype != old.dtype:
+                raise ValueError(
+                    f"apply_weights: {name!r} is {_describe(tensor)}; the model's is {_describe(old)}: convert it, "
+                    "or export the module built for it"
+                )
+            if not _same_tensor(tensor, old) and not torch.equal(tensor.detach(), old):
+                # a tied weight (one tensor under several names, each its own graph input) changes under all of them
+                changed.update((alias, tensor.detach()) for alias, held in captured.items() if _same_tensor(held, old))
+        if not changed:
+            return
+        if set(changed) <= self.swappable_weights:
+            for name, tensor in changed.items():
+                self.model.graph.initializers[name].const_value = TorchTensor(
+                    complex_layout.as_real(tensor).contiguous(), name=name
+                )
+            if self.captured is not None:  # verify(intermediates=True) runs the captured graph with them
+                for node, (name, _) in list(self.captured.weights.items()):
+                    if name in changed:
+                        self.captured.weights[node] = (name, changed[name])
+        elif self.export_again is None:
+            raise ValueError(
+                f"the export read the values of {', '.join(sorted(set(changed) - self.swappable_weights))} (folded "
+                "into constants, or compared), and this program cannot be exported again (exported from an "
+                "ExportedProgram): export the module holding the new weights (module.load_state_dict(state_dict))"
+            )
+        else:
+            with applied_weights(self._module, {**self._applied, **changed}):
+                again = self.export_again(self._module)
+            self.model, self.exported_program, self.captured = again.model, again.exported_program, again.captured
+            self.report, self._in_spec, self._input_layout = again.report, again._in_spec, again._input_layout
+            self.swappable_weights = again.swappable_weights
+        self._applied.update(changed)
+        self.release()
+
+    def initialize_inference_session(
+        self, initializer: Callable[[str | bytes], onnxruntime.InferenceSession] | None = None
+    ) -> None:
+        """torch.onnx's ``initialize_inference_session``: create the session ``program(...)`` runs in, by
+        ``initializer`` (given the serialized model, or the path of a temporary copy for a model above 1.5 GB of
+        weights) or, without it, the default CPU session."""
+        self._session = self._new_session(optimized=True, initializer=initializer)
+
     # --- running --------------------------------------------------------------------------------
     def session(self, *, optimized: bool = True) -> onnxruntime.InferenceSession:
         """The program's ONNX Runtime CPU session: default options (every graph optimization on), as a user's
@@ -216,18 +301,28 @@ class ONNXProgram:
         cached = self._session if optimized else self._unoptimized_session
         if cached is not None:
             return cached
-        if self.weight_bytes > streaming.EXTERNAL_DATA_THRESHOLD:
-            with tempfile.TemporaryDirectory() as folder:
-                path = os.path.join(folder, "model.onnx")
-                self.save(path, external_data=True, durable=False)  # a temporary file: no fsync needed
-                created = cpu_session(path, optimized=optimized)
-        else:
-            created = cpu_session(self.model_proto.SerializeToString(), optimized=optimized)
+        created = self._new_session(optimized=optimized)
         if optimized:
             self._session = created
         else:
             self._unoptimized_session = created
         return created
+
+    def _new_session(
+        self,
+        *,
+        optimized: bool,
+        initializer: Callable[[str | bytes], onnxruntime.InferenceSession] | None = None,
+    ) -> onnxruntime.InferenceSession:
+        def create(model: str | bytes) -> onnxruntime.InferenceSession:
+            return initializer(model) if initializer is not None else cpu_session(model, optimized=optimized)
+
+        if self.weight_bytes > streaming.EXTERNAL_DATA_THRESHOLD:
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, "model.onnx")
+                self.save(path, external_data=True, durable=False)  # a temporary file: no fsync needed
+                return create(path)
+        return create(self.model_proto.SerializeToString())
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
         """Run in ONNX Runtime; returns the flat list of outputs as torch tensors (None where the model returns None).
@@ -244,8 +339,16 @@ class ONNXProgram:
         """``program(*args, **kwargs)``, in the session with graph optimizations on (default) or off."""
         import onnxruntime
 
-        args, kwargs = tuple(args), dict(kwargs or {})
+        tensors = self._input_tensors(args, kwargs)
         session = self.session(optimized=optimized)
+        names = [i.name for i in session.get_inputs()]
+        feed = {name: to_ortvalue(onnxruntime, tensor) for name, tensor in zip(names, tensors)}
+        outputs = session.run_with_ort_values([o.name for o in session.get_outputs()], feed)
+        return complex_layout.restore_outputs(self.model, [to_torch(value) for value in outputs])
+
+    def _input_tensors(self, args: Sequence[Any], kwargs: dict[str, Any] | None) -> list[torch.Tensor]:
+        """A call's inputs as the torch tensors the graph's inputs take, in their order, or a clear error."""
+        args, kwargs = tuple(args), dict(kwargs or {})
         graph_inputs = self.model.graph.inputs
         if self._input_layout is None:  # no record of the capture: the tensors, in the order given
             flat = flatten_inputs(self._in_spec, args, kwargs)
@@ -270,11 +373,64 @@ class ONNXProgram:
             raise ValueError(
                 f"the model takes {len(graph_inputs)} tensor inputs ({wanted}); got {len(values)}: {given}"
             )
-        tensors = [_input_tensor(path, value, graph_input) for (path, value), graph_input in zip(values, graph_inputs)]
-        names = [i.name for i in session.get_inputs()]
-        feed = {name: to_ortvalue(onnxruntime, tensor) for name, tensor in zip(names, tensors)}
-        outputs = session.run_with_ort_values([o.name for o in session.get_outputs()], feed)
-        return complex_layout.restore_outputs(self.model, [to_torch(value) for value in outputs])
+        return [_input_tensor(path, value, graph_input) for (path, value), graph_input in zip(values, graph_inputs)]
+
+    def compute_values(
+        self, value_names: Sequence[str], args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> list[torch.Tensor]:
+        """torch.onnx's ``compute_values``: the values of the graph named `value_names` (node outputs, inputs or
+        initializers of the main graph) on these inputs, computed in ONNX Runtime, as torch tensors (complex
+        values in their real layout, as the graph holds them)."""
+        import onnxruntime
+
+        graph = self.model.graph
+        values: dict[str, ir.Value] = {v.name: v for v in (*graph.inputs, *graph.initializers.values()) if v.name}
+        values.update((v.name, v) for node in graph for v in node.outputs if v.name)
+        unknown = [name for name in value_names if name not in values]
+        if unknown:
+            raise ValueError(f"no value of the model's graph is named {', '.join(map(repr, unknown))}")
+        tensors = self._input_tensors(args, kwargs or {})
+        outputs = list(graph.outputs)
+        graph.outputs.clear()
+        graph.outputs.extend(values[name] for name in value_names)
+        try:
+            session = self._new_session(optimized=True)
+        finally:
+            graph.outputs.clear()
+            graph.outputs.extend(outputs)
+        feed = {i.name: to_ortvalue(onnxruntime, t) for i, t in zip(session.get_inputs(), tensors)}
+        return [to_torch(value) for value in session.run_with_ort_values(list(value_names), feed)]
+
+    def call_reference(self, *args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
+        """torch.onnx's ``call_reference``: ``program(*args, **kwargs)`` computed by ONNX's reference
+        implementation (``onnx.reference.ReferenceEvaluator``) instead of ONNX Runtime."""
+        import onnx.reference
+
+        evaluator = onnx.reference.ReferenceEvaluator(self.model_proto)
+        tensors = self._input_tensors(args, kwargs)
+        feed = {v.name: ir.tensor(t).numpy() for v, t in zip(self.model.graph.inputs, tensors)}
+        outputs = evaluator.run(None, feed)
+        return complex_layout.restore_outputs(self.model, [_numpy_to_torch(array) for array in outputs])
+
+    def rename_axes(self, rename_mapping: Mapping[str | ir.SymbolicDim, str]) -> None:
+        """torch.onnx's ``rename_axes``: the dim_params named by the mapping's keys (names, or the
+        ``SymbolicDim`` of a value's shape) get the mapping's names, on every value of the model."""
+        renamed = {str(k.value) if isinstance(k, ir.SymbolicDim) else str(k): str(v) for k, v in rename_mapping.items()}
+        graph = self.model.graph
+        every = [*graph.inputs, *graph.initializers.values(), *graph.outputs]
+        every += [v for node in ir.traversal.RecursiveGraphIterator(graph) for v in node.outputs]
+        for value in every:
+            if value.shape is None or not any(
+                isinstance(d, ir.SymbolicDim) and d.value in renamed for d in value.shape
+            ):
+                continue
+            value.shape = ir.Shape(
+                [
+                    ir.SymbolicDim(renamed[d.value]) if isinstance(d, ir.SymbolicDim) and d.value in renamed else d
+                    for d in value.shape
+                ]
+            )
+        self.release()
 
     def divergence(self, *args: Any, **kwargs: Any) -> list[OutputVerification]:
         """Compare the outputs of the default session (graph optimizations on) with those of a session with graph
@@ -312,7 +468,8 @@ class ONNXProgram:
         if intermediates:
             from fx2onnx._intermediates import verify_with_intermediates  # only here: an export needs none of it
 
-            return verify_with_intermediates(self, args, kwargs, rtol=rtol, atol=atol)
+            with applied_weights(self._module, self._applied):
+                return verify_with_intermediates(self, args, kwargs, rtol=rtol, atol=atol)
         # Eager may update its inputs (a KV cache appends this step's keys): it gets its own copy, so that ONNX
         # Runtime, and the caller, see the inputs as they were given.
         eager_args, eager_kwargs = _copy_inputs((args, kwargs))
@@ -327,7 +484,8 @@ class ONNXProgram:
                     "compare program(...) with a model built with the weights, or check the saved weights with "
                     "verify_weights(path)"
                 )
-            expected = self._module(*eager_args, **eager_kwargs)
+            with applied_weights(self._module, self._applied):
+                expected = self._module(*eager_args, **eager_kwargs)
         # Python numbers the model returns (a size, a constant) are 0-d outputs of the graph: int64, bool, or float32
         # (fx2onnx's type for symbolic floats), the dtypes torch.tensor gives them. A None has no graph output and
         # comes back from ONNX Runtime as None, in its place.
@@ -381,7 +539,7 @@ class ONNXProgram:
         ]
         if not failed:
             return
-        with EXPORT_LOCK:  # runs the user's model (capture.EXPORT_LOCK)
+        with EXPORT_LOCK, applied_weights(self._module, self._applied):  # runs the user's model (capture.EXPORT_LOCK)
             reference = rounding_noise.float32_outputs(self._module, *_copy_inputs((args, kwargs)))
         if reference is None or len(reference) != len(expected):
             return
@@ -413,6 +571,65 @@ def initializers_as_inputs(model: ir.Model, *, keep_data: bool, names: Collectio
             graph.initializers.update(initializers)
         graph.inputs.clear()
         graph.inputs.extend(inputs)
+
+
+@contextlib.contextmanager
+def applied_weights(module: Any, tensors: Mapping[str, torch.Tensor]) -> Iterator[None]:
+    """`module` holding `tensors` (by ``state_dict`` name) in place of its own while inside: every attribute
+    holding the tensor a name gives (a tied weight under all its names) is replaced, and restored on the way out."""
+    if not tensors or not isinstance(module, torch.nn.Module):
+        yield
+        return
+    holders: dict[int, list[tuple[dict[str, Any], str]]] = {}
+    for owner in module.modules(remove_duplicate=False):
+        for slots in (owner._parameters, owner._buffers, owner.__dict__):
+            for attribute, value in slots.items():
+                if isinstance(value, torch.Tensor):
+                    holders.setdefault(id(value), []).append((slots, attribute))
+    replaced: list[tuple[dict[str, Any], str, Any]] = []
+    try:
+        for name, tensor in tensors.items():
+            prefix, _, attribute = name.rpartition(".")
+            owner = module.get_submodule(prefix)
+            original = owner._parameters.get(attribute, owner._buffers.get(attribute, owner.__dict__.get(attribute)))
+            for slots, held in holders.get(id(original), []):
+                new = (
+                    torch.nn.Parameter(tensor, requires_grad=False)
+                    if slots.get(held) is not None and isinstance(slots[held], torch.nn.Parameter)
+                    else tensor
+                )
+                replaced.append((slots, held, slots[held]))
+                slots[held] = new
+        yield
+    finally:
+        for slots, held, original in reversed(replaced):
+            slots[held] = original
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a` and `b` are one tensor (the same object, or views of the same memory alike in every way)."""
+    if a is b:
+        return True
+    if a.device.type == "meta" or b.device.type == "meta" or a.layout != torch.strided or b.layout != torch.strided:
+        return False
+    return (a.untyped_storage().data_ptr(), a.storage_offset(), a.shape, a.stride(), a.dtype) == (
+        b.untyped_storage().data_ptr(),
+        b.storage_offset(),
+        b.shape,
+        b.stride(),
+        b.dtype,
+    )
+
+
+def _numpy_to_torch(array: np.ndarray) -> torch.Tensor:
+    """An array of ONNX's reference evaluator as a torch tensor (bfloat16 and float8 arrays of ml_dtypes too)."""
+    array = np.ascontiguousarray(array)
+    try:
+        return torch.from_numpy(array)
+    except TypeError:
+        dtype = dtypes.to_torch(ir.DataType.from_numpy(array.dtype))
+        bits = {1: np.uint8, 2: np.uint16}[array.dtype.itemsize]
+        return torch.from_numpy(array.view(bits)).view(dtype)
 
 
 # --- matching a call's inputs with the exported ones ---------------------------------------------------------------

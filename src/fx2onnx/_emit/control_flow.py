@@ -23,7 +23,6 @@ import onnx_ir as ir
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from onnx_ir.tensor_adapters import TorchTensor
 from onnxscript.values import Opset, TracedOnnxFunction
 
 from fx2onnx import _complex_layout as complex_layout
@@ -32,6 +31,7 @@ from fx2onnx._dispatch import Candidate, DispatchDecision
 from fx2onnx._emit.graph_builder import GraphEmitter, _meta_dtype, value_dtype
 from fx2onnx._records import FX_NODE, qualified_name
 from fx2onnx._registry import Implementation
+from fx2onnx._weight_reads import weight_tensor
 from fx2onnx.errors import LoweringError, UnsupportedOperatorError, source_line
 
 higher_order = torch.ops.higher_order
@@ -105,7 +105,7 @@ class ScopeEmitter(GraphEmitter):
             name=name,
             type=ir.TensorType(dtypes.to_onnx(tensor.dtype)),
             shape=ir.Shape(tuple(tensor.shape)),
-            const_value=TorchTensor(tensor, name=name),
+            const_value=weight_tensor(tensor, name),
         )
         self.root_graph.register_initializer(value)
         self.env[node] = value

@@ -32,6 +32,7 @@ from fx2onnx._emit.recorder import GraphRecorder
 from fx2onnx._progress import ExportProgress
 from fx2onnx._records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, schema_facts, target_name
 from fx2onnx._version import __version__
+from fx2onnx._weight_reads import weight_tensor
 from fx2onnx.errors import LoweringError, describe_value, source_line
 
 
@@ -118,7 +119,7 @@ class GraphEmitter:
                 name=name,
                 type=ir.TensorType(dtypes.to_onnx(tensor.dtype)),
                 shape=ir.Shape(tuple(tensor.shape)),
-                const_value=TorchTensor(tensor, name=name),
+                const_value=weight_tensor(tensor, name),
             )
             self.graph.register_initializer(value)
         elif node in self.captured.constant_inputs:
@@ -144,7 +145,7 @@ class GraphEmitter:
                 name=str(node.target),
                 type=ir.TensorType(dtypes.to_onnx(tensor.dtype)),
                 shape=ir.Shape(tuple(tensor.shape)),
-                const_value=TorchTensor(tensor, name=str(node.target)),
+                const_value=weight_tensor(tensor, str(node.target)),
             )
             self.graph.register_initializer(value)
             self.env[node] = value

@@ -26,6 +26,7 @@ from onnxscript import evaluator
 from onnxscript.values import OnnxFunction, TracedOnnxFunction
 
 from fx2onnx import _dtypes as dtypes
+from fx2onnx import _weight_reads as weight_reads
 from fx2onnx._constant_arrays import constant_attribute_tensor
 from fx2onnx._emit import folding
 from fx2onnx._records import BASE_OPSET
@@ -152,8 +153,7 @@ class GraphRecorder(evaluator.Evaluator):
         if result is None:
             if op_type in ("Shape", "Size"):
                 return None
-            arrays: list[np.ndarray | None] = []
-            for value in inputs:
+            for value in inputs:  # every input checked before any is read: a weight read is one folded (_weight_reads)
                 const = None if value is None else value.const_value
                 if value is not None and (const is None or value.is_graph_input()):
                     return None
@@ -161,6 +161,9 @@ class GraphRecorder(evaluator.Evaluator):
                     return None
                 if const is not None and const.size > folding.INPUT_SIZE_LIMIT:
                     return None
+            arrays: list[np.ndarray | None] = []
+            for value in inputs:
+                const = None if value is None else value.const_value
                 try:
                     arrays.append(None if const is None else const.numpy().view(const.dtype.numpy()))
                 except Exception:  # a weight without bytes (on the meta device: export(weights=...))
@@ -486,11 +489,12 @@ def _trace_key(
             data = shared.get(id(item))
             if const is not None and data is None:
                 try:
-                    data = (
-                        const.dtype,
-                        tuple(const.shape),
-                        const.tobytes() if const.size <= _READ_CONSTANT_SIZE else None,
-                    )
+                    with weight_reads.unwatched():  # a key tells calls apart; the model holds no value it reads
+                        data = (
+                            const.dtype,
+                            tuple(const.shape),
+                            const.tobytes() if const.size <= _READ_CONSTANT_SIZE else None,
+                        )
                 except Exception:  # a weight on the meta device or a fake tensor (export(weights=...)): no bytes to key
                     raise _NotKeyable from None
             return (item.dtype, dims, data)
@@ -1032,8 +1036,10 @@ def _infer_with_onnx(
         input_types[value.name] = ir.serde.serialize_value(value).type
         const = value.const_value
         if const is not None and const.size <= _READ_CONSTANT_SIZE:
-            # A meta or fake weight (export(weights=...)) has no bytes: inferred from its type and shape only.
-            with contextlib.suppress(Exception):
+            # A meta or fake weight (export(weights=...)) has no bytes: inferred from its type and shape only. A float
+            # weight's values make no shape: its read puts nothing of them in the model (apply_weights may swap it).
+            reads = weight_reads.unwatched() if const.dtype.is_floating_point() else contextlib.nullcontext()
+            with contextlib.suppress(Exception), reads:
                 input_data[value.name] = ir.serde.serialize_tensor(const)
     try:
         inferred = onnx.shape_inference.infer_node_outputs(
@@ -1080,11 +1086,12 @@ def _inference_key(node: ir.Node, version: int, opset_imports: Mapping[str, int]
             return None
         const = value.const_value
         try:
-            data = (
-                (const.dtype, tuple(const.shape), const.tobytes())
-                if const is not None and const.size <= _READ_CONSTANT_SIZE
-                else None
-            )
+            with weight_reads.unwatched():  # a key tells nodes apart; the model holds no value it reads
+                data = (
+                    (const.dtype, tuple(const.shape), const.tobytes())
+                    if const is not None and const.size <= _READ_CONSTANT_SIZE
+                    else None
+                )
         except Exception:  # a weight on the meta device or a fake tensor (export(weights=...)): no bytes to key
             return None
         inputs.append((kind.dtype, None if shape is None else tuple(shape), data))
