@@ -344,7 +344,7 @@ def test_a_freeze_made_before_the_export_is_left_as_it_is() -> None:
     try:
         frozen = gc.get_freeze_count()
         at_capture, at_emission = _freeze_counts_at_capture_and_emission()
-        assert 0 < min(at_capture + at_emission) and max(at_capture + at_emission) <= frozen
+        assert min(at_capture + at_emission) > 0 and max(at_capture + at_emission) <= frozen
         assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
