@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -298,3 +299,52 @@ def test_an_export_and_save_import_no_verification_modules(tmp_path: Any) -> Non
     )
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr[-2000:]
+
+
+class FreezeCounts(torch.nn.Module):
+    """Notes how many objects the garbage collector skips (`gc.get_freeze_count`) while torch.export runs forward."""
+
+    def __init__(self, seen: list[int]) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+        self.seen = seen
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(gc.get_freeze_count())
+        return torch.relu(self.fc(x))
+
+
+def _freeze_counts_at_capture_and_emission() -> tuple[list[int], list[int]]:
+    at_capture: list[int] = []
+    at_emission: list[int] = []
+
+    def noted_relu(self: FLOAT) -> FLOAT:
+        at_emission.append(gc.get_freeze_count())
+        return op.Relu(self)
+
+    x = torch.randn(2, 8)
+    model = FreezeCounts(at_capture)
+    check(model, (x,), custom_translation_table={torch.ops.aten.relu.default: noted_relu})
+    return at_capture, at_emission
+
+
+def test_collections_skip_capture_s_objects_after_it_and_the_export_unfreezes_all() -> None:
+    """Full collections after capture walk neither the objects older than the export nor those torch.export made
+    (its graphs, fake tensors, shape environment): those are frozen too once capture ends; all are unfrozen after."""
+    at_capture, at_emission = _freeze_counts_at_capture_and_emission()
+    assert at_capture and at_emission
+    assert at_emission[0] > max(at_capture)
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_freeze_made_before_the_export_is_left_as_it_is() -> None:
+    """Objects frozen by the caller (a pre-fork server) stay frozen, and the export freezes nothing more (the count
+    only falls, as frozen objects are freed)."""
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        at_capture, at_emission = _freeze_counts_at_capture_and_emission()
+        assert min(at_capture + at_emission) > 0 and max(at_capture + at_emission) <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()

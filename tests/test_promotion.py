@@ -496,8 +496,8 @@ def test_a_stale_graph_modules_forward_runs_its_current_graph() -> None:
 
 
 def test_traced_conversions_are_kept_on_disk_per_torch_version(tmp_path: Any, monkeypatch: Any) -> None:
-    """What a trace of torch's decomposition found is read back from the cache file in a later process (here: the
-    in-memory cache emptied); another torch version reads another file, and a corrupt file is traced afresh and
+    """What a trace of torch's decomposition found is read back from the op's cache file in a later process (here:
+    the in-memory cache emptied); another torch version reads another file, and a corrupt file is traced afresh and
     written again."""
     import torch.utils._pytree as pytree
 
@@ -516,15 +516,20 @@ def test_traced_conversions_are_kept_on_disk_per_torch_version(tmp_path: Any, mo
         return found
 
     assert conversions() == {0: torch.int64}  # sum(bool) counts in int64
-    path = promotion_rules.conversions_path()
-    assert path.exists() and str(torch.__version__) in path.name
+    path = promotion_rules.conversions_path(op)
+    assert path.exists() and str(torch.__version__) in path.parent.name and path.name == "aten.sum.default.json"
+    # Another op's conversions: its own file, beside the first
+    prod = torch.ops.aten.prod.default
+    assert promotion_rules.traced_conversions(prod, described, spec) == {0: torch.int64}
+    promotion_rules.save_conversions()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["aten.prod.default.json", "aten.sum.default.json"]
     # A stand-in answer in the file is what a later process gets: the file is read, not traced again.
     path.write_text(path.read_text().replace('"int64"', '"int32"'))
-    promotion_rules._DISK.path = None
+    promotion_rules._DISK.entries.clear()
     assert conversions() == {0: torch.int32}
     # Another torch: another file, traced afresh.
     monkeypatch.setattr(torch, "__version__", "0.0.0-other")
-    assert promotion_rules.conversions_path() != path
+    assert promotion_rules.conversions_path(op) != path
     assert conversions() == {0: torch.int64}
     monkeypatch.undo()
     monkeypatch.setenv("FX2ONNX_CACHE_DIR", str(tmp_path))
@@ -532,13 +537,13 @@ def test_traced_conversions_are_kept_on_disk_per_torch_version(tmp_path: Any, mo
     monkeypatch.setattr(promotion_rules, "_CONVERSIONS_CACHE", {})
     # A corrupt file (a crash mid-write elsewhere, a disk error): ignored, traced, and replaced by a valid one.
     path.unlink()  # the stand-in answer
-    promotion_rules._DISK.path = None
+    promotion_rules._DISK.entries.clear()
     assert conversions() == {0: torch.int64}
     valid = path.read_text()
     for corrupt in ("{not json", "[]", valid.replace('"int64"', '"Tensor"'), valid.replace("[\n0,", '[\n"x",')):
         path.write_text(corrupt)
-        promotion_rules._DISK.path = None
+        promotion_rules._DISK.entries.clear()
         assert conversions() == {0: torch.int64}
-    promotion_rules._DISK.path = None
+    promotion_rules._DISK.entries.clear()
     assert conversions() == {0: torch.int64}
     assert '"int64"' in path.read_text()

@@ -159,7 +159,11 @@ def export(
     shown = ExportProgress(progress_wanted(progress, verbose))
     captures: list[capture_stage.CapturedGraph] = []  # its capture's warning is issued even when a later stage fails
     try:
-        with capture_stage.EXPORT_LOCK, _collections_skip_older_objects(), weight_reads.watch() as reads:
+        with (
+            capture_stage.EXPORT_LOCK,
+            _collections_skip_older_objects() as skip_objects_so_far,
+            weight_reads.watch() as reads,
+        ):
             program = _export(
                 model,
                 args,
@@ -182,6 +186,7 @@ def export(
                 progress=shown,
                 captures=captures,
                 reads=reads,
+                skip_objects_so_far=skip_objects_so_far,
             )
             if dynamic_axes is not None:
                 torch_compat.name_output_axes(program.model, dynamic_axes, axes_inputs)
@@ -240,6 +245,7 @@ def _export(
     progress: ExportProgress,
     captures: list[capture_stage.CapturedGraph],
     reads: weight_reads.WeightReads,
+    skip_objects_so_far: Callable[[], None],
 ) -> ONNXProgram:
     timer = StageClock(export_report.stage_seconds, progress)
     with timer("registry"):  # the first export in a process builds the default registry
@@ -257,6 +263,7 @@ def _export(
     with timer("capture"):
         decompositions = capture_stage.LazyDecompositionTable(capture_registry)
         captured = extractor.capture(model, args, kwargs, dynamic_shapes, decompositions)
+    skip_objects_so_far()  # torch.export's objects (graphs, fake tensors, shape env): the stages after it add little
     captures.append(captured)
     torch_compat.warn_if_training(model, captured.graph_module)
     export_report.strategy = captured.strategy
@@ -509,7 +516,7 @@ def opset_for_dtypes(captured: capture_stage.CapturedGraph, opset_version: int |
 
 
 @contextlib.contextmanager
-def _collections_skip_older_objects() -> Iterator[None]:
+def _collections_skip_older_objects() -> Iterator[Callable[[], None]]:
     """Let the garbage collector skip, until the export ends, the objects that existed before it began, and hold
     its full collections until then.
 
@@ -522,15 +529,18 @@ def _collections_skip_older_objects() -> Iterator[None]:
     builds or imports): the first export in a process ran two (hf-t5: 0.09 s CPU, 2,700 objects freed), so
     full collections wait for the export's end (younger ones run as usual). Skipped when something else
     already froze objects (a pre-fork server, a nested export), whose freeze must not be undone here.
+
+    Yields what freezes the objects made since (torch.export's graphs, fake tensors and shape environment, which
+    younger collections then skip too), when the export froze the older ones.
     """
     if gc.get_freeze_count() or not gc.isenabled():
-        yield
+        yield lambda: None
         return
     thresholds = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(thresholds[0], thresholds[1], _NO_FULL_COLLECTION)
     try:
-        yield
+        yield gc.freeze
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
