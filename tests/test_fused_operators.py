@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import onnx_ir as ir
 import pytest
 import torch
 import torch.nn.functional as F
@@ -83,6 +84,25 @@ def test_boolean_mask_of_grouped_query_and_3d_attention_at_opset_23() -> None:
     plain = Call(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
     args = (randn(2, 5, 8), randn(2, 7, 8), randn(2, 7, 8), mask[0].expand(2, 5, 7))
     assert op_counts(assert_exports_and_matches(plain, args, opset_version=23))["Attention"] == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_blocked_row_guard_reduces_one_byte_flags(dtype: torch.dtype) -> None:
+    """Below opset 23, a masked SDPA zeroes the rows whose every score is -inf (eager's _safe_softmax) from
+    per-score flags reduced with ReduceMin; the flags are uint8, not int32, so that the guard costs ONNX Runtime no
+    more than the reference exporter's IsNaN + Where (docs in _lowerings/attention.py). Rows: some keys blocked,
+    every key blocked, a NaN score beside blocked keys (NaN, as eager)."""
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[1] = False
+    mask[2, ::2] = False
+    mask[3, 1:] = False
+    query = randn(1, 2, 4, 8, dtype=dtype)
+    query[0, 1, 3, 0] = float("nan")
+    args = (query, randn(1, 2, 6, 8, dtype=dtype), randn(1, 2, 6, 8, dtype=dtype), mask)
+    model = Call(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+    program = assert_exports_and_matches(model, args, opset_version=18)
+    reduced = [node.inputs[0].dtype for node in program.model.graph if node.op_type == "ReduceMin"]
+    assert reduced == [ir.DataType.UINT8]
 
 
 class RMSNormBlock(torch.nn.Module):
