@@ -9,8 +9,11 @@ src/fx2onnx/_export.py). Every case runs in ONNX Runtime and is compared with ea
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any
 
+import onnx
+import onnx_ir as ir
 import pytest
 import torch
 import torch.nn.functional as F
@@ -83,6 +86,59 @@ def test_boolean_mask_of_grouped_query_and_3d_attention_at_opset_23() -> None:
     plain = Call(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
     args = (randn(2, 5, 8), randn(2, 7, 8), randn(2, 7, 8), mask[0].expand(2, 5, 7))
     assert op_counts(assert_exports_and_matches(plain, args, opset_version=23))["Attention"] == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_blocked_row_guard_reduces_one_byte_flags(dtype: torch.dtype) -> None:
+    """Below opset 23, a masked SDPA zeroes the rows whose every score is -inf (eager's _safe_softmax) from
+    per-score flags reduced with ReduceMin; the flags are uint8, not int32, so that the guard costs ONNX Runtime no
+    more than the reference exporter's IsNaN + Where (docs in _lowerings/attention.py). Rows: some keys blocked,
+    every key blocked, a NaN score beside blocked keys (NaN, as eager)."""
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[1] = False
+    mask[2, ::2] = False
+    mask[3, 1:] = False
+    query = randn(1, 2, 4, 8, dtype=dtype)
+    query[0, 1, 3, 0] = float("nan")
+    args = (query, randn(1, 2, 6, 8, dtype=dtype), randn(1, 2, 6, 8, dtype=dtype), mask)
+    model = Call(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+    program = assert_exports_and_matches(model, args, opset_version=18)
+    reduced = [node.inputs[0].dtype for node in program.model.graph if node.op_type == "ReduceMin"]
+    assert reduced == [ir.DataType.UINT8]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_causal_mask_is_a_triangle_and_an_add(tmp_path: Any, dtype: torch.dtype, dynamic: bool) -> None:
+    """Below opset 23, is_causal keeps the scores on and below the diagonal with Trilu and adds -inf above it,
+    not Where(mask, scores, -inf): ONNX Runtime's Where is the slower kernel (three passes), Trilu + Add cost
+    little more than the reference exporter's Add of a float mask (which turns a masked inf or NaN score into NaN).
+    A future key holding NaN, and a masked score of +inf, stay out of the earlier queries' rows, as in eager."""
+    import onnxruntime
+
+    query, key, value = randn(1, 2, 5, 8, dtype=dtype), randn(1, 2, 5, 8, dtype=dtype), randn(1, 2, 5, 8, dtype=dtype)
+    key[0, 0, 4, 0] = float("nan")  # key 4: masked for queries 0-3
+    query[0, 1, 0, 1], key[0, 1, 3, 1] = 1e30 if dtype != torch.bfloat16 else 1e38, 1e30  # q0 . k3 = +inf, masked
+    model = Call(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert torch.isfinite(model(query, key, value)[0, :, :4]).all()
+    length = torch.export.Dim("length")
+    dims = {2: length} if dynamic else None
+    shorter = (query[:, :, :3], key[:, :, :3], value[:, :, :3])
+    program = assert_exports_and_matches(
+        model,
+        (query, key, value),
+        dynamic_shapes=((dims, dims, dims),) if dynamic else None,
+        run_with=[((query, key, value), {}), (shorter, {})] if dynamic else None,
+        opset_version=18,
+    )
+    path, optimized = os.path.join(tmp_path, "causal.onnx"), os.path.join(tmp_path, "causal.opt.onnx")
+    program.save(path)
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = optimized
+    onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    op_types = collections.Counter(node.op_type for node in onnx.load(optimized).graph.node)
+    assert op_types["Trilu"] == 1
+    assert op_types["Where"] == (1 if dynamic else 0)  # the dynamic bias: Where of the [L, L] mask, not the scores
 
 
 class RMSNormBlock(torch.nn.Module):

@@ -142,8 +142,10 @@ def _scale(scale: float, like: TFloat) -> TFloat | None:
 
 def _zero_blocked_rows(scores: TFloat, weights: TFloat) -> TFloat:
     """Zeros for a query whose every score is -inf (the mask blocked every key), as eager's SDPA (_safe_softmax),
-    where Softmax gives 0/0; a row holding NaN stays NaN, as in eager."""
-    blocked = op.Cast(op.Equal(scores, op.CastLike(-math.inf, scores)), to=ir.DataType.INT32)
+    where Softmax gives 0/0; a row holding NaN stays NaN, as in eager. The flags are uint8 (ONNX Runtime has
+    ReduceMin for it): a quarter of int32's bytes to write and read, which made this guard cost more than the
+    reference exporter's IsNaN + Where (218 us against 161 us per [1, 12, 128, 128] layer; uint8: 147 us)."""
+    blocked = op.Cast(op.Equal(scores, op.CastLike(-math.inf, scores)), to=ir.DataType.UINT8)
     every_key_blocked = op.ReduceMin(blocked, op.Constant(value_ints=[-1]), keepdims=True)
     return op.Where(op.Cast(every_key_blocked, to=ir.DataType.BOOL), op.CastLike(0.0, weights), weights)
 
@@ -158,6 +160,19 @@ def _causal_mask(query: TFloat, key: TFloat) -> BOOL:
     rows = op.Range(zero, op.Squeeze(op.Shape(query, start=-2, end=-1)), one)
     columns = op.Range(zero, op.Squeeze(op.Shape(key, start=-2, end=-1)), one)
     return op.GreaterOrEqual(op.Unsqueeze(rows, op.Constant(value_ints=[1])), columns)
+
+
+def _causal_bias(query: TFloat, key: TFloat, dtype: ir.DataType) -> TFloat:
+    """-inf above the diagonal, 0 on and below it, for `Add(Trilu(scores), bias)`: the scores a causal mask keeps,
+    and -inf exactly where it masks (Trilu writes a 0 there, whatever the score: a NaN or inf score of a future key
+    does not reach the row, as in eager). What `Where(mask, scores, -inf)` computes, but ONNX Runtime's Where takes
+    three passes: 238 us against 143 us per [1, 12, 128, 128] (the reference exporter's inexact Add: 119 us)."""
+    queries, keys = query.shape[-2], key.shape[-2]
+    if isinstance(queries, int) and isinstance(keys, int):
+        bias = np.triu(np.full((queries, keys), -np.inf), k=1)
+        return op.Constant(value=ir.tensor(bias.astype(dtype.numpy())))
+    zero, minus_infinity = (op.Constant(value=ir.tensor(value, dtype=dtype)) for value in (0.0, -math.inf))
+    return op.Where(_causal_mask(query, key), zero, minus_infinity)
 
 
 def _repeat_heads(tensor: TFloat, groups: int) -> TFloat:
@@ -218,7 +233,8 @@ def scaled_dot_product_attention(
     if scale_value is not None:
         scores = op.Mul(scores, scale_value)
     if is_causal:
-        scores = op.Where(_causal_mask(query, key), scores, op.CastLike(-math.inf, q))
+        compute_type = ir.DataType.FLOAT if low_precision else dtype
+        scores = op.Add(op.Trilu(scores, upper=0), _causal_bias(query, key, compute_type))
     if attn_mask is not None:
         scores = op.Add(scores, compute(attn_mask))
     weights = op.Softmax(scores, axis=-1)
