@@ -189,10 +189,12 @@ def test_writes_through_slices_become_scatters_without_whole_program_decompositi
     program = assert_exports_and_matches(model, args)
     record = program.report.decomposition
     assert record.strategy == "local", record.describe()
-    assert [target for _, target in record.functionalized] == ["aten::fill_.Tensor"] * 9
+    # `mask[...] = n` is fill_.Tensor in torch 2.13's capture, fill_.Scalar in 2.15's
+    fills = [target for _, target in record.functionalized]
+    assert len(fills) == 9 and len(set(fills)) == 1 and fills[0] in ("aten::fill_.Tensor", "aten::fill_.Scalar")
     assert "Decomposition strategy: local" in program.report.to_markdown()
     targets = {str(node.target) for node in capture(model, args, Registry.default()).graph.nodes}
-    assert "aten.slice_scatter.default" in targets and "aten.fill_.Tensor" not in targets
+    assert "aten.slice_scatter.default" in targets and not targets & {"aten.fill_.Tensor", "aten.fill_.Scalar"}
 
 
 def _extremes(dtype: torch.dtype) -> tuple[float | int | bool, float | int | bool]:
