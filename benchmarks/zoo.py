@@ -91,6 +91,7 @@ class Case:
     dynamic_axes: dict[str, dict[int, str]] | None  # input name -> {axis: dim name}
     variants: tuple[str, ...] = VARIANTS
     decoder: bool = False  # a causal LM: also exported as a decoding step with a KV cache
+    scalar_timestep: bool = False  # a diffusion UNet: `timestep_float` passes one 0-d timestep for the batch
 
 
 # --- transformers ----------------------------------------------------------------------------------------------
@@ -650,7 +651,8 @@ def timm_cases() -> list[Case]:
 
 # --- diffusers -------------------------------------------------------------------------------------------------
 # Tiny random-weight diffusion models built from configs, fed as a pipeline feeds them: latents, a timestep (int64,
-# one per row as ONNX Runtime pipelines pass it; `timestep_float`: a 0-d float32 one, as Euler schedulers give it)
+# one per row as ONNX Runtime pipelines pass it; `timestep_float`: a fractional float32 one, as Euler and flow-matching
+# schedulers give it, 0-d for a UNet as Stable Diffusion's pipelines call it, one per row for the transformers)
 # and text states; dynamic batch and latent height/width. diffusers comes from FX2ONNX_DIFFUSERS_DIR (default: the
 # venv's diffusers/ folder, which `make test` fills).
 LATENT_CHANNELS = 4
@@ -798,9 +800,22 @@ def _flux_inputs(batch: int, length: int) -> Inputs:
     }
 
 
-def _diffusion_case(name: str, build: Callable[[], torch.nn.Module], *extra: str, latent: str = "sample") -> Case:
+def float_timestep(case: Case, timestep: torch.Tensor) -> torch.Tensor:
+    """The `timestep_float` variant's timestep for the int64 one of a case's inputs."""
+    fractional = timestep.float() + 0.25
+    return fractional[0] if case.scalar_timestep else fractional
+
+
+def _diffusion_case(
+    name: str, build: Callable[[], torch.nn.Module], *extra: str, latent: str = "sample", square: bool = False
+) -> Case:
+    """`square`: a model that takes the side of its token grid as ``int(tokens ** 0.5)`` (DiT's unpatchify):
+    torch.export specializes that to the example's, so that only the batch is dynamic."""
     inputs, axes = _diffusion_inputs(*extra, latent=latent), _diffusion_axes(*extra, latent=latent)
-    return Case(name, "diffusers", build, inputs, axes, DIFFUSION_VARIANTS)
+    if square:
+        axes[latent] = {0: "batch"}
+    scalar = latent == "sample"  # the UNets and ControlNet: Stable Diffusion's pipelines pass a 0-d timestep
+    return Case(name, "diffusers", build, inputs, axes, DIFFUSION_VARIANTS, scalar_timestep=scalar)
 
 
 def diffusers_cases() -> list[Case]:
@@ -909,8 +924,10 @@ def diffusers_cases() -> list[Case]:
             {"sample": {0: "batch", 2: "4*latent_height", 3: "4*latent_width"}},
             VISION_VARIANTS,
         ),
+        # float32 only: its forward quantizes the latents to bytes and divides them by 255.0, a float32 tensor that
+        # a float16 decoder refuses in eager
         Case(
-            "taesd_decoder",
+            "taesd",
             "diffusers",
             _diffusion_model(
                 "AutoencoderTiny",
@@ -922,7 +939,7 @@ def diffusers_cases() -> list[Case]:
             ),
             _image_inputs,
             {"sample": {0: "batch", 2: "4*latent_height", 3: "4*latent_width"}},
-            VISION_VARIANTS,
+            ("float32", "dynamic", "batch1"),
         ),
         _diffusion_case("sdxl_unet", _diffusion_model("UNet2DConditionModel", **sdxl_unet), "text", "sdxl"),
         Case(
@@ -956,6 +973,7 @@ def diffusers_cases() -> list[Case]:
             ),
             "class",
             latent="hidden_states",
+            square=True,
         ),
         _diffusion_case(
             "sd3_transformer",
@@ -1176,8 +1194,8 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
     if dtype != torch.float32:
         model = copy.deepcopy(model32).to(dtype)
         args, kwargs = torch.utils._pytree.tree_map(lambda value: _to_dtype(value, dtype), (args, kwargs))
-    if variant == "timestep_float":  # one 0-d float32 timestep for the batch, as Euler schedulers give it
-        kwargs = {**kwargs, "timestep": kwargs["timestep"][0].float()}
+    if variant == "timestep_float":
+        kwargs = {**kwargs, "timestep": float_timestep(case, kwargs["timestep"])}
     if variant == "padded" or masked_row:  # an attention mask with padding, as batched generation passes it
         mask = torch.ones(kwargs["input_ids"].shape, dtype=torch.long)
         mask[0, :3] = 0  # row 0 left-padded

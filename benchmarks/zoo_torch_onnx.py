@@ -61,7 +61,7 @@ def run_variant(case: zoo.Case, model32: torch.nn.Module, variant: str) -> dict[
         model = copy.deepcopy(model32).to(dtype)
         args, kwargs = pytree.tree_map(lambda value: zoo._to_dtype(value, dtype), (args, kwargs))
     if variant == "timestep_float":
-        kwargs = {**kwargs, "timestep": kwargs["timestep"][0].float()}
+        kwargs = {**kwargs, "timestep": zoo.float_timestep(case, kwargs["timestep"])}
     runs = [(args, kwargs)]
     options: dict[str, Any] = {}
     if variant in ("dynamic", "batch1"):
