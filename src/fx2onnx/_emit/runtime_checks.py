@@ -22,6 +22,7 @@ node that would fail on the same input with an error that explains nothing (a Re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -125,11 +126,10 @@ def _to_onnx(expression: Any, symbols: Mapping[sympy.Symbol, ir.Value], build: _
         if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Min, sympy.Max)):
             op_type = {sympy.Add: "Add", sympy.Mul: "Mul", sympy.Min: "Min", sympy.Max: "Max"}[type(expr)]
             if any(argument.dtype == ir.DataType.DOUBLE for argument in arguments):
-                arguments = [as_double(argument) for argument in arguments]
+                return functools.reduce(lambda a, b: double(op_type, [a, b]), arguments)
             result = arguments[0]
             for argument in arguments[1:]:
                 result = build.add(op_type, [result, argument])
-                result.dtype = argument.dtype if argument.dtype == ir.DataType.DOUBLE else None
             return result
         if isinstance(expr, sympy_functions.FloorDiv):
             return floor_divide(*arguments)
