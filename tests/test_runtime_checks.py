@@ -269,6 +269,23 @@ def test_a_derived_dim_is_checked(tmp_path: Path) -> None:
     _fails_naming(session, r"2\*d", torch.ones(1), torch.ones(1))  # was: broadcast, 2 results
 
 
+def test_a_derived_dim_whose_symbol_is_no_inputs_dim_is_checked(tmp_path: Path) -> None:
+    """``2 * Dim("half")`` on an input alone (a UNet's latent side, halved by its down block and concatenated again):
+    an odd size is refused by a check naming it, not by a Reshape or Concat's error."""
+
+    class Pairs(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(-1, 2).sum(1)
+
+    half = Dim("half", min=1, max=16)
+    program = _export(Pairs(), (torch.ones(6),), dynamic_shapes=({0: 2 * half},))
+    session = _session(program, tmp_path)
+    for size in (2, 8, 32):
+        _matches_eager(session, Pairs(), torch.arange(float(size)))
+    _fails_naming(session, r"input 'x' dim 0 == 2\*\w+ \(a multiple of 2", torch.ones(5))  # was: Reshape's error
+    _fails_naming(session, r"<= 16", torch.ones(34))
+
+
 @pytest.mark.parametrize(
     ("dim", "valid", "invalid", "check"),
     [

@@ -390,27 +390,45 @@ def _input_checks(
         found.checked.append(f"checked at run time (ONNX node '{name}'): {assumption}")
 
     dims = _input_dims(captured, graph)
-    defined_at: dict[sympy.Symbol, tuple[ir.Value, int | None]] = {}
+    defined_at: dict[Any, tuple[ir.Value, int | None]] = {}
+    plain = {expression for _, _, expression, _ in dims if isinstance(expression, sympy.Symbol)}
     for value, dim, expression, placeholder in dims:
-        if isinstance(expression, sympy.Symbol) and expression not in definitions:
+        asked = asked_minimums.get((placeholder, dim), 0)
+        multiple = _multiple_of_symbol(expression)
+        if multiple is not None and multiple[1] not in plain and multiple[1] not in definitions:
+            # a derived dim alone (``2 * Dim("half")``, its symbol no input's dim): a multiple, the quotient its symbol
+            factor, symbol = multiple
+            size = size_of(value, dim)
+            quotient = build.add("Div", [size, build.constant(factor)])
+            exact = build.add("Equal", [build.add("Mul", [quotient, build.constant(factor)]), size])
+            add_check(
+                exact,
+                f"{where(value, dim)} == {_named(expression, symbol_names)} (a multiple of {factor}, as exported)",
+            )
+            defined_at[expression] = (value, dim)
+            size = definitions[symbol] = quotient
+            expression, asked = symbol, asked // factor
+        elif isinstance(expression, sympy.Symbol) and expression not in definitions:
             defined_at[expression] = (value, dim)
             size = definitions[expression] = size_of(value, dim)
-            name = symbol_names.get(expression, str(expression))
-            bounds = ranges.get(expression)
-            lower, upper = getattr(bounds, "lower", None), getattr(bounds, "upper", None)
-            floor = 0 if dim is not None else None  # a size is never negative: nothing to check at 0
-            if isinstance(lower, (int, sympy.Integer)) and int(lower) == 2 and dim is not None:
-                lower = min(2, asked_minimums.get((placeholder, dim), 0)) or None
-            if isinstance(lower, (int, sympy.Integer)) and (floor is None or int(lower) > floor):
-                add_check(
-                    build.add("GreaterOrEqual", [size, build.constant(int(lower))]),
-                    f"{name} >= {int(lower)} ({where(value, dim)}, the range it was exported for)",
-                )
-            if isinstance(upper, (int, sympy.Integer)):
-                add_check(
-                    build.add("LessOrEqual", [size, build.constant(int(upper))]),
-                    f"{name} <= {int(upper)} ({where(value, dim)}, the range it was exported for)",
-                )
+        else:
+            continue
+        name = symbol_names.get(expression, str(expression))
+        bounds = ranges.get(expression)
+        lower, upper = getattr(bounds, "lower", None), getattr(bounds, "upper", None)
+        floor = 0 if dim is not None else None  # a size is never negative: nothing to check at 0
+        if isinstance(lower, (int, sympy.Integer)) and int(lower) == 2 and dim is not None:
+            lower = min(2, asked) or None
+        if isinstance(lower, (int, sympy.Integer)) and (floor is None or int(lower) > floor):
+            add_check(
+                build.add("GreaterOrEqual", [size, build.constant(int(lower))]),
+                f"{name} >= {int(lower)} ({where(value, dim)}, the range it was exported for)",
+            )
+        if isinstance(upper, (int, sympy.Integer)):
+            add_check(
+                build.add("LessOrEqual", [size, build.constant(int(upper))]),
+                f"{name} <= {int(upper)} ({where(value, dim)}, the range it was exported for)",
+            )
     for value, dim, expression, _ in dims:
         if defined_at.get(expression) == (value, dim):
             continue  # the dim that defines its symbol
@@ -434,6 +452,15 @@ def _input_checks(
         build.nodes.extend(nodes)
         add_check(ok, assumption)
     return build.nodes, zeros
+
+
+def _multiple_of_symbol(expression: Any) -> tuple[int, sympy.Symbol] | None:
+    """(k, s) for ``k*s`` (k a positive integer), else None."""
+    if isinstance(expression, sympy.Mul) and len(expression.args) == 2:
+        factor, symbol = expression.args
+        if isinstance(factor, sympy.Integer) and int(factor) > 0 and isinstance(symbol, sympy.Symbol):
+            return int(factor), symbol
+    return None
 
 
 def _unasserted(captured: CapturedGraph) -> list[Any]:
