@@ -697,12 +697,13 @@ def _latent_side(length: int) -> int:
     return 16 if length >= 12 else 8
 
 
-def _diffusion_inputs(*extra: str, latent: str = "sample") -> Callable[[int, int], Inputs]:
-    """Latents, an int64 timestep per row and the conditions `extra` names, as a pipeline step feeds them."""
+def _diffusion_inputs(*extra: str, latent: str = "sample", square: bool = False) -> Callable[[int, int], Inputs]:
+    """Latents, an int64 timestep per row and the conditions `extra` names, as a pipeline step feeds them (`square`:
+    at one latent side only)."""
 
     def inputs(batch: int, length: int) -> Inputs:
         generator = torch.Generator().manual_seed(1)
-        side = _latent_side(length)
+        side = _latent_side(12 if square else length)
         kwargs: dict[str, Any] = {
             latent: torch.randn(batch, LATENT_CHANNELS, side, side, generator=generator),
             "timestep": torch.randint(0, 1000, (batch,), generator=generator),
@@ -811,7 +812,7 @@ def _diffusion_case(
 ) -> Case:
     """`square`: a model that takes the side of its token grid as ``int(tokens ** 0.5)`` (DiT's unpatchify):
     torch.export specializes that to the example's, so that only the batch is dynamic."""
-    inputs, axes = _diffusion_inputs(*extra, latent=latent), _diffusion_axes(*extra, latent=latent)
+    inputs, axes = _diffusion_inputs(*extra, latent=latent, square=square), _diffusion_axes(*extra, latent=latent)
     if square:
         axes[latent] = {0: "batch"}
     scalar = latent == "sample"  # the UNets and ControlNet: Stable Diffusion's pipelines pass a 0-d timestep
