@@ -38,14 +38,27 @@ $(TIMM_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps --target $(TIMM_DIR) timm==1.0.31
 	touch $(TIMM_STAMP)
 
+# diffusers for tests/test_diffusers.py and the benchmark zoo's diffusers group (benchmarks/zoo.py), the same way:
+# pinned, without dependencies, in a folder of its own; with it the few of its dependencies the venv lacks
+# (requests and its own, importlib_metadata, Pillow: huggingface_hub, safetensors, regex, filelock and numpy are
+# there), each pinned and without theirs, so that nothing replaces torch or a pinned package of the venv.
+DIFFUSERS_DIR := $(VENV)/diffusers
+DIFFUSERS_STAMP := $(DIFFUSERS_DIR)/.installed
+
+$(DIFFUSERS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(DIFFUSERS_DIR) diffusers==0.42.1 requests==2.34.2 \
+		urllib3==2.8.0 certifi==2026.10.19.post1 charset-normalizer==3.5.3 importlib-metadata==10.2.0 zipp==4.1.2 \
+		pillow==11.3.0
+	touch $(DIFFUSERS_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/fx2onnx demo
 
-test: $(STAMP) $(TORCHVISION_STAMP)
+test: $(STAMP) $(TORCHVISION_STAMP) $(DIFFUSERS_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The property-based tests with many more, randomised, examples (FX2ONNX_NIGHTLY=1), and their statistics.
-test-nightly: $(STAMP) $(TORCHVISION_STAMP)
+test-nightly: $(STAMP) $(TORCHVISION_STAMP) $(DIFFUSERS_STAMP)
 	FX2ONNX_NIGHTLY=1 $(BIN)/python -m pytest -q --hypothesis-show-statistics
 
 # The suite against the newest torch on the package index (pip's requirement in TORCH_LATEST: pass
@@ -74,5 +87,5 @@ lint: $(STAMP)
 # e.g. `make bench BENCH_ARGS="--models torchvision --runs 1"` (benchmarks/README.md).
 BENCH_ARGS ?=
 
-bench: $(STAMP) $(TORCHVISION_STAMP) $(TIMM_STAMP)
+bench: $(STAMP) $(TORCHVISION_STAMP) $(TIMM_STAMP) $(DIFFUSERS_STAMP)
 	$(BIN)/python benchmarks/export_speed.py $(BENCH_ARGS)

@@ -292,6 +292,18 @@ def import_timm() -> ModuleType:
     return timm
 
 
+def import_diffusers() -> ModuleType:
+    """diffusers, from the folder `make test` installs it into with the few dependencies the venv lacks
+    (FX2ONNX_DIFFUSERS_DIR names another)."""
+    folder = _extra_package_folder("FX2ONNX_DIFFUSERS_DIR", "diffusers")
+    if folder.is_dir() and str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    import diffusers
+
+    diffusers.utils.logging.set_verbosity_error()
+    return diffusers
+
+
 def _without_zero_weights(model: torch.nn.Module) -> torch.nn.Module:
     """Weights a fresh model holds at all zeros are drawn at random (torchvision's ViT initializes its classifier
     to zeros: its logits would be the zero bias whatever the backbone computed, and no comparison would see it)."""
@@ -317,6 +329,8 @@ def group_available(group: str) -> str | None:
             import_torchvision()
         elif group == "timm":
             import_timm()
+        elif group == "diffusers":
+            import_diffusers()
         elif group == "transformers":
             import transformers  # noqa: F401
     except ImportError as error:

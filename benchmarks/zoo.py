@@ -62,6 +62,7 @@ VARIANTS = (
     "masked_row",
     "masked_row_float16",
     "float16_max",
+    "timestep_float",
 )
 VISION_VARIANTS = ("float32", "bfloat16", "float16", "dynamic", "batch1")
 CACHE_VARIANTS = {"cache": torch.float32, "cache_float16": torch.float16}
@@ -90,6 +91,7 @@ class Case:
     dynamic_axes: dict[str, dict[int, str]] | None  # input name -> {axis: dim name}
     variants: tuple[str, ...] = VARIANTS
     decoder: bool = False  # a causal LM: also exported as a decoding step with a KV cache
+    scalar_timestep: bool = False  # a diffusion UNet: `timestep_float` passes one 0-d timestep for the batch
 
 
 # --- transformers ----------------------------------------------------------------------------------------------
@@ -647,6 +649,362 @@ def timm_cases() -> list[Case]:
     return [_timm_case(name, size) for name, size in TIMM_MODELS.items()]
 
 
+# --- diffusers -------------------------------------------------------------------------------------------------
+# Tiny random-weight diffusion models built from configs, fed as a pipeline feeds them: latents, a timestep (int64,
+# one per row as ONNX Runtime pipelines pass it; `timestep_float`: a fractional float32 one, as Euler and flow-matching
+# schedulers give it, 0-d for a UNet as Stable Diffusion's pipelines call it, one per row for the transformers)
+# and text states; dynamic batch and latent height/width. diffusers comes from FX2ONNX_DIFFUSERS_DIR (default: the
+# venv's diffusers/ folder, which `make test` fills).
+LATENT_CHANNELS = 4
+TEXT_DIM = 32
+TEXT_TOKENS = 7
+POOLED_DIM = 16
+DIFFUSION_VARIANTS = (*VISION_VARIANTS, "timestep_float")
+# a latent side of 2 * side: the models below halve it once (a down block, a patch of 2) and concatenate it again
+LATENT_AXES = {0: "batch", 2: "2*latent_height", 3: "2*latent_width"}
+TINY_UNET = {
+    "sample_size": 16,
+    "in_channels": LATENT_CHANNELS,
+    "out_channels": LATENT_CHANNELS,
+    "block_out_channels": (32, 64),
+    "layers_per_block": 1,
+    "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
+    "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"),
+    "cross_attention_dim": TEXT_DIM,
+    "attention_head_dim": 8,
+    "norm_num_groups": 8,
+}
+TINY_VAE = {
+    "in_channels": 3,
+    "out_channels": 3,
+    "latent_channels": LATENT_CHANNELS,
+    "block_out_channels": (16, 32),
+    "down_block_types": ("DownEncoderBlock2D", "DownEncoderBlock2D"),
+    "up_block_types": ("UpDecoderBlock2D", "UpDecoderBlock2D"),
+    "layers_per_block": 1,
+    "norm_num_groups": 8,
+    "sample_size": 32,
+}
+
+
+def _diffusers() -> Any:
+    from models import import_diffusers
+
+    return import_diffusers()
+
+
+def _latent_side(length: int) -> int:
+    return 16 if length >= 12 else 8
+
+
+def _diffusion_inputs(*extra: str, latent: str = "sample", square: bool = False) -> Callable[[int, int], Inputs]:
+    """Latents, an int64 timestep per row and the conditions `extra` names, as a pipeline step feeds them (`square`:
+    at one latent side only)."""
+
+    def inputs(batch: int, length: int) -> Inputs:
+        generator = torch.Generator().manual_seed(1)
+        side = _latent_side(12 if square else length)
+        kwargs: dict[str, Any] = {
+            latent: torch.randn(batch, LATENT_CHANNELS, side, side, generator=generator),
+            "timestep": torch.randint(0, 1000, (batch,), generator=generator),
+        }
+        if "text" in extra:
+            kwargs["encoder_hidden_states"] = torch.randn(batch, TEXT_TOKENS, TEXT_DIM, generator=generator)
+        if "pooled" in extra:
+            kwargs["pooled_projections"] = torch.randn(batch, POOLED_DIM, generator=generator)
+        if "class" in extra:
+            kwargs["class_labels"] = torch.randint(0, 10, (batch,), generator=generator)
+        if "sdxl" in extra:  # SDXL's added conditions: pooled text and the six size/crop numbers
+            kwargs["added_cond_kwargs"] = {
+                "text_embeds": torch.randn(batch, TEXT_DIM, generator=generator),
+                "time_ids": torch.tensor([[side * 8.0, side * 8.0, 0.0, 0.0, side * 8.0, side * 8.0]] * batch),
+            }
+        if "control" in extra:  # the control image at twice the latent side (one stride-2 conditioning block)
+            kwargs["controlnet_cond"] = torch.randn(batch, 3, 2 * side, 2 * side, generator=generator)
+        return (), kwargs
+
+    return inputs
+
+
+def _diffusion_axes(*extra: str, latent: str = "sample") -> dict[str, dict[int, str]]:
+    axes = {latent: LATENT_AXES, "timestep": {0: "batch"}}
+    if "text" in extra:
+        axes["encoder_hidden_states"] = {0: "batch"}
+    if "pooled" in extra:
+        axes["pooled_projections"] = {0: "batch"}
+    if "class" in extra:
+        axes["class_labels"] = {0: "batch"}
+    if "sdxl" in extra:
+        axes["added_cond_kwargs.text_embeds"] = axes["added_cond_kwargs.time_ids"] = {0: "batch"}
+    if "control" in extra:
+        axes["controlnet_cond"] = {0: "batch", 2: "4*latent_height", 3: "4*latent_width"}
+    return axes
+
+
+def _diffusion_model(class_name: str, **config: Any) -> Callable[[], torch.nn.Module]:
+    return lambda: _seeded(lambda: getattr(_diffusers(), class_name)(**config))
+
+
+class VaeDecoder(torch.nn.Module):
+    """AutoencoderKL's decoder as exporters take it (optimum's vae_decoder): latents to an image."""
+
+    def __init__(self, vae: torch.nn.Module) -> None:
+        super().__init__()
+        self.vae = vae
+
+    def forward(self, latent_sample: torch.Tensor) -> torch.Tensor:
+        return self.vae.decode(latent_sample).sample
+
+
+class VaeEncoder(torch.nn.Module):
+    """AutoencoderKL's encoder as exporters take it: an image to its latent distribution's mean and log-variance
+    (sampling from it is the pipeline's, with its own generator)."""
+
+    def __init__(self, vae: torch.nn.Module) -> None:
+        super().__init__()
+        self.vae = vae
+
+    def forward(self, sample: torch.Tensor) -> torch.Tensor:
+        return self.vae.encode(sample).latent_dist.parameters
+
+
+def _vae(part: type[torch.nn.Module]) -> Callable[[], torch.nn.Module]:
+    return lambda: _seeded(lambda: part(_diffusers().AutoencoderKL(**TINY_VAE)))
+
+
+def _image_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    side = 2 * _latent_side(length)
+    return (), {"sample": torch.randn(batch, 3, side, side, generator=generator)}
+
+
+def _latent_only_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    side = _latent_side(length)
+    return (), {"latent_sample": torch.randn(batch, LATENT_CHANNELS, side, side, generator=generator)}
+
+
+def _flux_inputs(batch: int, length: int) -> Inputs:
+    """Flux's packed latents (one token per latent pixel at patch size 1), their and the text's position ids, and
+    a float timestep in [0, 1] as its pipeline passes it."""
+    generator = torch.Generator().manual_seed(1)
+    side = _latent_side(length) // 2
+    rows, columns = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    image_ids = torch.stack([torch.zeros_like(rows), rows, columns], dim=-1).reshape(-1, 3).float()
+    return (), {
+        "hidden_states": torch.randn(batch, side * side, LATENT_CHANNELS, generator=generator),
+        "encoder_hidden_states": torch.randn(batch, TEXT_TOKENS, TEXT_DIM, generator=generator),
+        "pooled_projections": torch.randn(batch, POOLED_DIM, generator=generator),
+        "timestep": torch.rand(batch, generator=generator),
+        "img_ids": image_ids,
+        "txt_ids": torch.zeros(TEXT_TOKENS, 3),
+    }
+
+
+def float_timestep(case: Case, timestep: torch.Tensor) -> torch.Tensor:
+    """The `timestep_float` variant's timestep for the int64 one of a case's inputs."""
+    fractional = timestep.float() + 0.25
+    return fractional[0] if case.scalar_timestep else fractional
+
+
+def _diffusion_case(
+    name: str, build: Callable[[], torch.nn.Module], *extra: str, latent: str = "sample", square: bool = False
+) -> Case:
+    """`square`: a model that takes the side of its token grid as ``int(tokens ** 0.5)`` (DiT's unpatchify):
+    torch.export specializes that to the example's, so that only the batch is dynamic."""
+    inputs, axes = _diffusion_inputs(*extra, latent=latent, square=square), _diffusion_axes(*extra, latent=latent)
+    if square:
+        axes[latent] = {0: "batch"}
+    scalar = latent == "sample"  # the UNets and ControlNet: Stable Diffusion's pipelines pass a 0-d timestep
+    return Case(name, "diffusers", build, inputs, axes, DIFFUSION_VARIANTS, scalar_timestep=scalar)
+
+
+def diffusers_cases() -> list[Case]:
+    sdxl_unet = {
+        **TINY_UNET,
+        "use_linear_projection": True,
+        "addition_embed_type": "text_time",
+        "addition_time_embed_dim": 8,
+        "projection_class_embeddings_input_dim": 6 * 8 + TEXT_DIM,
+        "transformer_layers_per_block": (1, 2),
+    }
+    controlnet = {key: value for key, value in TINY_UNET.items() if key not in ("sample_size", "up_block_types")}
+    controlnet.pop("out_channels")
+    # SD 2.x / SD-turbo: linear projections, attention computed in float32 (upcast_attention), heads per block
+    sd2_unet = {**TINY_UNET, "use_linear_projection": True, "upcast_attention": True, "attention_head_dim": (4, 8)}
+    flux_axes = {
+        "hidden_states": {0: "batch", 1: "image_tokens"},
+        "encoder_hidden_states": {0: "batch"},
+        "pooled_projections": {0: "batch"},
+        "timestep": {0: "batch"},
+        "img_ids": {0: "image_tokens"},
+    }
+    flux = _diffusion_model(
+        "FluxTransformer2DModel",
+        patch_size=1,
+        in_channels=LATENT_CHANNELS,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=TEXT_DIM,
+        pooled_projection_dim=POOLED_DIM,
+        axes_dims_rope=(4, 4, 8),
+    )
+    return [
+        _diffusion_case("sd_unet", _diffusion_model("UNet2DConditionModel", **TINY_UNET), "text"),
+        _diffusion_case("sd2_unet", _diffusion_model("UNet2DConditionModel", **sd2_unet), "text"),
+        _diffusion_case(
+            "ddpm_unet",
+            _diffusion_model(
+                "UNet2DModel",
+                sample_size=16,
+                in_channels=LATENT_CHANNELS,
+                out_channels=LATENT_CHANNELS,
+                block_out_channels=(32, 64),
+                layers_per_block=1,
+                down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+                attention_head_dim=8,
+                norm_num_groups=8,
+            ),
+        ),
+        Case("flux_transformer", "diffusers", flux, _flux_inputs, flux_axes, VISION_VARIANTS),
+        _diffusion_case(
+            "pixart_transformer",
+            _diffusion_model(
+                "PixArtTransformer2DModel",
+                sample_size=8,
+                num_layers=1,
+                patch_size=2,
+                attention_head_dim=8,
+                num_attention_heads=2,
+                in_channels=LATENT_CHANNELS,
+                cross_attention_dim=16,
+                out_channels=2 * LATENT_CHANNELS,
+                caption_channels=TEXT_DIM,
+                use_additional_conditions=False,
+            ),
+            "text",
+            latent="hidden_states",
+        ),
+        _diffusion_case(
+            "sana_transformer",
+            _diffusion_model(
+                "SanaTransformer2DModel",
+                patch_size=1,
+                in_channels=LATENT_CHANNELS,
+                out_channels=LATENT_CHANNELS,
+                num_layers=1,
+                attention_head_dim=4,
+                num_attention_heads=2,
+                num_cross_attention_heads=2,
+                cross_attention_head_dim=4,
+                cross_attention_dim=8,
+                caption_channels=TEXT_DIM,
+                sample_size=16,
+            ),
+            "text",
+            latent="hidden_states",
+        ),
+        Case(
+            "vq_model",
+            "diffusers",
+            _diffusion_model(
+                "VQModel",
+                block_out_channels=(16, 32),
+                down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+                up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+                latent_channels=3,
+                num_vq_embeddings=32,
+                vq_embed_dim=3,
+                norm_num_groups=8,
+                layers_per_block=1,
+            ),
+            _image_inputs,
+            {"sample": {0: "batch", 2: "4*latent_height", 3: "4*latent_width"}},
+            VISION_VARIANTS,
+        ),
+        # float32 only: its forward quantizes the latents to bytes and divides them by 255.0, a float32 tensor that
+        # a float16 decoder refuses in eager
+        Case(
+            "taesd",
+            "diffusers",
+            _diffusion_model(
+                "AutoencoderTiny",
+                encoder_block_out_channels=(16, 16),
+                decoder_block_out_channels=(16, 16),
+                num_encoder_blocks=(1, 1),
+                num_decoder_blocks=(1, 1),
+                latent_channels=LATENT_CHANNELS,
+            ),
+            _image_inputs,
+            {"sample": {0: "batch", 2: "4*latent_height", 3: "4*latent_width"}},
+            ("float32", "dynamic", "batch1"),
+        ),
+        _diffusion_case("sdxl_unet", _diffusion_model("UNet2DConditionModel", **sdxl_unet), "text", "sdxl"),
+        Case(
+            "vae_decoder",
+            "diffusers",
+            _vae(VaeDecoder),
+            _latent_only_inputs,
+            {"latent_sample": LATENT_AXES},
+            VISION_VARIANTS,
+        ),
+        Case(
+            "vae_encoder",
+            "diffusers",
+            _vae(VaeEncoder),
+            _image_inputs,
+            {"sample": {0: "batch", 2: "4*latent_height", 3: "4*latent_width"}},
+            VISION_VARIANTS,
+        ),
+        _diffusion_case(
+            "dit",
+            _diffusion_model(
+                "DiTTransformer2DModel",
+                num_attention_heads=2,
+                attention_head_dim=16,
+                in_channels=LATENT_CHANNELS,
+                out_channels=2 * LATENT_CHANNELS,
+                num_layers=2,
+                sample_size=8,
+                patch_size=2,
+                num_embeds_ada_norm=1000,
+            ),
+            "class",
+            latent="hidden_states",
+            square=True,
+        ),
+        _diffusion_case(
+            "sd3_transformer",
+            _diffusion_model(
+                "SD3Transformer2DModel",
+                sample_size=8,
+                patch_size=2,
+                in_channels=LATENT_CHANNELS,
+                num_layers=2,
+                attention_head_dim=8,
+                num_attention_heads=4,
+                joint_attention_dim=TEXT_DIM,
+                caption_projection_dim=32,
+                pooled_projection_dim=POOLED_DIM,
+                out_channels=LATENT_CHANNELS,
+                pos_embed_max_size=32,
+            ),
+            "text",
+            "pooled",
+            latent="hidden_states",
+        ),
+        _diffusion_case(
+            "controlnet",
+            _diffusion_model("ControlNetModel", **controlnet, conditioning_embedding_out_channels=(16, 32)),
+            "text",
+            "control",
+        ),
+    ]
+
+
 # --- running ---------------------------------------------------------------------------------------------------
 
 
@@ -681,12 +1039,22 @@ def _dynamic_shapes(case: Case, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     assert case.dynamic_axes is not None
     dims: dict[str, torch.export.Dim] = {}
 
+    def dim(name: str) -> Any:  # "4*side": a multiple of the dim "side" (sizes a model halves, then concatenates)
+        factor, _, base = name.rpartition("*")
+        made = dims.setdefault(base, torch.export.Dim(base, min=1, max=1024))
+        return made * int(factor) if factor else made
+
     def spec(axes: dict[int, str]) -> dict[int, Any]:
-        return {axis: dims.setdefault(name, torch.export.Dim(name, min=1, max=1024)) for axis, name in axes.items()}
+        return {axis: dim(name) for axis, name in axes.items()}
+
+    def entry(name: str, value: Any) -> Any:
+        if isinstance(value, dict):  # a dict of tensors (SDXL's added_cond_kwargs): "outer.inner" axes
+            return {key: entry(f"{name}.{key}", inner) for key, inner in value.items()}
+        return spec(case.dynamic_axes[name]) if name in case.dynamic_axes else None
 
     if args:  # one positional tensor (torchvision, timm)
         return (spec(next(iter(case.dynamic_axes.values()))),)
-    return {name: spec(case.dynamic_axes[name]) if name in case.dynamic_axes else None for name in kwargs}
+    return {name: entry(name, value) for name, value in kwargs.items()}
 
 
 def _output_scale(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
@@ -826,8 +1194,9 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
         kwargs = {k: _near_float16_max(v) for k, v in kwargs.items()}
     if dtype != torch.float32:
         model = copy.deepcopy(model32).to(dtype)
-        args = tuple(_to_dtype(a, dtype) for a in args)
-        kwargs = {k: _to_dtype(v, dtype) for k, v in kwargs.items()}
+        args, kwargs = torch.utils._pytree.tree_map(lambda value: _to_dtype(value, dtype), (args, kwargs))
+    if variant == "timestep_float":
+        kwargs = {**kwargs, "timestep": float_timestep(case, kwargs["timestep"])}
     if variant == "padded" or masked_row:  # an attention mask with padding, as batched generation passes it
         mask = torch.ones(kwargs["input_ids"].shape, dtype=torch.long)
         mask[0, :3] = 0  # row 0 left-padded
@@ -904,7 +1273,7 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str,
 
 
 def all_cases() -> list[Case]:
-    return transformers_cases() + torchvision_cases() + timm_cases()
+    return transformers_cases() + torchvision_cases() + timm_cases() + diffusers_cases()
 
 
 def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None) -> list[dict[str, Any]]:
@@ -915,12 +1284,14 @@ def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None) -> lis
             return case.dynamic_axes is not None
         if variant == "padded" or variant.startswith("masked_row"):
             return case.group == "transformers" and case.inputs in (_token_inputs, _seq2seq_inputs)
-        if variant == "float16_max":  # models fed float inputs: pixels, audio
-            return case.inputs not in (_token_inputs, _seq2seq_inputs)
+        if variant == "float16_max":  # models fed float inputs: pixels, audio (not latents: they are N(0, 1))
+            return case.inputs not in (_token_inputs, _seq2seq_inputs) and case.group != "diffusers"
         if variant in CACHE_VARIANTS:
             return case.decoder
         if variant == "batch1":
             return case.dynamic_axes is not None and variant in case.variants
+        if variant == "timestep_float":
+            return variant in case.variants
         return variant in case.variants
 
     jobs = [(case, [v for v in variants if applies(case, v)]) for case in cases]

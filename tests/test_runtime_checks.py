@@ -205,6 +205,28 @@ def test_torch_check_on_a_dynamic_size_is_checked_before_the_reshape_that_needs_
     _fails_naming(session, r"Mod\(n, 2\)|2\*\(\(n//2\)\)", torch.ones(3))  # was: Reshape's own error
 
 
+class Unpatchifies(torch.nn.Module):
+    """DiT's unpatchify (diffusers): the grid side as ``int(tokens ** 0.5)``, of an image whose height and width are
+    dynamic."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.flatten(1, 2)
+        side = int(tokens.shape[1] ** 0.5)
+        return tokens.reshape(-1, side, side, x.shape[3]) * 2
+
+
+def test_a_float_function_of_sizes_the_model_specialized_is_checked(tmp_path: Path) -> None:
+    """torch.export puts no assertion node for a guard with a float function (``int(n ** 0.5) == 4``): the graph
+    reshaped an 8 x 8 image's 64 tokens as four 4 x 4 grids, silently (DiT exported with dynamic latent sizes)."""
+    model = Unpatchifies()
+    dims = {1: Dim("h", min=1, max=64), 2: Dim("w", min=1, max=64)}
+    program = _export(model, (torch.randn(2, 4, 4, 3),), dynamic_shapes=(dims,))
+    session = _session(program, tmp_path)
+    for height, width in ((4, 4), (2, 8), (1, 16)):  # 16 tokens: a 4 x 4 grid, as exported
+        _matches_eager(session, model, torch.randn(2, height, width, 3))
+    _fails_naming(session, r"TruncToInt\(FloatPow\(ToFloat\(h\*w\), 0.5\)\), 4\)", torch.randn(2, 8, 8, 3))
+
+
 class AddsHalf(torch.nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return x[: x.shape[0] // 2] + y
@@ -245,6 +267,23 @@ def test_a_derived_dim_is_checked(tmp_path: Path) -> None:
     for size in (0, 1, 3):
         _matches_eager(session, Halves(), torch.arange(float(size)), torch.arange(float(2 * size)))
     _fails_naming(session, r"2\*d", torch.ones(1), torch.ones(1))  # was: broadcast, 2 results
+
+
+def test_a_derived_dim_whose_symbol_is_no_inputs_dim_is_checked(tmp_path: Path) -> None:
+    """``2 * Dim("half")`` on an input alone (a UNet's latent side, halved by its down block and concatenated again):
+    an odd size is refused by a check naming it, not by a Reshape or Concat's error."""
+
+    class Pairs(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(-1, 2).sum(1)
+
+    half = Dim("half", min=1, max=16)
+    program = _export(Pairs(), (torch.ones(6),), dynamic_shapes=({0: 2 * half},))
+    session = _session(program, tmp_path)
+    for size in (2, 8, 32):
+        _matches_eager(session, Pairs(), torch.arange(float(size)))
+    _fails_naming(session, r"input 'x' dim 0 == 2\*\w+ \(a multiple of 2", torch.ones(5))  # was: Reshape's error
+    _fails_naming(session, r"<= 16", torch.ones(34))
 
 
 @pytest.mark.parametrize(

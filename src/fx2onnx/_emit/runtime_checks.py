@@ -22,6 +22,7 @@ node that would fail on the same input with an error that explains nothing (a Re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -90,16 +91,43 @@ class _Unexpressible(Exception):
 def _to_onnx(expression: Any, symbols: Mapping[sympy.Symbol, ir.Value], build: _Builder) -> ir.Value:
     """An integer sympy expression of the input dims as an int64 [1] value (Python's floor division and modulo)."""
 
+    def as_double(value: ir.Value) -> ir.Value:
+        return value if value.dtype == ir.DataType.DOUBLE else _cast_double(value, build)
+
+    def double(op_type: str, inputs: Sequence[ir.Value]) -> ir.Value:
+        result = build.add(op_type, [as_double(value) for value in inputs])
+        result.dtype = ir.DataType.DOUBLE
+        return result
+
     def walk(expr: Any) -> ir.Value:
         if isinstance(expr, sympy.Integer):
             return build.constant(int(expr))
+        if isinstance(expr, sympy.Float):
+            constant = build.add("Constant", [], value=ir.tensor(np.array([float(expr)], dtype=np.float64)))
+            constant.dtype = ir.DataType.DOUBLE
+            return constant
         if isinstance(expr, sympy.Symbol):
             if expr not in symbols:
                 raise _Unexpressible(f"{expr} is no input's dim")
             return symbols[expr]
         arguments = [walk(argument) for argument in expr.args]
+        # torch's float functions of sizes (``int(n ** 0.5)``: TruncToInt(FloatPow(ToFloat(n), 0.5))), in float64 as
+        # Python computes them (IEEE: the same square root); a truncation back to int64 rounds toward zero, as int()
+        if isinstance(expr, sympy_functions.ToFloat):
+            return as_double(arguments[0])
+        if isinstance(expr, (sympy_functions.FloatPow, sympy_functions.FloatTrueDiv, sympy_functions.IntTrueDiv)):
+            return double("Pow" if isinstance(expr, sympy_functions.FloatPow) else "Div", arguments)
+        if isinstance(expr, (sympy_functions.TruncToInt, sympy_functions.CeilToInt, sympy_functions.FloorToInt)):
+            rounded = arguments[0]
+            if not isinstance(expr, sympy_functions.TruncToInt):
+                rounded = double("Ceil" if isinstance(expr, sympy_functions.CeilToInt) else "Floor", [rounded])
+            result = build.add("Cast", [rounded], to=ir.DataType.INT64)
+            result.dtype = ir.DataType.INT64
+            return result
         if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Min, sympy.Max)):
             op_type = {sympy.Add: "Add", sympy.Mul: "Mul", sympy.Min: "Min", sympy.Max: "Max"}[type(expr)]
+            if any(argument.dtype == ir.DataType.DOUBLE for argument in arguments):
+                return functools.reduce(lambda a, b: double(op_type, [a, b]), arguments)
             result = arguments[0]
             for argument in arguments[1:]:
                 result = build.add(op_type, [result, argument])
@@ -123,6 +151,12 @@ def _to_onnx(expression: Any, symbols: Mapping[sympy.Symbol, ir.Value], build: _
         return build.add("Sub", [quotient, build.add("Cast", [build.add("And", [inexact, signs_differ])], to=7)])
 
     return walk(expression)
+
+
+def _cast_double(value: ir.Value, build: _Builder) -> ir.Value:
+    cast = build.add("Cast", [value], to=ir.DataType.DOUBLE)
+    cast.dtype = ir.DataType.DOUBLE
+    return cast
 
 
 _RELATIONS = {
@@ -160,6 +194,8 @@ def condition_to_onnx(
             sides = [_to_onnx(side, symbols, build) for side in (expr.lhs, expr.rhs)]
         except _Unexpressible as error:
             raise ValueError(str(error)) from None
+        if any(side.dtype == ir.DataType.DOUBLE for side in sides):
+            sides = [side if side.dtype == ir.DataType.DOUBLE else _cast_double(side, build) for side in sides]
         result = build.add(op_type, sides)
         return build.add("Not", [result]) if isinstance(expr, sympy.Ne) else result
 
@@ -168,6 +204,8 @@ def condition_to_onnx(
     )
     for node in build.nodes:  # typed: legalization reads every node's types
         value = node.outputs[0]
+        if value.dtype is not None:  # typed where made (the float64 nodes of torch's float functions)
+            continue
         if node.op_type == "Cast":
             value.dtype = ir.DataType(node.attributes["to"].as_int())
         elif node.op_type == "Reshape":
@@ -377,27 +415,45 @@ def _input_checks(
         found.checked.append(f"checked at run time (ONNX node '{name}'): {assumption}")
 
     dims = _input_dims(captured, graph)
-    defined_at: dict[sympy.Symbol, tuple[ir.Value, int | None]] = {}
+    defined_at: dict[Any, tuple[ir.Value, int | None]] = {}
+    plain = {expression for _, _, expression, _ in dims if isinstance(expression, sympy.Symbol)}
     for value, dim, expression, placeholder in dims:
-        if isinstance(expression, sympy.Symbol) and expression not in definitions:
+        asked = asked_minimums.get((placeholder, dim), 0)
+        multiple = _multiple_of_symbol(expression)
+        if multiple is not None and multiple[1] not in plain and multiple[1] not in definitions:
+            # a derived dim alone (``2 * Dim("half")``, its symbol no input's dim): a multiple, the quotient its symbol
+            factor, symbol = multiple
+            size = size_of(value, dim)
+            quotient = build.add("Div", [size, build.constant(factor)])
+            exact = build.add("Equal", [build.add("Mul", [quotient, build.constant(factor)]), size])
+            add_check(
+                exact,
+                f"{where(value, dim)} == {_named(expression, symbol_names)} (a multiple of {factor}, as exported)",
+            )
+            defined_at[expression] = (value, dim)
+            size = definitions[symbol] = quotient
+            expression, asked = symbol, asked // factor
+        elif isinstance(expression, sympy.Symbol) and expression not in definitions:
             defined_at[expression] = (value, dim)
             size = definitions[expression] = size_of(value, dim)
-            name = symbol_names.get(expression, str(expression))
-            bounds = ranges.get(expression)
-            lower, upper = getattr(bounds, "lower", None), getattr(bounds, "upper", None)
-            floor = 0 if dim is not None else None  # a size is never negative: nothing to check at 0
-            if isinstance(lower, (int, sympy.Integer)) and int(lower) == 2 and dim is not None:
-                lower = min(2, asked_minimums.get((placeholder, dim), 0)) or None
-            if isinstance(lower, (int, sympy.Integer)) and (floor is None or int(lower) > floor):
-                add_check(
-                    build.add("GreaterOrEqual", [size, build.constant(int(lower))]),
-                    f"{name} >= {int(lower)} ({where(value, dim)}, the range it was exported for)",
-                )
-            if isinstance(upper, (int, sympy.Integer)):
-                add_check(
-                    build.add("LessOrEqual", [size, build.constant(int(upper))]),
-                    f"{name} <= {int(upper)} ({where(value, dim)}, the range it was exported for)",
-                )
+        else:
+            continue
+        name = symbol_names.get(expression, str(expression))
+        bounds = ranges.get(expression)
+        lower, upper = getattr(bounds, "lower", None), getattr(bounds, "upper", None)
+        floor = 0 if dim is not None else None  # a size is never negative: nothing to check at 0
+        if isinstance(lower, (int, sympy.Integer)) and int(lower) == 2 and dim is not None:
+            lower = min(2, asked) or None
+        if isinstance(lower, (int, sympy.Integer)) and (floor is None or int(lower) > floor):
+            add_check(
+                build.add("GreaterOrEqual", [size, build.constant(int(lower))]),
+                f"{name} >= {int(lower)} ({where(value, dim)}, the range it was exported for)",
+            )
+        if isinstance(upper, (int, sympy.Integer)):
+            add_check(
+                build.add("LessOrEqual", [size, build.constant(int(upper))]),
+                f"{name} <= {int(upper)} ({where(value, dim)}, the range it was exported for)",
+            )
     for value, dim, expression, _ in dims:
         if defined_at.get(expression) == (value, dim):
             continue  # the dim that defines its symbol
@@ -408,7 +464,49 @@ def _input_checks(
             found.unchecked.append(f"not checked at run time (cannot be expressed in ONNX: {error}): {assumption}")
             continue
         add_check(build.add("Equal", [size_of(value, dim), expected]), assumption)
+    for index, expression in enumerate(_unasserted(captured)):
+        line = _recorded_line(captured, str(expression))
+        assumption = _named(expression, symbol_names) + (
+            f", assumed by the model's code at {_short_line(line)}" if line else ", assumed by the model's code"
+        )
+        try:
+            nodes, ok = condition_to_onnx(expression, definitions, f"{CHECK_PREFIX}_float_{index}_")
+        except ValueError as error:
+            found.unchecked.append(f"not checked at run time (cannot be expressed in ONNX: {error}): {assumption}")
+            continue
+        build.nodes.extend(nodes)
+        add_check(ok, assumption)
     return build.nodes, zeros
+
+
+def _multiple_of_symbol(expression: Any) -> tuple[int, sympy.Symbol] | None:
+    """(k, s) for ``k*s`` (k a positive integer), else None."""
+    if isinstance(expression, sympy.Mul) and len(expression.args) == 2:
+        factor, symbol = expression.args
+        if isinstance(factor, sympy.Integer) and int(factor) > 0 and isinstance(symbol, sympy.Symbol):
+            return int(factor), symbol
+    return None
+
+
+def _unasserted(captured: CapturedGraph) -> list[Any]:
+    """torch.export's deferred assertions on sizes that it puts in no ``_assert_scalar`` node: those holding a
+    float function (``int(n ** 0.5)`` specialized to the example's 8: ``Eq(TruncToInt(FloatPow(ToFloat(s0), 0.5)),
+    8)``), which its graph pass cannot write as nodes. Unchecked, another size would run the example's (DiT's
+    unpatchify reshaping 16 tokens as 8 x 8: a wrong shape without an error)."""
+    for node in captured.user_inputs:
+        val = node.meta.get("val")
+        sizes = val.shape if isinstance(val, torch.Tensor) else [val]
+        symbolic = next((size for size in sizes if isinstance(size, torch.SymInt)), None)
+        if symbolic is not None:
+            shape_env = symbolic.node.shape_env
+            break
+    else:
+        return []
+    floats = (sympy_functions.ToFloat, sympy_functions.TruncToInt, sympy_functions.CeilToInt)
+    found: list[Any] = []
+    for assertions in shape_env.deferred_runtime_asserts.values():
+        found += [a.expr for a in assertions if a.expr.has(*floats) and a.expr not in found]
+    return found
 
 
 def _assertion_checks(
