@@ -30,6 +30,7 @@ running it) or ``mismatch`` (it ran and an output differs from eager: a silent w
     python benchmarks/zoo.py                    # everything, progress on stderr, one JSON line per result
     python benchmarks/zoo.py --only bart,vit    # models whose name contains one of these
     python benchmarks/zoo.py --variants float32,dynamic --out out/zoo.jsonl
+    python benchmarks/zoo.py --only mamba --variants float16 --length 64   # longer examples (default 12 tokens)
     python benchmarks/zoo.py --table out/zoo.jsonl   # the model x variant table of a results file
 
 timm is imported from FX2ONNX_TIMM_DIR (default: the venv's timm/ folder, which `make bench` fills).
@@ -1035,11 +1036,14 @@ def noise_margin(record: dict[str, Any], results: list[Any]) -> None:
             record[field] = round(max(record.get(field, 0.0), ratio), 3)
 
 
-def run_variant(case: Case, model32: torch.nn.Module, variant: str) -> dict[str, Any]:
-    """Export `case` as `variant`, run it in ONNX Runtime and compare with eager: one result record."""
+def run_variant(case: Case, model32: torch.nn.Module, variant: str, length: int = 12) -> dict[str, Any]:
+    """Export `case` as `variant` from an example of `length` (tokens; audio: 400 + 40 x length samples), run it in
+    ONNX Runtime and compare with eager: one result record."""
     record: dict[str, Any] = {"model": case.name, "group": case.group, "variant": variant}
+    if length != 12:
+        record["length"] = length
     masked_row = variant.startswith("masked_row")
-    args, kwargs = case.inputs(1 if variant == "batch1" else MASKED_ROW_BATCH if masked_row else 2, 12)
+    args, kwargs = case.inputs(1 if variant == "batch1" else MASKED_ROW_BATCH if masked_row else 2, length)
     model = model32
     dtype = REDUCED.get(variant, CACHE_VARIANTS.get(variant, EXTREMES.get(variant, torch.float32)))
     if dtype != torch.float32:
@@ -1130,7 +1134,7 @@ def all_cases() -> list[Case]:
     return transformers_cases() + torchvision_cases() + timm_cases()
 
 
-def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None) -> list[dict[str, Any]]:
+def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None, length: int = 12) -> list[dict[str, Any]]:
     records = []
 
     def applies(case: Case, variant: str) -> bool:
@@ -1163,8 +1167,10 @@ def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None) -> lis
             continue
         for variant in case_variants:
             try:
-                run = run_generate if variant in GENERATE_VARIANTS else run_variant
-                record = run(case, model32, variant)
+                if variant in GENERATE_VARIANTS:
+                    record = run_generate(case, model32, variant)
+                else:
+                    record = run_variant(case, model32, variant, length)
             except Exception as error:  # a defect of the sweep itself: recorded, the sweep goes on
                 record = {"model": case.name, "group": case.group, "variant": variant, "outcome": "sweep"}
                 record["error"] = _short(error)
@@ -1208,6 +1214,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="comma-separated substrings of model names")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--length", type=int, default=12, help="the examples' sequence length (tokens)")
     parser.add_argument("--out", type=Path, default=None, help="append one JSON line per result to this file")
     parser.add_argument("--table", type=Path, default=None, help="print the table of a results file and stop")
     options = parser.parse_args()
@@ -1218,7 +1225,7 @@ def main() -> None:
     if options.only:
         wanted = options.only.split(",")
         cases = [case for case in cases if any(w in case.name for w in wanted)]
-    records = sweep(cases, tuple(options.variants.split(",")), options.out)
+    records = sweep(cases, tuple(options.variants.split(",")), options.out, options.length)
     print(table(records))
 
 
