@@ -189,6 +189,37 @@ def test_a_branch_on_one_whose_general_branch_is_right_at_one_stays_unchecked(tm
         np.testing.assert_allclose(_run(session, query, keys)[0], want, rtol=1e-5, atol=1e-6)
 
 
+class BloomLikeStep(torch.nn.Module):
+    """Bloom's attention step: new tokens after a past, an additive mask as long as both (the graph's relation
+    ``total == new + past``), and the queries reshaped with -1 (torch asks whether the new-token count is 1)."""
+
+    def forward(self, query: torch.Tensor, past: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        keys = torch.cat([past, query], 2)  # (batch, heads, past + new, 8)
+        flat = query.transpose(1, 2).reshape(query.shape[0] * query.shape[2], -1, 8)
+        scores = query @ keys.transpose(-1, -2) + mask[:, None, None, :]
+        return scores.softmax(-1) @ keys, flat
+
+
+def test_a_branch_on_one_is_compared_with_the_dims_tied_to_that_dim_moved_along(tmp_path: Path) -> None:
+    """The size-1 comparison slices the example to one new token; the mask, tied to it by ``total == new + past``,
+    stayed at the example's length, so the comparison could not run and the graph refused one new token at run time:
+    an exported decoder (Bloom, with optimum's dims: new tokens, past, mask length) could not decode. The mask is
+    now cut along (to past + 1): the general branch is the same at one token, and one token is served."""
+    model = BloomLikeStep()
+    batch, new, past, total = Dim("batch"), Dim("new"), Dim("past", min=0), Dim("total")
+    example = (torch.randn(2, 2, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 8))
+    program = _export(model, example, dynamic_shapes=({0: batch, 2: new}, {0: batch, 2: past}, {0: batch, 1: total}))
+    assert not any("Ne(new, 1)" in note for note in program.report.dynamic_dims if note.startswith("checked"))
+    session = _session(program, tmp_path)
+    for size, history in ((1, 5), (4, 0), (1, 9), (3, 2)):
+        query, cache = torch.randn(3, 2, size, 8), torch.randn(3, 2, history, 8)
+        inputs = (query, cache, torch.randn(3, size + history))
+        with torch.no_grad():
+            want = model(*inputs)
+        for got, expected in zip(_run(session, *inputs), want):
+            np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
 class EvenLength(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         torch._check(x.shape[0] % 2 == 0)

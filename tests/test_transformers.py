@@ -306,3 +306,73 @@ def test_pytrees_are_registered_only_for_a_model_that_meets_a_cache() -> None:
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.split()[-1] == "3"  # logits, the layer's keys and values
+
+
+def mistral() -> torch.nn.Module:
+    config = transformers.MistralConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+        sliding_window=4,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    torch.manual_seed(0)
+    return transformers.MistralForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("build", [gpt2, llama, mistral], ids=["gpt2", "llama", "mistral"])
+def test_greedy_generation_in_onnx_runtime_gives_eagers_tokens(build: Callable[[], torch.nn.Module]) -> None:
+    """Generation as users run an exported decoder (optimum, ONNX Runtime GenAI): exported once with dynamic batch,
+    new-token count and past length, then in a default ONNX Runtime session the prompt after an empty cache (past
+    length 0), and 20 steps each feeding back the argmax token and the cache the previous step returned. Eager runs
+    the same loop on its own cache (Mistral's sliding-window layers cut to the window of 4, the graph's cache
+    holding the whole history): the same tokens, and logits close at every step."""
+    import onnxruntime
+    from transformers.cache_utils import DynamicCache
+    from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+
+    model = build()
+    model.config.use_cache = True
+    register_cache_pytrees_for_model(model)  # as transformers' exporters do: a cache flattens to its tensors
+    name = cache_argument(model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # the example: 3 new tokens after a cache of 5 holding every key (the graph's contract)
+        cache = getattr(model(torch.randint(0, 300, (2, 5), generator=generator), **{name: DynamicCache()}), name)
+    example = {
+        "input_ids": torch.randint(0, 300, (2, 3), generator=generator),
+        "attention_mask": torch.ones(2, 8, dtype=torch.long),
+        name: cache,
+        "use_cache": True,
+    }
+    batch, new = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("sequence", min=1, max=32)
+    past, total = torch.export.Dim("past", min=0, max=64), torch.export.Dim("total", min=1, max=96)
+    leaves = torch.utils._pytree.tree_leaves(cache)
+    dynamic_shapes = {
+        "input_ids": {0: batch, 1: new},
+        "attention_mask": {0: batch, 1: total},
+        name: [{0: batch, 2: past}] * len(leaves),
+        "use_cache": None,
+    }
+    program = fx2onnx.export(model, (), example, dynamic_shapes=dynamic_shapes)
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [value.name for value in session.get_inputs()]
+    prompt = torch.randint(0, 300, (2, 7), generator=generator)
+    onnx_ids, eager_ids = prompt, prompt
+    present = [leaf.new_zeros(2, leaf.shape[1], 0, leaf.shape[3]) for leaf in leaves]  # the prefill: no past
+    eager_cache = None
+    for step in range(21):  # the prefill and 20 new tokens
+        length = prompt.shape[1] + step
+        feed = [onnx_ids, torch.ones(2, length, dtype=torch.long), *present]
+        logits, *present = (torch.from_numpy(x) for x in session.run(None, dict(zip(names, (t.numpy() for t in feed)))))
+        with torch.no_grad():
+            mask = torch.ones(2, length, dtype=torch.long)
+            out = model(input_ids=eager_ids, attention_mask=mask, **({name: eager_cache} if eager_cache else {}))
+        eager_cache = getattr(out, name)
+        torch.testing.assert_close(logits[:, -1], out.logits[:, -1], rtol=1e-4, atol=1e-4, msg=f"step {step}")
+        onnx_ids, eager_ids = logits[:, -1:].argmax(-1), out.logits[:, -1:].argmax(-1)
+        assert torch.equal(onnx_ids, eager_ids), f"step {step}: {onnx_ids.tolist()} != {eager_ids.tolist()}"
+        assert present[0].shape[2] == length  # the whole history, sliding-window layers included

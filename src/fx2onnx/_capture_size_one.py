@@ -64,6 +64,41 @@ def _size_one_decisions(program: ExportedProgram, assertion_lines: Mapping[str, 
     return found
 
 
+def _equalities(program: ExportedProgram) -> list[sympy.Eq]:
+    """The graph's deferred assertions that two expressions of input dims are equal (``Eq(s53, s70 + s84)``: an
+    attention mask as long as the new tokens and the past together)."""
+    found = []
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten._assert_scalar.default:
+            continue
+        matched = _ASSERTED.search(str(node.args[1]) if len(node.args) > 1 else "")
+        try:
+            parsed = sympy.sympify(matched[1]) if matched else None
+        except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+            continue
+        if isinstance(parsed, sympy.Eq):
+            found.append(parsed)
+    return found
+
+
+def _sizes_at_one(symbol: sympy.Symbol, equalities: list[sympy.Eq], sizes: dict[str, int]) -> dict[str, int]:
+    """The input dims' sizes with `symbol` at 1 and, for each equality with it, the one other dim that shrinks to
+    keep it (the mask's length down by as much as the new tokens', the past as it is: it would have to grow), the
+    others as in the example: name -> size. Where no dim can, the example breaks the relation: not comparable."""
+    wanted = {str(symbol): 1}
+    for equality in equalities:
+        names = {str(free): free for free in equality.free_symbols}
+        if str(symbol) not in names or not set(names) <= set(sizes):
+            continue
+        for tied in sorted(name for name in names if name not in wanted):  # the one dim that can shrink to fit
+            known = {names[name]: wanted.get(name, sizes[name]) for name in names if name != tied}
+            solutions = sympy.solve(equality.lhs.subs(known) - equality.rhs.subs(known), names[tied])
+            if len(solutions) == 1 and solutions[0].is_Integer and 0 <= int(solutions[0]) <= sizes[tied]:
+                wanted[tied] = int(solutions[0])
+                break
+    return wanted
+
+
 def general_branch_at_size_one(
     program: ExportedProgram,
     model: Any,
@@ -98,9 +133,20 @@ def general_branch_at_size_one(
         leaf for leaf in flatten_inputs(program.call_spec.in_spec, args, kwargs) if isinstance(leaf, torch.Tensor)
     ]
     asked = dynamic_dims(model, args, kwargs, dynamic_shapes)
+    equalities = _equalities(program)
+    # each input dim's size in the example, by its symbol's name
+    sizes = {
+        str(size.node.expr): leaf.shape[dim]
+        for node, leaf in zip(placeholders, leaves)
+        if isinstance(node.meta.get("val"), torch.Tensor)
+        for dim, size in enumerate(node.meta["val"].shape)
+        if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol)
+    }
     verdicts: dict[tuple[str, int], SizeOneVerdict] = {}
     for symbol in sorted(decisions, key=str):
         started = time.perf_counter()
+        # by name: sympify's symbols lack torch's assumptions (integer, positive), so never equal its own
+        wanted = _sizes_at_one(symbol, equalities, sizes)
         sliced: dict[int, torch.Tensor] = {}
         places: list[tuple[str, int]] = []
         specs: list[Any] = []
@@ -112,11 +158,11 @@ def general_branch_at_size_one(
             example = leaf
             for dim, size in enumerate(val.shape):
                 expression = size.node.expr if isinstance(size, torch.SymInt) else None
-                # by name: sympify's symbols lack torch's assumptions (integer, positive), so never equal its own
-                if str(expression) == str(symbol) and leaf.shape[dim] >= 1:
-                    leaf = sliced[id(example)] = leaf.detach().narrow(dim, 0, 1).clone()
-                    places.append((node.name, dim))
-                    specs.append(asked.get((id(example), dim)))
+                if str(expression) in wanted and leaf.shape[dim] >= wanted[str(expression)]:
+                    leaf = sliced[id(example)] = leaf.detach().narrow(dim, 0, wanted[str(expression)]).clone()
+                    if str(expression) == str(symbol):
+                        places.append((node.name, dim))
+                        specs.append(asked.get((id(example), dim)))
                 elif expression is not None and str(symbol) in map(str, expression.free_symbols):
                     comparable = False  # a derived dim: no slicing gives its value at size 1
         if comparable and sliced:
