@@ -385,3 +385,14 @@ def test_expand_of_size_one_to_no_element(dtype: torch.dtype) -> None:
     assert_exports_and_matches(Call(lambda x: x.expand(1, 0) * 2), (x,))
     assert_exports_and_matches(Call(lambda x: x.expand(2, 1, 0) + 1), (x,))
     assert_exports_and_matches(Call(lambda x: x.expand(1, 3) * 2), (x,))  # not empty: nothing inserted
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32, torch.bool])
+def test_index_fill_of_an_unfolded_view(dtype: torch.dtype) -> None:
+    """index_fill of unfold's windows (a strided view) decomposes to prims.copy_strided, a copy with the view's
+    strides: the same values (fuzz seed 50000081: it was refused as unsupported)."""
+
+    def fill(x: torch.Tensor) -> torch.Tensor:
+        return x.unfold(-1, 5, 2).index_fill(-3, torch.tensor([-1]), True)  # one window of the whole row
+
+    assert_exports_and_matches(Call(fill), (torch.tensor([[-2, 0, -6, 3, 2]]).to(dtype),))

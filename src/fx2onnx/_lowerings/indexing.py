@@ -736,6 +736,13 @@ def view_of(a: TReal) -> TReal:
     return op.Identity(a)
 
 
+@lowering("prims::copy_strided")
+def copy_strided(a: TReal, stride: Sequence[int]) -> TReal:
+    """A copy laid out with other strides: the same values (index_fill of an unfold's view decomposes to it)."""
+    del stride
+    return op.Identity(a)
+
+
 @lowering("aten::resize")
 def resize(self: TReal, size: Sequence[int], memory_format: int | None = None) -> TReal:
     """Functional resize_: self's elements in order, cut or zero-extended to `size`'s element count.
