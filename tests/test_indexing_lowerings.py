@@ -396,3 +396,11 @@ def test_index_fill_of_an_unfolded_view(dtype: torch.dtype) -> None:
         return x.unfold(-1, 5, 2).index_fill(-3, torch.tensor([-1]), True)  # one window of the whole row
 
     assert_exports_and_matches(Call(fill), (torch.tensor([[-2, 0, -6, 3, 2]]).to(dtype),))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.bool, torch.uint8])
+def test_unfold_of_a_0d_tensor(dtype: torch.dtype) -> None:
+    """A 0-d tensor unfolds into [x] for a size of 1 and into no element for a size of 0 (fuzz seed 50000349: size 0
+    failed the checker)."""
+    unfold = Call(lambda x: (x.unfold(0, 0, 1), x.unfold(-1, 0, 3), x.unfold(0, 1, 2)))
+    assert_exports_and_matches(unfold, (torch.tensor(1, dtype=dtype),))

@@ -462,6 +462,18 @@ def flip(self: TTensor, dims: Sequence[int]) -> TTensor:
     return aten_flip(self, dims)
 
 
+@lowering("aten::unfold")
+def unfold(self: TTensor, dimension: int, size: int, step: int) -> TTensor:
+    """Eager unfolds a 0-d tensor into [x] for a size of 1 and into no element for a size of 0; torchlib's Unsqueeze
+    is [x] for both (size 0 failed the checker: fuzz seed 50000349)."""
+    from onnxscript.function_libs.torch_lib.ops.core import aten_unfold
+
+    if self.shape is not None and len(self.shape) == 0:
+        one = op.Unsqueeze(self, op.Constant(value_ints=[0]))
+        return op.Slice(one, op.Constant(value_ints=[0]), op.Constant(value_ints=[size])) if size == 0 else one
+    return aten_unfold(self, dimension, size, step)
+
+
 @lowering("aten::numpy_T")
 def numpy_t(self: TReal) -> TReal:
     return op.Transpose(self, perm=list(reversed(range(len(self.shape)))))
