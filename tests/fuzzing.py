@@ -1406,7 +1406,7 @@ def index_fill(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
     if dim is None or x.shape[dim] == 0:
         return None
     values = _index_values(rng, x.shape[dim], rng.randint(0, 3))
-    value = rng.choice(CORNER_SCALARS + [True, 7])
+    value = rng.choice([*CORNER_SCALARS, True, 7])
     return f"{{0}}.index_fill({dim}, torch.tensor({literal(values)}, dtype=torch.int64), {literal(value)})"
 
 
@@ -1506,10 +1506,10 @@ def reduction_dtype(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | Non
     x = xs[0]
     function = rng.choice(["sum", "sum", "prod", "mean", "nansum"])
     floating = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-    dtypes = floating if x.is_floating_point() else floating + [torch.int64, torch.int32, torch.int8, torch.uint8]
+    dtypes = floating if x.is_floating_point() else [*floating, torch.int64, torch.int32, torch.int8, torch.uint8]
     if function in ("mean", "nansum") and not x.is_floating_point():
         dtypes = floating
-    dtype = rng.choice(dtypes + [None])
+    dtype = rng.choice([*dtypes, None])
     dtype_text = "" if dtype is None else f", dtype={dtype}"
     if function == "prod":  # (one dim at most)
         dim = _dim(rng, x)
@@ -1542,7 +1542,7 @@ def reduction_edge(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None
 
 def cast_extreme(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
     """A cast to any dtype, whatever the values (undefined float-to-integer casts are left out of the comparison)."""
-    return f"{{0}}.to({rng.choice(INT_DTYPES + [torch.bool] + FLOAT_DTYPES)})"
+    return f"{{0}}.to({rng.choice([*INT_DTYPES, torch.bool, *FLOAT_DTYPES])})"
 
 
 WIDE_INTEGERS = [127, 128, 255, 256, -129, 1000, 40000, 65535, 2**31, -(2**31) - 1, 2**40, -1, 3]
@@ -1573,7 +1573,7 @@ def _corner_value(rng: random.Random, dtype: torch.dtype) -> Any:
     if dtype == torch.bool:
         return rng.choice([True, False])
     if dtype.is_floating_point:
-        return rng.choice(CORNER_SCALARS + [torch.finfo(dtype).max, 0.5])
+        return rng.choice([*CORNER_SCALARS, torch.finfo(dtype).max, 0.5])
     info = torch.iinfo(dtype)
     return rng.choice([info.min, info.max, 0, 1, -1 if info.min else 2, 3])
 
