@@ -1524,6 +1524,10 @@ def reduction_dtype(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | Non
         dims = tuple(rng.sample(special, rng.randint(1, len(special))))
     else:
         dims = tuple(rng.sample(range(x.dim()), rng.randint(1, x.dim())))
+    if function == "nansum" and dims == ():
+        # torch's meta function of nansum over dim=() reduces nothing where eager reduces every dim (a shape of 3
+        # where eager gives 0-d): the export fails the checker (seed 50000766), torch's and not drawn
+        function = "sum"
     return f"torch.{function}({{0}}, dim={literal(dims)}, keepdim={rng.random() < 0.5}{dtype_text})"
 
 
