@@ -404,3 +404,12 @@ def test_unfold_of_a_0d_tensor(dtype: torch.dtype) -> None:
     failed the checker)."""
     unfold = Call(lambda x: (x.unfold(0, 0, 1), x.unfold(-1, 0, 3), x.unfold(0, 1, 2)))
     assert_exports_and_matches(unfold, (torch.tensor(1, dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
+def test_repeat_interleave_of_no_element(dtype: torch.dtype) -> None:
+    """x.repeat_interleave(3, dim) of a tensor with a 0 dim (fuzz seed 50001408: the checker refused torchlib's
+    Reshape of the tiled tensor)."""
+    x = torch.empty(1, 1, 0, dtype=dtype)
+    repeat = Call(lambda v: (v.repeat_interleave(3, dim=-2), v.repeat_interleave(2, dim=2), v.repeat_interleave(2)))
+    assert_exports_and_matches(repeat, (x,))

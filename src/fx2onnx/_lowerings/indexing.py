@@ -952,6 +952,25 @@ def pixel_unshuffle(self: TReal, downscale_factor: int) -> TReal:
 
 
 # --- repeat_interleave with a tensor of repeats ----------------------------------------------------------------
+@lowering("aten::repeat_interleave.self_int")
+def repeat_interleave_self_int(
+    self: TTensor, repeats: int, dim: int | None = None, output_size: int | None = None
+) -> TTensor:
+    """x.repeat_interleave(r, dim); a tensor of no element is reshaped to its result's shape (torchlib's Reshape
+    to [-1, ...] of the tiled tensor copied a 0 and failed the checker: fuzz seed 50001408)."""
+    from onnxscript.function_libs.torch_lib.ops.core import aten_repeat_interleave_self_int
+
+    shape = None if self.shape is None else list(self.shape)
+    if shape is not None and isinstance(repeats, int) and all(isinstance(s, int) for s in shape) and 0 in shape:
+        if dim is None:
+            target = [0]
+        else:
+            target = shape
+            target[dim % len(shape)] *= repeats
+        return op.Reshape(self, op.Constant(value_ints=target), allowzero=1)
+    return aten_repeat_interleave_self_int(self, repeats, dim, output_size)
+
+
 @lowering("aten::repeat_interleave.Tensor")
 def repeat_interleave_tensor(repeats: INT64, output_size: int | None = None) -> INT64:
     """``torch.repeat_interleave(repeats)``: index i written repeats[i] times (x.repeat_interleave(r, dim)
