@@ -669,3 +669,22 @@ def test_low_precision_accumulation_is_compared_with_float32s(dtype: torch.dtype
         wrong = actual.clone()
         wrong[position] = wrong_value
         assert not fuzzing.within_envelopes([expected], [wrong], no_mask, runs)[0], position
+
+
+def test_sin_near_its_zeros_passes_within_epsilon_times_x() -> None:
+    """ONNX Runtime's float64 Sin is accurate to epsilon |x| near its zeros (docs/ort-defects.md 17): sin(fl(k pi))
+    is 0 where eager gives 1.2e-16 k, here scaled by 1e16. That passes as the step's rounding; a value beyond the move
+    of epsilon |x| does not."""
+    x = torch.tensor([math.pi, 2 * math.pi, 0.5], dtype=torch.float64)
+    program = Program(-1, [x], [Step("sin", (0,), "torch.sin({0})"), Step("mul_scalar", (1,), "{0} * 1e16")])
+    (expected,) = fuzzing.run_eager(program)
+    outcome = fuzzing.judge(program)
+    assert outcome.kind == OK and outcome.rounding >= 2, outcome.detail
+    no_mask = [torch.zeros(3, dtype=torch.bool)]
+    runs = fuzzing.nudged_runs(program)
+    zeros = expected.clone()
+    zeros[:2] = 0.0
+    assert fuzzing.within_envelopes([expected], [zeros], no_mask, runs)[0]
+    wrong = expected.clone()
+    wrong[0] = 20.0  # (epsilon pi * 1e16 is 7)
+    assert not fuzzing.within_envelopes([expected], [wrong], no_mask, runs)[0]
