@@ -413,3 +413,24 @@ def test_repeat_interleave_of_no_element(dtype: torch.dtype) -> None:
     x = torch.empty(1, 1, 0, dtype=dtype)
     repeat = Call(lambda v: (v.repeat_interleave(3, dim=-2), v.repeat_interleave(2, dim=2), v.repeat_interleave(2)))
     assert_exports_and_matches(repeat, (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.int8])
+def test_gather_and_scatter_by_an_index_of_no_element(dtype: torch.dtype) -> None:
+    """An index of no element gathers nothing and writes nothing in eager even where its other dims exceed self's,
+    which GatherElements and ScatterElements refuse (x of [3, 0] by a [0, 3] index: a run error before)."""
+    x = torch.empty(3, 0, dtype=dtype)
+    y = torch.ones(2, 2, dtype=dtype)
+
+    def by_no_index(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows, columns = torch.zeros(0, 3, dtype=torch.int64), torch.zeros(3, 0, dtype=torch.int64)
+        return (
+            torch.gather(a, 0, rows),
+            torch.gather(b, 1, columns),
+            torch.scatter_add(a, 0, rows, a),
+            a.scatter_reduce(0, rows, a, "amax"),
+            b.scatter(1, columns, torch.ones(3, 0, dtype=b.dtype)),
+            b.scatter_reduce(1, columns, torch.ones(3, 0, dtype=b.dtype), "sum", include_self=False),
+        )
+
+    assert_exports_and_matches(Call(by_no_index), (x, y))

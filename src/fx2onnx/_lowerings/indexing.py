@@ -598,6 +598,22 @@ def _compute_type_indexing(value: TReal) -> TReal:
 _REDUCTIONS = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul", "amax": "max", "amin": "min"}
 
 
+def _no_index(index: INT64) -> bool:
+    """An index of no element (a static 0 dim): eager gathers nothing and writes nothing, whatever its other dims."""
+    return index.shape is not None and any(isinstance(size, int) and size == 0 for size in index.shape)
+
+
+@lowering("aten::gather")
+def gather(self: TTensor, dim: int, index: INT64, sparse_grad: bool = False) -> TTensor:
+    """Eager's gather of an index of no element is empty even where its other dims exceed self's, which
+    GatherElements refuses (x of [3, 0] gathered by a [0, 3] index)."""
+    from onnxscript.function_libs.torch_lib.ops.core import aten_gather
+
+    if _no_index(index):
+        return op.Expand(op.CastLike(0, self), op.Shape(index))
+    return aten_gather(self, dim, index, sparse_grad)
+
+
 def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, reduce: str, include_self: bool) -> TReal:
     """self with src's elements at `index` (along `dim`) reduced into it; `src` None: `index`'s shape of zeros.
 
@@ -605,6 +621,8 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
     include_self, the positions `index` touches start from the reduction's identity; mean divides by the
     number of values reduced into each position (floor division for integers, as eager does).
     """
+    if _no_index(index):  # (ScatterElements refuses such an index where its other dims exceed self's)
+        return op.Identity(self)
     scalar = len(self.shape) == 0
     one = op.Constant(value_ints=[1])
     rank = 1 if scalar else len(self.shape)
@@ -652,7 +670,9 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
 def scatter_src(self: TTensor, dim: int, index: INT64, src: TTensor) -> TTensor:
     """self with src's elements written at `index` along `dim`. Only src's leading part (index's shape) is
     written, as in eager: ScatterElements takes updates of index's shape exactly (torchlib passes src whole, which
-    ONNX Runtime refuses when src is larger). A 0-d self is scattered as one element."""
+    ONNX Runtime refuses when src is larger). A 0-d self is scattered as one element; an index of no element writes nothing."""
+    if _no_index(index):
+        return op.Identity(self)
     scalar = len(self.shape) == 0
     one = op.Constant(value_ints=[1])
     if scalar:
