@@ -670,7 +670,8 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
 def scatter_src(self: TTensor, dim: int, index: INT64, src: TTensor) -> TTensor:
     """self with src's elements written at `index` along `dim`. Only src's leading part (index's shape) is
     written, as in eager: ScatterElements takes updates of index's shape exactly (torchlib passes src whole, which
-    ONNX Runtime refuses when src is larger). A 0-d self is scattered as one element; an index of no element writes nothing."""
+    ONNX Runtime refuses when src is larger). A 0-d self is scattered as one element; an index of no element
+    writes nothing."""
     if _no_index(index):
         return op.Identity(self)
     scalar = len(self.shape) == 0
