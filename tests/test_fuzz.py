@@ -98,8 +98,9 @@ REGULAR_SEEDS += [40001174]
 # Seeds of the data catalogue (fuzzing.DATA_FIRST_SEED on) that failed: index_fill of an unfold's window, its
 # prims.copy_strided refused (50000081); unfold of a 0-d tensor into no element, an invalid Unsqueeze (50000349); a
 # special branch (x[x == x.max()] of a 0-d tensor) whose output is a constant named as its If's branch output: the
-# fold registered a second initializer of that name (50000686).
-REGULAR_SEEDS += [50000081, 50000349, 50000686]
+# fold registered a second initializer of that name (50000686); unique(dim=...) of bool, refused by legalization
+# (50000408); repeat_interleave of a tensor of no element, torchlib's Reshape refused by the checker (50001408).
+REGULAR_SEEDS += [50000081, 50000349, 50000686, 50000408, 50001408]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
