@@ -434,3 +434,12 @@ def test_gather_and_scatter_by_an_index_of_no_element(dtype: torch.dtype) -> Non
         )
 
     assert_exports_and_matches(Call(by_no_index), (x, y))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32])
+def test_roll_of_a_length_zero_at_run_time(dtype: torch.dtype) -> None:
+    """roll of masked_select's result, which selects nothing at run time: the shift modulo a length of 0 (fuzz seed
+    50002633: torchlib's Mod divided by zero, a run error)."""
+    some, none = torch.tensor([-3, 4, 5, -1, 7]).to(dtype), torch.tensor([-3, -1, 0, -2, -5]).to(dtype)
+    roll = Call(lambda v: (torch.roll(torch.masked_select(v, v > 0), (-13,), (0,)), torch.roll(v[v > 0], 2)))
+    assert_exports_and_matches(roll, (some,), run_with=[((some,), {}), ((none,), {})])

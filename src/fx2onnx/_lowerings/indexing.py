@@ -462,6 +462,33 @@ def flip(self: TTensor, dims: Sequence[int]) -> TTensor:
     return aten_flip(self, dims)
 
 
+def _rolled(x: TTensor, shift: int, axis: int) -> TTensor:
+    """x rolled by `shift` along `axis`: its last `shift` (mod n) slices first. n may be 0 at run time (a data-dependent
+    length): the modulus is then 1, and both slices are empty."""
+    axes = op.Constant(value_ints=[axis])
+    length = op.Shape(x, start=axis, end=axis + 1)
+    start = op.Mod(op.Constant(value_ints=[-shift]), op.Max(length, op.Constant(value_ints=[1])))
+    head = op.Slice(x, start, length, axes)
+    tail = op.Slice(x, op.Constant(value_ints=[0]), start, axes)
+    return op.Concat(head, tail, axis=axis)
+
+
+@lowering("aten::roll")
+def roll(self: TTensor, shifts: Sequence[int], dims: Sequence[int] = ()) -> TTensor:
+    """torch.roll. A length of 0 known only at run time made torchlib's Mod divide by zero (fuzz seed 50002633:
+    roll of masked_select's empty result, a run error)."""
+    rank = len(self.shape)
+    if rank == 0:
+        return op.Identity(self)
+    if not dims:
+        flat = op.Reshape(self, op.Constant(value_ints=[-1]))
+        return op.Reshape(_rolled(flat, shifts[0], 0), op.Shape(self), allowzero=1)
+    result = self
+    for shift, dim in zip(shifts, dims):
+        result = _rolled(result, shift, dim % rank)
+    return result
+
+
 @lowering("aten::unfold")
 def unfold(self: TTensor, dimension: int, size: int, step: int) -> TTensor:
     """Eager unfolds a 0-d tensor into [x] for a size of 1 and into no element for a size of 0; torchlib's Unsqueeze
