@@ -24,7 +24,11 @@ and ties in selections, rows made all -inf before softmax/logsumexp, float to in
 type's bounds, clamp at the integer extremes (``--seed 30000000``); seeds from CORNER_FIRST_SEED (40,000,000) add
 ops users hit at their corner values: remainder/fmod/floor division by +-0, +-inf and NaN, clamp with min > max,
 addcdiv/lerp extremes, wrapping integer powers, a number's powers, signbit, vector norms, normalize, scans with a
-dtype, the piecewise and smooth activations, with NaN and +-inf injected before the selections (``--seed 40000000``).
+dtype, the piecewise and smooth activations, with NaN and +-inf injected before the selections (``--seed 40000000``);
+seeds from DATA_FIRST_SEED (50,000,000) add indexing with negative and boundary indices, data movement, reductions with
+a dtype over empty and size-1 dims, casts of anything (positions hanging on an undefined float-to-integer cast are
+not compared), integer arithmetic with numbers beyond the dtype, promotion against 0-d tensors and scalars, ties and
+NaN before sorts and scans (``--seed 50000000``).
 
 Run ``python -m tests.fuzzing --programs 2000 --seed 0`` for counts per class and cause, with each finding's
 seed and minimized program. ``--jobs N`` judges in N worker processes (a program depends on its seed only, so the

@@ -641,6 +641,39 @@ def test_corner_catalogue_draws_its_ops_deterministically() -> None:
     assert not {op.name for op in fuzzing.CORNER_OPS} & below
 
 
+def test_data_catalogue_draws_its_ops_deterministically() -> None:
+    """Programs from DATA_FIRST_SEED on are reproducible, valid, and meet every op of the data catalogue; no seed
+    below it draws them."""
+    drawn: set[str] = set()
+    for seed in range(fuzzing.DATA_FIRST_SEED, fuzzing.DATA_FIRST_SEED + 300):
+        program = fuzzing.draw_program(seed)
+        assert program.source() == fuzzing.draw_program(seed).source()
+        fuzzing.run_eager(program)
+        drawn |= {step.op for step in program.steps}
+    assert {op.name for op in fuzzing.DATA_OPS} <= drawn
+    below = {
+        step.op
+        for seed in range(fuzzing.CORNER_FIRST_SEED, fuzzing.CORNER_FIRST_SEED + 100)
+        for step in fuzzing.draw_program(seed).steps
+    }
+    assert not {op.name for op in fuzzing.DATA_OPS} & below
+
+
+def test_undefined_casts_are_left_out_there_only() -> None:
+    """A float cast to an integer type is undefined at NaN, +-inf and beyond the type's range (eager gives its
+    platform's value): those positions, and the ones computed from them, are left out; the others are compared."""
+    x = torch.tensor([float("nan"), 300.0, -1.5, 7.0, float("inf")])
+    program = Program(-1, [x], [Step("cast", (0,), "{0}.to(torch.int8)"), Step("add", (1,), "{0} + 1")])
+    (mask,) = fuzzing.undefined_dependents(program)
+    assert mask.tolist() == [True, True, False, False, True]
+    (expected,) = fuzzing.run_eager(program)
+    wrong = expected.clone()
+    wrong[[0, 1, 4]] = 5
+    assert fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+    wrong[2] = 3
+    assert not fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+
+
 # Eager's index_add and index_put(accumulate=True) of float16/bfloat16 round every partial sum (an overflowing one is
 # inf for good), its scatter_add accumulates in float32; fx2onnx accumulates in float32. The fuzzer compares ONNX's
 # value with the float32 accumulation rounded once, and nothing else.
