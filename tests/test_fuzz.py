@@ -210,6 +210,12 @@ FIXED_EXPORT_ERRORS = {
     # seed 10263: eager's all/any of uint8 returns uint8 (the lowering's bool Not met the uint8 output)
     "all_dim_uint8": _program([torch.tensor([[[6]]], dtype=torch.uint8)], "torch.all({0}, dim=2, keepdim=True)"),
     "any_dims_uint8_empty": _program([torch.empty((2, 0), dtype=torch.uint8)], "torch.any({0}, dim=(0, 1))"),
+    # seed 50003434 (minimized): index_fill of nonzero's (u0, 0) result, prims.copy_strided with a symbolic stride
+    "index_fill_of_nonzero": _program(
+        [torch.tensor(-2.75, dtype=torch.bfloat16)],
+        "torch.nonzero({0})",
+        "{0}.index_fill(1, torch.tensor([], dtype=torch.int64), 0.0)",
+    ),
 }
 
 

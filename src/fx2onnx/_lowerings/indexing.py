@@ -797,7 +797,7 @@ def view_of(a: TReal) -> TReal:
 
 
 @lowering("prims::copy_strided")
-def copy_strided(a: TReal, stride: Sequence[int]) -> TReal:
+def copy_strided(a: TReal, stride: Sequence[INT64]) -> TReal:
     """A copy laid out with other strides: the same values (index_fill of an unfold's view decomposes to it)."""
     del stride
     return op.Identity(a)
