@@ -237,6 +237,16 @@ FLOAT_EXTREMES = [NAN, INF, -INF, -0.0, 0.0, 1.5, NAN, 1.5, -2.5, 0.0, NAN, 1e-4
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_kthvalue_sorts_nan_after_inf(dtype: torch.dtype) -> None:
+    """kthvalue takes NaN as larger than +inf (k=1 of [nan, inf, inf] is inf, k=3 of [3, nan, inf] NaN); the lowering
+    took NaN as +inf, a tie TopK broke by index (fuzz seed 50003134: NaN where eager gave inf)."""
+    columns = [[NAN, INF, INF], [NAN, NAN, INF], [3.0, NAN, INF], [NAN, 2.25, INF], [NAN, INF, 3.0], [1.0, -INF, NAN]]
+    x = torch.tensor(columns, dtype=dtype).t()
+    for k in (1, 2, 3):
+        assert_exports_and_matches(Call(lambda t, k=k: torch.kthvalue(t, k, dim=0, keepdim=k == 2).values), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_unique_with_nans(dtype: torch.dtype) -> None:
     """Eager's unique keeps each NaN apart, after the sorted distinct values; ONNX Runtime's Unique keys a sorted map
     by value, which a NaN breaks ([nan, inf, -inf, ...] gave one entry, NaN, counted 12 times)."""

@@ -312,3 +312,17 @@ def test_sparse_matmul_reduce_on_csr_parts_matches_eager(reduce: str) -> None:
     program = assert_exports_and_matches(MatmulReduceOnCsrParts(reduce), parts)
     (result,) = program(*parts)
     torch.testing.assert_close(result, torch.sparse.mm(matrix, dense, reduce), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_unique_of_bool_along_a_dim(dim: int) -> None:
+    """ONNX Runtime has no bool Unique: it runs in uint8 (False < True as 0 < 1), the values cast back (fuzz seeds
+    50000408, 50000859: refused by legalization)."""
+    x = torch.tensor([[False, True, False], [True, True, True], [False, True, False]])
+    unique = Call(
+        lambda v: (
+            torch.unique(v, sorted=True, dim=dim, return_inverse=True, return_counts=True),
+            torch.unique(v, return_counts=True),
+        )
+    )
+    assert_exports_and_matches(unique, (x,))

@@ -95,6 +95,15 @@ REGULAR_SEEDS += [40100413, 40000786]
 REGULAR_SEEDS += [21000595]
 # gelu (tanh form) of a 0-d tensor: ONNX Runtime's FastGelu fusion refused it (docs/ort-defects.md 14; 40001174).
 REGULAR_SEEDS += [40001174]
+# Seeds of the data catalogue (fuzzing.DATA_FIRST_SEED on) that failed: index_fill of an unfold's window, its
+# prims.copy_strided refused (50000081); unfold of a 0-d tensor into no element, an invalid Unsqueeze (50000349); a
+# special branch (x[x == x.max()] of a 0-d tensor) whose output is a constant named as its If's branch output: the
+# fold registered a second initializer of that name (50000686); unique(dim=...) of bool, refused by legalization
+# (50000408); repeat_interleave of a tensor of no element, torchlib's Reshape refused by the checker (50001408).
+REGULAR_SEEDS += [50000081, 50000349, 50000686, 50000408, 50001408]
+# kthvalue(k=1) of [nan, inf, inf]: NaN (taken as +inf, first by index) where eager gives inf, a silent mismatch
+# (50003134); roll of masked_select's empty result, torchlib's Mod by a length of 0 (50002633).
+REGULAR_SEEDS += [50003134, 50002633]
 
 
 @pytest.mark.parametrize("seed", REGULAR_SEEDS)
@@ -201,6 +210,12 @@ FIXED_EXPORT_ERRORS = {
     # seed 10263: eager's all/any of uint8 returns uint8 (the lowering's bool Not met the uint8 output)
     "all_dim_uint8": _program([torch.tensor([[[6]]], dtype=torch.uint8)], "torch.all({0}, dim=2, keepdim=True)"),
     "any_dims_uint8_empty": _program([torch.empty((2, 0), dtype=torch.uint8)], "torch.any({0}, dim=(0, 1))"),
+    # seed 50003434 (minimized): index_fill of nonzero's (u0, 0) result, prims.copy_strided with a symbolic stride
+    "index_fill_of_nonzero": _program(
+        [torch.tensor(-2.75, dtype=torch.bfloat16)],
+        "torch.nonzero({0})",
+        "{0}.index_fill(1, torch.tensor([], dtype=torch.int64), 0.0)",
+    ),
 }
 
 
@@ -632,6 +647,39 @@ def test_corner_catalogue_draws_its_ops_deterministically() -> None:
     assert not {op.name for op in fuzzing.CORNER_OPS} & below
 
 
+def test_data_catalogue_draws_its_ops_deterministically() -> None:
+    """Programs from DATA_FIRST_SEED on are reproducible, valid, and meet every op of the data catalogue; no seed
+    below it draws them."""
+    drawn: set[str] = set()
+    for seed in range(fuzzing.DATA_FIRST_SEED, fuzzing.DATA_FIRST_SEED + 300):
+        program = fuzzing.draw_program(seed)
+        assert program.source() == fuzzing.draw_program(seed).source()
+        fuzzing.run_eager(program)
+        drawn |= {step.op for step in program.steps}
+    assert {op.name for op in fuzzing.DATA_OPS} <= drawn
+    below = {
+        step.op
+        for seed in range(fuzzing.CORNER_FIRST_SEED, fuzzing.CORNER_FIRST_SEED + 100)
+        for step in fuzzing.draw_program(seed).steps
+    }
+    assert not {op.name for op in fuzzing.DATA_OPS} & below
+
+
+def test_undefined_casts_are_left_out_there_only() -> None:
+    """A float cast to an integer type is undefined at NaN, +-inf and beyond the type's range (eager gives its
+    platform's value): those positions, and the ones computed from them, are left out; the others are compared."""
+    x = torch.tensor([float("nan"), 300.0, -1.5, 7.0, float("inf")])
+    program = Program(-1, [x], [Step("cast", (0,), "{0}.to(torch.int8)"), Step("add", (1,), "{0} + 1")])
+    (mask,) = fuzzing.undefined_dependents(program)
+    assert mask.tolist() == [True, True, False, False, True]
+    (expected,) = fuzzing.run_eager(program)
+    wrong = expected.clone()
+    wrong[[0, 1, 4]] = 5
+    assert fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+    wrong[2] = 3
+    assert not fuzzing.judge_outputs([expected], [wrong], [mask])[0]
+
+
 # Eager's index_add and index_put(accumulate=True) of float16/bfloat16 round every partial sum (an overflowing one is
 # inf for good), its scatter_add accumulates in float32; fx2onnx accumulates in float32. The fuzzer compares ONNX's
 # value with the float32 accumulation rounded once, and nothing else.
@@ -664,3 +712,22 @@ def test_low_precision_accumulation_is_compared_with_float32s(dtype: torch.dtype
         wrong = actual.clone()
         wrong[position] = wrong_value
         assert not fuzzing.within_envelopes([expected], [wrong], no_mask, runs)[0], position
+
+
+def test_sin_near_its_zeros_passes_within_epsilon_times_x() -> None:
+    """ONNX Runtime's float64 Sin is accurate to epsilon |x| near its zeros (docs/ort-defects.md 17): sin(fl(k pi))
+    is 0 where eager gives 1.2e-16 k, here scaled by 1e16. That passes as the step's rounding; a value beyond the move
+    of epsilon |x| does not."""
+    x = torch.tensor([math.pi, 2 * math.pi, 0.5], dtype=torch.float64)
+    program = Program(-1, [x], [Step("sin", (0,), "torch.sin({0})"), Step("mul_scalar", (1,), "{0} * 1e16")])
+    (expected,) = fuzzing.run_eager(program)
+    outcome = fuzzing.judge(program)
+    assert outcome.kind == OK and outcome.rounding >= 2, outcome.detail
+    no_mask = [torch.zeros(3, dtype=torch.bool)]
+    runs = fuzzing.nudged_runs(program)
+    zeros = expected.clone()
+    zeros[:2] = 0.0
+    assert fuzzing.within_envelopes([expected], [zeros], no_mask, runs)[0]
+    wrong = expected.clone()
+    wrong[0] = 20.0  # (epsilon pi * 1e16 is 7)
+    assert not fuzzing.within_envelopes([expected], [wrong], no_mask, runs)[0]

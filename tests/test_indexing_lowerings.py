@@ -385,3 +385,61 @@ def test_expand_of_size_one_to_no_element(dtype: torch.dtype) -> None:
     assert_exports_and_matches(Call(lambda x: x.expand(1, 0) * 2), (x,))
     assert_exports_and_matches(Call(lambda x: x.expand(2, 1, 0) + 1), (x,))
     assert_exports_and_matches(Call(lambda x: x.expand(1, 3) * 2), (x,))  # not empty: nothing inserted
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32, torch.bool])
+def test_index_fill_of_an_unfolded_view(dtype: torch.dtype) -> None:
+    """index_fill of unfold's windows (a strided view) decomposes to prims.copy_strided, a copy with the view's
+    strides: the same values (fuzz seed 50000081: it was refused as unsupported)."""
+
+    def fill(x: torch.Tensor) -> torch.Tensor:
+        return x.unfold(-1, 5, 2).index_fill(-3, torch.tensor([-1]), True)  # one window of the whole row
+
+    assert_exports_and_matches(Call(fill), (torch.tensor([[-2, 0, -6, 3, 2]]).to(dtype),))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.bool, torch.uint8])
+def test_unfold_of_a_0d_tensor(dtype: torch.dtype) -> None:
+    """A 0-d tensor unfolds into [x] for a size of 1 and into no element for a size of 0 (fuzz seed 50000349: size 0
+    failed the checker)."""
+    unfold = Call(lambda x: (x.unfold(0, 0, 1), x.unfold(-1, 0, 3), x.unfold(0, 1, 2)))
+    assert_exports_and_matches(unfold, (torch.tensor(1, dtype=dtype),))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
+def test_repeat_interleave_of_no_element(dtype: torch.dtype) -> None:
+    """x.repeat_interleave(3, dim) of a tensor with a 0 dim (fuzz seed 50001408: the checker refused torchlib's
+    Reshape of the tiled tensor)."""
+    x = torch.empty(1, 1, 0, dtype=dtype)
+    repeat = Call(lambda v: (v.repeat_interleave(3, dim=-2), v.repeat_interleave(2, dim=2), v.repeat_interleave(2)))
+    assert_exports_and_matches(repeat, (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.int8])
+def test_gather_and_scatter_by_an_index_of_no_element(dtype: torch.dtype) -> None:
+    """An index of no element gathers nothing and writes nothing in eager even where its other dims exceed self's,
+    which GatherElements and ScatterElements refuse (x of [3, 0] by a [0, 3] index: a run error before)."""
+    x = torch.empty(3, 0, dtype=dtype)
+    y = torch.ones(2, 2, dtype=dtype)
+
+    def by_no_index(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows, columns = torch.zeros(0, 3, dtype=torch.int64), torch.zeros(3, 0, dtype=torch.int64)
+        return (
+            torch.gather(a, 0, rows),
+            torch.gather(b, 1, columns),
+            torch.scatter_add(a, 0, rows, a),
+            a.scatter_reduce(0, rows, a, "amax"),
+            b.scatter(1, columns, torch.ones(3, 0, dtype=b.dtype)),
+            b.scatter_reduce(1, columns, torch.ones(3, 0, dtype=b.dtype), "sum", include_self=False),
+        )
+
+    assert_exports_and_matches(Call(by_no_index), (x, y))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32])
+def test_roll_of_a_length_zero_at_run_time(dtype: torch.dtype) -> None:
+    """roll of masked_select's result, which selects nothing at run time: the shift modulo a length of 0 (fuzz seed
+    50002633: torchlib's Mod divided by zero, a run error)."""
+    some, none = torch.tensor([-3, 4, 5, -1, 7]).to(dtype), torch.tensor([-3, -1, 0, -2, -5]).to(dtype)
+    roll = Call(lambda v: (torch.roll(torch.masked_select(v, v > 0), (-13,), (0,)), torch.roll(v[v > 0], 2)))
+    assert_exports_and_matches(roll, (some,), run_with=[((some,), {}), ((none,), {})])

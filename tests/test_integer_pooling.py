@@ -191,6 +191,27 @@ def test_dynamic_spatial_dims_are_refused_clearly() -> None:
         fx2onnx.export(Call(lambda x: F.max_pool2d(x, 2, return_indices=True)), (x,), dynamic_shapes=(({3: width},),))
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.uint8])
+def test_max_pool_over_dynamic_spatial_dims(dtype: torch.dtype) -> None:
+    """Without indices, ceil mode or int64, the spatial sizes may be known at run time only (a data-dependent count
+    of rows: the open fuzzer finding, refused before): float64 MaxPool, padded with the dtype's minimum."""
+    x = full_range([2, 3, 9, 8], dtype)
+    width, height = torch.export.Dim("width", min=4, max=64), torch.export.Dim("height", min=4, max=64)
+    others = [full_range([2, 3, 5, 11], dtype, seed=1), full_range([2, 3, 4, 4], dtype, seed=2)]
+    for function in (
+        lambda v: F.max_pool2d(v, 2),
+        lambda v: F.max_pool2d(v, 3, stride=2, padding=1, dilation=1),
+        lambda v: F.max_pool2d(v, (2, 3), stride=1, padding=(1, 1), dilation=2),
+    ):
+        exports_exactly(function, x, *others, dynamic_shapes=(({2: height, 3: width},),))
+
+    def selected(v: torch.Tensor) -> torch.Tensor:  # rows of a data-dependent count
+        return F.max_pool2d(v[v.sum(-1, dtype=torch.int64) > 0][None], 2, stride=1, padding=1)
+
+    rows = full_range([6, 4], dtype, seed=3)
+    exports_exactly(selected, rows, full_range([6, 4], dtype, seed=4))
+
+
 def test_dynamic_batch_is_fine() -> None:
     x = torch.randint(-(2**60), 2**60, (2, 3, 7, 8))
     batch = torch.export.Dim("batch")

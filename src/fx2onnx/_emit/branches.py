@@ -176,7 +176,9 @@ def _graphs(graph: ir.Graph) -> list[ir.Graph]:
 def _branch_output(branch: ir.Graph, value: ir.Value, name: str) -> None:
     """`value` as an output of `branch`, through an Identity (it may be the outer graph's input or initializer)."""
     node = ir.node("Identity", [value], name=f"{name}_identity")
-    node.outputs[0].name = name
+    # (a special capture's own output may bear that name already: two values of one name, and the fold of a constant
+    # Identity then registered an initializer over its input's; fuzz seed 50000686)
+    node.outputs[0].name = name if value.name != name else f"{name}_of_branch"
     node.outputs[0].dtype = value.dtype
     node.outputs[0].shape = ir.Shape(value.shape) if value.shape is not None else None
     branch.append(node)

@@ -462,6 +462,45 @@ def flip(self: TTensor, dims: Sequence[int]) -> TTensor:
     return aten_flip(self, dims)
 
 
+def _rolled(x: TTensor, shift: int, axis: int) -> TTensor:
+    """x rolled by `shift` along `axis`: its last `shift` (mod n) slices first. n may be 0 at run time (a data-dependent
+    length): the modulus is then 1, and both slices are empty."""
+    axes = op.Constant(value_ints=[axis])
+    length = op.Shape(x, start=axis, end=axis + 1)
+    start = op.Mod(op.Constant(value_ints=[-shift]), op.Max(length, op.Constant(value_ints=[1])))
+    head = op.Slice(x, start, length, axes)
+    tail = op.Slice(x, op.Constant(value_ints=[0]), start, axes)
+    return op.Concat(head, tail, axis=axis)
+
+
+@lowering("aten::roll")
+def roll(self: TTensor, shifts: Sequence[int], dims: Sequence[int] = ()) -> TTensor:
+    """torch.roll. A length of 0 known only at run time made torchlib's Mod divide by zero (fuzz seed 50002633:
+    roll of masked_select's empty result, a run error)."""
+    rank = len(self.shape)
+    if rank == 0:
+        return op.Identity(self)
+    if not dims:
+        flat = op.Reshape(self, op.Constant(value_ints=[-1]))
+        return op.Reshape(_rolled(flat, shifts[0], 0), op.Shape(self), allowzero=1)
+    result = self
+    for shift, dim in zip(shifts, dims):
+        result = _rolled(result, shift, dim % rank)
+    return result
+
+
+@lowering("aten::unfold")
+def unfold(self: TTensor, dimension: int, size: int, step: int) -> TTensor:
+    """Eager unfolds a 0-d tensor into [x] for a size of 1 and into no element for a size of 0; torchlib's Unsqueeze
+    is [x] for both (size 0 failed the checker: fuzz seed 50000349)."""
+    from onnxscript.function_libs.torch_lib.ops.core import aten_unfold
+
+    if self.shape is not None and len(self.shape) == 0:
+        one = op.Unsqueeze(self, op.Constant(value_ints=[0]))
+        return op.Slice(one, op.Constant(value_ints=[0]), op.Constant(value_ints=[size])) if size == 0 else one
+    return aten_unfold(self, dimension, size, step)
+
+
 @lowering("aten::numpy_T")
 def numpy_t(self: TReal) -> TReal:
     return op.Transpose(self, perm=list(reversed(range(len(self.shape)))))
@@ -586,6 +625,22 @@ def _compute_type_indexing(value: TReal) -> TReal:
 _REDUCTIONS = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul", "amax": "max", "amin": "min"}
 
 
+def _no_index(index: INT64) -> bool:
+    """An index of no element (a static 0 dim): eager gathers nothing and writes nothing, whatever its other dims."""
+    return index.shape is not None and any(isinstance(size, int) and size == 0 for size in index.shape)
+
+
+@lowering("aten::gather")
+def gather(self: TTensor, dim: int, index: INT64, sparse_grad: bool = False) -> TTensor:
+    """Eager's gather of an index of no element is empty even where its other dims exceed self's, which
+    GatherElements refuses (x of [3, 0] gathered by a [0, 3] index)."""
+    from onnxscript.function_libs.torch_lib.ops.core import aten_gather
+
+    if _no_index(index):
+        return op.Expand(op.CastLike(0, self), op.Shape(index))
+    return aten_gather(self, dim, index, sparse_grad)
+
+
 def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, reduce: str, include_self: bool) -> TReal:
     """self with src's elements at `index` (along `dim`) reduced into it; `src` None: `index`'s shape of zeros.
 
@@ -593,6 +648,8 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
     include_self, the positions `index` touches start from the reduction's identity; mean divides by the
     number of values reduced into each position (floor division for integers, as eager does).
     """
+    if _no_index(index):  # (ScatterElements refuses such an index where its other dims exceed self's)
+        return op.Identity(self)
     scalar = len(self.shape) == 0
     one = op.Constant(value_ints=[1])
     rank = 1 if scalar else len(self.shape)
@@ -640,7 +697,10 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
 def scatter_src(self: TTensor, dim: int, index: INT64, src: TTensor) -> TTensor:
     """self with src's elements written at `index` along `dim`. Only src's leading part (index's shape) is
     written, as in eager: ScatterElements takes updates of index's shape exactly (torchlib passes src whole, which
-    ONNX Runtime refuses when src is larger). A 0-d self is scattered as one element."""
+    ONNX Runtime refuses when src is larger). A 0-d self is scattered as one element; an index of no element
+    writes nothing."""
+    if _no_index(index):
+        return op.Identity(self)
     scalar = len(self.shape) == 0
     one = op.Constant(value_ints=[1])
     if scalar:
@@ -733,6 +793,13 @@ def diagonal_scatter(self: TReal, src: TReal, offset: int = 0, dim1: int = 0, di
 @lowering("prims::view_of")
 def view_of(a: TReal) -> TReal:
     """A view with the same shape (squeeze of no size-1 dim decomposes to it)."""
+    return op.Identity(a)
+
+
+@lowering("prims::copy_strided")
+def copy_strided(a: TReal, stride: Sequence[INT64]) -> TReal:
+    """A copy laid out with other strides: the same values (index_fill of an unfold's view decomposes to it)."""
+    del stride
     return op.Identity(a)
 
 
@@ -933,6 +1000,25 @@ def pixel_unshuffle(self: TReal, downscale_factor: int) -> TReal:
 
 
 # --- repeat_interleave with a tensor of repeats ----------------------------------------------------------------
+@lowering("aten::repeat_interleave.self_int")
+def repeat_interleave_self_int(
+    self: TTensor, repeats: int, dim: int | None = None, output_size: int | None = None
+) -> TTensor:
+    """x.repeat_interleave(r, dim); a tensor of no element is reshaped to its result's shape (torchlib's Reshape
+    to [-1, ...] of the tiled tensor copied a 0 and failed the checker: fuzz seed 50001408)."""
+    from onnxscript.function_libs.torch_lib.ops.core import aten_repeat_interleave_self_int
+
+    shape = None if self.shape is None else list(self.shape)
+    if shape is not None and isinstance(repeats, int) and all(isinstance(s, int) for s in shape) and 0 in shape:
+        if dim is None:
+            target = [0]
+        else:
+            target = shape
+            target[dim % len(shape)] *= repeats
+        return op.Reshape(self, op.Constant(value_ints=target), allowzero=1)
+    return aten_repeat_interleave_self_int(self, repeats, dim, output_size)
+
+
 @lowering("aten::repeat_interleave.Tensor")
 def repeat_interleave_tensor(repeats: INT64, output_size: int | None = None) -> INT64:
     """``torch.repeat_interleave(repeats)``: index i written repeats[i] times (x.repeat_interleave(r, dim)

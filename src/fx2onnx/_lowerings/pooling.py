@@ -373,8 +373,40 @@ def _max_pool_values(
     dilation: Sequence[int],
     ceil_mode: bool,
 ) -> TInt:
+    sizes = list(self.shape)[len(self.shape) - spatial :]
+    if not all(isinstance(size, int) for size in sizes) and not ceil_mode and self.dtype != ir.DataType.INT64:
+        return _max_pool_of_dynamic_sizes(self, spatial, kernel_size, stride, padding, dilation)
     dims = _dims(self, spatial, name, kernel_size, stride, padding, dilation, ceil_mode)
     return _max_pool(self, dims, with_indices=False)[0]
+
+
+def _max_pool_of_dynamic_sizes(
+    self: TInt,
+    spatial: int,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> TInt:
+    """Integer max pooling over spatial dims known at run time only (a data-dependent length): float64 MaxPool,
+    which holds every int32, padded explicitly with self's minimum. Without ceil mode every window ends inside
+    the padded input, so the padding is `padding` on both sides whatever the sizes."""
+    kernel = _per_dim(kernel_size, spatial)
+    pads = _per_dim(padding, spatial)
+    x = op.Cast(self, to=INT32.dtype) if self.dtype in _NARROW else self
+    leading = [0] * (len(self.shape) - spatial)
+    if any(pads):
+        fill = op.Constant(value=ir.tensor(np.asarray(np.iinfo(self.dtype.numpy()).min, dtype=x.dtype.numpy())))
+        x = op.Pad(x, _int64(np.asarray([*leading, *pads, *leading, *pads])), fill)
+    unbatched = len(self.shape) == spatial + 1  # MaxPool wants (N, C, *spatial)
+    batch_axis = op.Constant(value_ints=[0])
+    pooled, _ = op.MaxPool(
+        op.Cast(op.Unsqueeze(x, batch_axis) if unbatched else x, to=DOUBLE.dtype),
+        kernel_shape=kernel,
+        strides=_per_dim(stride, spatial) if len(stride) else kernel,
+        dilations=_per_dim(dilation, spatial),
+    )
+    return op.Cast(op.Squeeze(pooled, batch_axis) if unbatched else pooled, to=self.dtype)
 
 
 def _max_pool_indexed(

@@ -533,7 +533,7 @@ def _kth_smallest(x: TReal, position: INT64 | int, axis: int, keepdim: bool) -> 
     return value, index
 
 
-def _kth_smallest_not_nan(x: TReal, position: INT64, axis: int, keepdim: bool) -> tuple[TReal, INT64]:
+def _kth_smallest_not_nan(x: TReal, position: INT64 | int, axis: int, keepdim: bool) -> tuple[TReal, INT64]:
     """_kth_smallest of the non-NaN elements, NaN sorting after +inf (fuzz seed 20202016: nanmedian([nan, inf])
     is inf at index 1). _sortable takes NaN as +inf, a tie that TopK breaks by index; a stable partition putting
     the NaNs last along `axis` first (TopK keeps ties in index order) makes that tie break right."""
@@ -648,6 +648,8 @@ def nanmedian_dim(self: TReal, dim: int, keepdim: bool = False) -> tuple[TReal, 
 def kthvalue(self: TReal, k: int, dim: int = -1, keepdim: bool = False) -> tuple[TReal, INT64]:
     if len(self.shape) == 0:
         return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    if _is_float(self):  # NaN sorts after +inf (kthvalue(k=1) of [nan, inf, inf] is inf: fuzz seed 50003134)
+        return _kth_smallest_not_nan(self, k - 1, dim % len(self.shape), keepdim)
     return _kth_smallest(self, k - 1, dim % len(self.shape), keepdim)
 
 

@@ -42,7 +42,7 @@ _BOOL_SELECTION = frozenset(
         "Greater", "GreaterOrEqual", "Identity", "Reshape", "Transpose", "Concat", "Split", "Slice", "Gather",
         "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Expand", "Tile", "Pad", "Squeeze",
         "Unsqueeze", "Flatten", "Trilu", "Compress", "MaxPool", "Clip", "ReverseSequence", "DepthToSpace",
-        "SpaceToDepth",
+        "SpaceToDepth", "Unique",
     }
 )  # fmt: skip
 _BOOL_ARITHMETIC = frozenset({"Add", "Mul", "Sum", "ReduceSum", "ReduceProd", "CumSum", "Abs", "Sign"})
