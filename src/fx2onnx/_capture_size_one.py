@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import sympy
@@ -38,24 +38,26 @@ class SizeOneVerdict:
 _ASSERTED = re.compile(r"expression (.*) on node")
 
 
+def _asserted_expressions(program: ExportedProgram) -> Iterator[str]:
+    """The expression of each deferred assertion in the graph (``aten._assert_scalar``'s message), as torch prints
+    it."""
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten._assert_scalar.default:
+            continue
+        matched = _ASSERTED.search(str(node.args[1]) if len(node.args) > 1 else "")
+        if matched is not None:
+            yield matched[1]
+
+
 def _size_one_decisions(program: ExportedProgram, assertion_lines: Mapping[str, str]) -> set[sympy.Symbol]:
     """The deferred assertions ``Ne(s, 1)`` on a backed input dim `s` (the general branch of the model's own
     comparison of a dynamic size with 1, decided size-obliviously): assertion key -> `s`. A guard of an op's fake
     kernel (``LOWERED_WHOLE``) is left out: the lowering computes sizes at run time, whatever the branch."""
     found: set[sympy.Symbol] = set()
-    for node in program.graph.nodes:
-        if node.op != "call_function" or node.target is not torch.ops.aten._assert_scalar.default:
+    for expression in _asserted_expressions(program):
+        if assertion_lines.get(capture_strategies.assertion_key(expression)) == capture_strategies.LOWERED_WHOLE:
             continue
-        matched = _ASSERTED.search(str(node.args[1]) if len(node.args) > 1 else "")
-        if matched is None:
-            continue
-        key = capture_strategies.assertion_key(matched[1])
-        if assertion_lines.get(key) == capture_strategies.LOWERED_WHOLE:
-            continue
-        try:
-            parsed = sympy.sympify(matched[1])
-        except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
-            continue
+        parsed = capture_strategies.parsed_expression(expression)
         if not isinstance(parsed, sympy.Ne) or sympy.Integer(1) not in parsed.args:
             continue
         (side,) = [argument for argument in parsed.args if argument != sympy.Integer(1)] or [None]
@@ -67,18 +69,8 @@ def _size_one_decisions(program: ExportedProgram, assertion_lines: Mapping[str, 
 def _equalities(program: ExportedProgram) -> list[sympy.Eq]:
     """The graph's deferred assertions that two expressions of input dims are equal (``Eq(s53, s70 + s84)``: an
     attention mask as long as the new tokens and the past together)."""
-    found = []
-    for node in program.graph.nodes:
-        if node.op != "call_function" or node.target is not torch.ops.aten._assert_scalar.default:
-            continue
-        matched = _ASSERTED.search(str(node.args[1]) if len(node.args) > 1 else "")
-        try:
-            parsed = sympy.sympify(matched[1]) if matched else None
-        except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
-            continue
-        if isinstance(parsed, sympy.Eq):
-            found.append(parsed)
-    return found
+    parsed = (capture_strategies.parsed_expression(expression) for expression in _asserted_expressions(program))
+    return [equality for equality in parsed if isinstance(equality, sympy.Eq)]
 
 
 def _sizes_at_one(symbol: sympy.Symbol, equalities: list[sympy.Eq], sizes: dict[str, int]) -> dict[str, int]:

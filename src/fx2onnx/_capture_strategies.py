@@ -189,6 +189,15 @@ def assertion_key(expression: str) -> str:
     return re.sub(r"[\s()]", "", re.sub(r"\b([su])\d+\b", r"\1", expression))
 
 
+def parsed_expression(text: str) -> Any | None:
+    """A size expression as torch prints it (``Ne(s0, 1)``, ``1 < 3*s1*s2``) read back by sympy, None where sympy
+    cannot read it."""
+    try:
+        return sympy.sympify(text)
+    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+        return None
+
+
 @contextlib.contextmanager
 def deferred_assertion_lines(lines: dict[str, str]) -> Iterator[None]:
     """While active, each guard deferred to a runtime assertion records the line that asked (its expression -> the

@@ -37,7 +37,13 @@ from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from fx2onnx._capture import CapturedGraph
 from fx2onnx._capture_size_one import SizeOneVerdict
-from fx2onnx._capture_strategies import GENERAL_BRANCH, LOWERED_WHOLE, Assumption, assertion_key
+from fx2onnx._capture_strategies import (
+    GENERAL_BRANCH,
+    LOWERED_WHOLE,
+    Assumption,
+    assertion_key,
+    parsed_expression,
+)
 from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK, STACK_TRACE
 
 
@@ -91,11 +97,8 @@ class _Unexpressible(Exception):
 def _to_onnx(expression: Any, symbols: Mapping[sympy.Symbol, ir.Value], build: _Builder) -> ir.Value:
     """An integer sympy expression of the input dims as an int64 [1] value (Python's floor division and modulo)."""
 
-    def as_double(value: ir.Value) -> ir.Value:
-        return value if value.dtype == ir.DataType.DOUBLE else _cast_double(value, build)
-
     def double(op_type: str, inputs: Sequence[ir.Value]) -> ir.Value:
-        result = build.add(op_type, [as_double(value) for value in inputs])
+        result = build.add(op_type, [_as_double(value, build) for value in inputs])
         result.dtype = ir.DataType.DOUBLE
         return result
 
@@ -114,7 +117,7 @@ def _to_onnx(expression: Any, symbols: Mapping[sympy.Symbol, ir.Value], build: _
         # torch's float functions of sizes (``int(n ** 0.5)``: TruncToInt(FloatPow(ToFloat(n), 0.5))), in float64 as
         # Python computes them (IEEE: the same square root); a truncation back to int64 rounds toward zero, as int()
         if isinstance(expr, sympy_functions.ToFloat):
-            return as_double(arguments[0])
+            return _as_double(arguments[0], build)
         if isinstance(expr, (sympy_functions.FloatPow, sympy_functions.FloatTrueDiv, sympy_functions.IntTrueDiv)):
             return double("Pow" if isinstance(expr, sympy_functions.FloatPow) else "Div", arguments)
         if isinstance(expr, (sympy_functions.TruncToInt, sympy_functions.CeilToInt, sympy_functions.FloorToInt)):
@@ -153,7 +156,9 @@ def _to_onnx(expression: Any, symbols: Mapping[sympy.Symbol, ir.Value], build: _
     return walk(expression)
 
 
-def _cast_double(value: ir.Value, build: _Builder) -> ir.Value:
+def _as_double(value: ir.Value, build: _Builder) -> ir.Value:
+    if value.dtype == ir.DataType.DOUBLE:
+        return value
     cast = build.add("Cast", [value], to=ir.DataType.DOUBLE)
     cast.dtype = ir.DataType.DOUBLE
     return cast
@@ -195,7 +200,7 @@ def condition_to_onnx(
         except _Unexpressible as error:
             raise ValueError(str(error)) from None
         if any(side.dtype == ir.DataType.DOUBLE for side in sides):
-            sides = [side if side.dtype == ir.DataType.DOUBLE else _cast_double(side, build) for side in sides]
+            sides = [_as_double(side, build) for side in sides]
         result = build.add(op_type, sides)
         return build.add("Not", [result]) if isinstance(expr, sympy.Ne) else result
 
@@ -263,10 +268,7 @@ def _size_one_verdict(captured: CapturedGraph, expression: str) -> SizeOneVerdic
     """The export's comparison with eager at size 1 of the general branch of ``Ne(s, 1)``, on an input dim `s`."""
     if not captured.size_one_verdicts:
         return None
-    try:
-        parsed = sympy.sympify(expression)
-    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
-        return None
+    parsed = parsed_expression(expression)
     if not isinstance(parsed, sympy.Ne) or sympy.Integer(1) not in parsed.args:
         return None
     sides = {str(side) for side in parsed.args}  # sympify's symbols lack torch's assumptions (integer, positive)
@@ -281,10 +283,7 @@ def _size_one_verdict(captured: CapturedGraph, expression: str) -> SizeOneVerdic
 
 
 def _general_branch(expression: str) -> bool:
-    try:
-        parsed = sympy.sympify(expression)
-    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
-        return False
+    parsed = parsed_expression(expression)
     if isinstance(parsed, sympy.Ne):  # size != 0, size != 1
         return any(isinstance(side, sympy.Symbol) for side in parsed.args) and any(
             side in (sympy.Integer(0), sympy.Integer(1)) for side in parsed.args
@@ -304,10 +303,7 @@ def _holds_for_every_nonempty_size(expression: str) -> bool:
     """Whether the assertion holds wherever every input dim is at least 1 (``1 < 3*height*width``, a conv's check
     that its input is not empty): an assumption no user's dynamic dim can break but by an empty input. Unbacked
     symbols (``u0``: a count or an ``item()``) may be anything."""
-    try:
-        parsed = sympy.sympify(expression)
-    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
-        return False
+    parsed = parsed_expression(expression)
     if not isinstance(parsed, sympy.Basic) or not parsed.free_symbols:
         return False
     ranges = {
@@ -334,9 +330,8 @@ def _recorded_line(captured: CapturedGraph, expression: str) -> str | None:
     (``1 < (Mod(s0, 3))`` for ``Mod(s0, 3) > 1``): read back by sympy when the text alone does not match."""
     line = captured.assertion_lines.get(assertion_key(expression))
     if line is None:
-        try:
-            parsed = sympy.sympify(expression)
-        except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
+        parsed = parsed_expression(expression)
+        if parsed is None:
             return None
         forms = [parsed] + ([parsed.reversed] if isinstance(parsed, sympy.core.relational.Relational) else [])
         line = next(
@@ -649,11 +644,8 @@ _CLAIM = re.compile(r"^checked at run time \(ONNX node '(.*)'\): ", re.DOTALL)
 
 def _condition_key(text: str) -> str | None:
     """A condition over sizes in one canonical form (sympy's), its symbols unnumbered (``assertion_key``)."""
-    try:
-        parsed = sympy.sympify(text)
-    except (sympy.SympifyError, TypeError, ValueError, SyntaxError):
-        return None
-    return assertion_key(str(parsed))
+    parsed = parsed_expression(text)
+    return None if parsed is None else assertion_key(str(parsed))
 
 
 _CHECKED_ASSUMPTION = f" ({Assumption.at_run_time})"
