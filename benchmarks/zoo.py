@@ -209,6 +209,17 @@ BART_LIKE = {
     "eos_token_id": 2,
     "decoder_start_token_id": 2,
 }
+WAV2VEC2_LIKE = {  # wav2vec2's and HuBERT's sizes: a small conv feature extractor, then the encoder
+    "hidden_size": HIDDEN,
+    "intermediate_size": 128,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": 4,
+    "conv_dim": (32, 32, 32),
+    "conv_stride": (5, 4, 2),
+    "conv_kernel": (10, 4, 2),
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 4,
+}
 MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
 
 
@@ -394,15 +405,7 @@ def transformers_cases() -> list[Case]:
             _lm(
                 "Wav2Vec2ForCTC",
                 "Wav2Vec2Config",
-                hidden_size=HIDDEN,
-                intermediate_size=128,
-                num_hidden_layers=LAYERS,
-                num_attention_heads=4,
-                conv_dim=(32, 32, 32),
-                conv_stride=(5, 4, 2),
-                conv_kernel=(10, 4, 2),
-                num_conv_pos_embeddings=16,
-                num_conv_pos_embedding_groups=4,
+                **WAV2VEC2_LIKE,
             ),
             _audio_inputs,
             audio_axes,
@@ -564,15 +567,7 @@ def newer_transformers_cases() -> list[Case]:
             _lm(
                 "HubertForCTC",
                 "HubertConfig",
-                hidden_size=HIDDEN,
-                intermediate_size=128,
-                num_hidden_layers=LAYERS,
-                num_attention_heads=4,
-                conv_dim=(32, 32, 32),
-                conv_stride=(5, 4, 2),
-                conv_kernel=(10, 4, 2),
-                num_conv_pos_embeddings=16,
-                num_conv_pos_embedding_groups=4,
+                **WAV2VEC2_LIKE,
                 feat_extract_norm="layer",
                 do_stable_layer_norm=True,
             ),
