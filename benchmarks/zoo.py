@@ -1014,6 +1014,245 @@ def diffusers_cases() -> list[Case]:
     ]
 
 
+# --- encoder-decoder generation and multimodal models ----------------------------------------------------------
+# Encoder-decoder models (Whisper, T5, BART) run as users export them for generation, optimum's layout: the encoder
+# exported with what the first decoder step computes from its states (each layer's cross-attention keys and values),
+# and the decoder step exported once taking an EncoderDecoderCache (registered as a pytree, as transformers'
+# exporters register it) whose cross-attention half is filled, with dynamic batch, new-token count and self-attention
+# past length (0 included: the first step after an empty one). Greedy decoding in ONNX Runtime against eager's own
+# loop (its first step computes the cross-attention keys itself).
+ENCDEC_GENERATE_GROUP = "encoder_decoder"
+ENCDEC_NEW = 16
+
+
+class EncoderWithCrossCache(torch.nn.Module):
+    """The encoder and the cross-attention keys and values of every decoder layer, as the first decoder step makes
+    them (the step run on the start token with an empty EncoderDecoderCache): what the decoder step graph takes."""
+
+    def __init__(self, model: torch.nn.Module, feature: str) -> None:
+        super().__init__()
+        self.model = model
+        self.feature = feature
+
+    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None) -> Any:
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        hidden = self.model.get_encoder()(**{self.feature: features}, attention_mask=attention_mask)[0]
+        start = torch.full((features.shape[0], 1), self.model.config.decoder_start_token_id, dtype=torch.long)
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self.model(
+            encoder_outputs=(hidden,),
+            attention_mask=attention_mask,
+            decoder_input_ids=start,
+            use_cache=True,
+            **{cache_argument(self.model): cache},
+        )
+        cross = [t for layer in cache.cross_attention_cache.layers for t in (layer.keys, layer.values)]
+        return hidden, *cross
+
+
+def _encdec_inputs(model: torch.nn.Module, feature: str, batch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The encoder's input (log-mel features, or token ids with a padded row 1) and its attention mask."""
+    generator = torch.Generator().manual_seed(11)
+    if feature == "input_features":
+        return torch.randn(batch, WHISPER_MELS, WHISPER_FRAMES, generator=generator), None
+    ids = torch.randint(3, VOCAB, (batch, 10), generator=generator)
+    mask = torch.ones(batch, 10, dtype=torch.long)
+    mask[1 % batch, -3:] = 0
+    return ids, mask
+
+
+def _encdec_step_kwargs(model: torch.nn.Module, hidden: torch.Tensor, mask: Any, ids: torch.Tensor, cache: Any):
+    kwargs = {"decoder_input_ids": ids, "encoder_outputs": (hidden,), cache_argument(model): cache, "use_cache": True}
+    if mask is not None:
+        kwargs["attention_mask"] = mask
+    return kwargs
+
+
+def encdec_export(model: torch.nn.Module, feature: str) -> Any:
+    """The encoder (with cross-attention keys and values) and the decoder step, each exported once: dynamic batch;
+    the step also dynamic in new tokens and past length (0 included), from (batch 2, 3 new tokens, past 5) with the
+    cache eager's own steps made. Returns both programs and the step's example cache (its pytree layout)."""
+    from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+
+    register_cache_pytrees_for_model(model)
+    features, mask = _encdec_inputs(model, feature, 2)
+    features = _to_dtype(features, model.dtype)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    encoder_shapes = {"features": {0: batch}, "attention_mask": None if mask is None else {0: batch}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        encoder = fx2onnx.export(
+            EncoderWithCrossCache(model, feature).eval(),
+            (features,),
+            kwargs={"attention_mask": mask},
+            dynamic_shapes=encoder_shapes,
+        )
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        hidden = model.get_encoder()(**{feature: features}, attention_mask=mask)[0]
+        prefix = torch.randint(3, VOCAB, (2, 5), generator=generator)
+        cache = getattr(model(**_encdec_step_kwargs(model, hidden, mask, prefix, None)), cache_argument(model))
+    kwargs = _encdec_step_kwargs(model, hidden, mask, torch.randint(3, VOCAB, (2, 3), generator=generator), cache)
+    sequence = torch.export.Dim("sequence", min=1, max=64)
+    past = torch.export.Dim("past_sequence", min=0, max=64)
+    self_leaves = len(torch.utils._pytree.tree_leaves(cache.self_attention_cache))
+    cross_leaves = len(torch.utils._pytree.tree_leaves(cache.cross_attention_cache))
+    shapes = {
+        "decoder_input_ids": {0: batch, 1: sequence},
+        "encoder_outputs": ({0: batch},),
+        cache_argument(model): [{0: batch, 2: past}] * self_leaves + [{0: batch}] * cross_leaves,
+        "use_cache": None,
+    }
+    if mask is not None:
+        shapes["attention_mask"] = {0: batch}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        decoder = fx2onnx.export(model, (), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes)
+    with torch.no_grad():
+        _, out_spec = torch.utils._pytree.tree_flatten(model(**copy.deepcopy(kwargs)))
+    return encoder, decoder, cache, out_spec
+
+
+def encdec_greedy_eager(model: torch.nn.Module, feature: str, features: torch.Tensor, mask: Any, steps: int) -> Any:
+    """Greedy decoding in eager from the start token: the encoder once, then each step with the cache the model
+    returned (its first step computes the cross-attention keys and values itself)."""
+    name = cache_argument(model)
+    ids = torch.full((features.shape[0], 1), model.config.decoder_start_token_id, dtype=torch.long)
+    cache, tokens, logits = None, [], []
+    with torch.no_grad():
+        hidden = model.get_encoder()(**{feature: features}, attention_mask=mask)[0]
+        for _ in range(steps):
+            out = model(**_encdec_step_kwargs(model, hidden, mask, ids, cache))
+            cache = getattr(out, name)
+            logits.append(out.logits[:, -1])
+            ids = out.logits[:, -1].float().argmax(-1, keepdim=True)
+            tokens.append(ids)
+    return torch.cat(tokens, 1), logits
+
+
+def encdec_greedy_onnx(model: torch.nn.Module, programs: Any, features: torch.Tensor, mask: Any, steps: int) -> Any:
+    """The same loop in ONNX Runtime: the encoder graph gives the states and the cross-attention keys and values,
+    the first step takes an empty self-attention cache (past length 0), every later one the cache the previous
+    step returned, rebuilt as an EncoderDecoderCache from the graph's outputs."""
+    encoder, decoder, example_cache, out_spec = programs
+    name = cache_argument(model)
+    hidden, *cross = encoder(features, attention_mask=mask)
+    self_count = len(torch.utils._pytree.tree_leaves(example_cache.self_attention_cache))
+    empty = [cross[0].new_zeros((*cross[0].shape[:2], 0, cross[0].shape[3]))] * self_count
+    _, cache_spec = torch.utils._pytree.tree_flatten(example_cache)
+    cache = torch.utils._pytree.tree_unflatten([*empty, *cross], cache_spec)
+    ids = torch.full((features.shape[0], 1), model.config.decoder_start_token_id, dtype=torch.long)
+    tokens, logits = [], []
+    for _ in range(steps):
+        flat = decoder(**_encdec_step_kwargs(model, hidden, mask, ids, cache))
+        if len(flat) != out_spec.num_leaves:
+            raise AssertionError(f"the step gives {len(flat)} outputs, eager {out_spec.num_leaves}")
+        out = torch.utils._pytree.tree_unflatten(flat, out_spec)
+        cache = getattr(out, name)
+        logits.append(out.logits[:, -1])
+        ids = out.logits[:, -1].float().argmax(-1, keepdim=True)
+        tokens.append(ids)
+    return torch.cat(tokens, 1), logits
+
+
+def run_encdec_generate(case: Case, model32: torch.nn.Module, variant: str) -> dict[str, Any]:
+    """Greedy decoding of ENCDEC_NEW tokens (batch 2) in ONNX Runtime and in eager, judged as `run_generate`
+    judges a decoder-only model: float32, identical tokens and close logits at every step; float16/bfloat16,
+    logits within the dtype's rounding noise (against the float32 model on the same history) until the first
+    divergence, which must be a near tie."""
+    from fx2onnx import _rounding_noise as rounding_noise
+    from fx2onnx._verification import TOLERANCES, compare
+
+    record: dict[str, Any] = {"model": case.name, "group": case.group, "variant": variant}
+    dtype = GENERATE_VARIANTS[variant]
+    feature = "input_features" if "whisper" in case.name else "input_ids"
+    model = copy.deepcopy(model32).to(dtype)
+    model.config.use_cache = True
+    features, mask = _encdec_inputs(model, feature, 2)
+    features = _to_dtype(features, dtype)
+    try:
+        eager_tokens, eager_logits = encdec_greedy_eager(model, feature, features, mask, ENCDEC_NEW)
+    except Exception as error:
+        record.update(outcome="eager", error=_short(error))
+        return record
+    start = time.perf_counter()
+    try:
+        programs = encdec_export(model, feature)
+    except Exception as error:
+        record.update(outcome="export", error=_short(error), trace=traceback.format_exc()[-3000:])
+        return record
+    record["export_seconds"] = round(time.perf_counter() - start, 2)
+    try:
+        programs[0].session(), programs[1].session()
+    except Exception as error:
+        record.update(outcome="load", error=_short(error))
+        return record
+    try:
+        onnx_tokens, onnx_logits = encdec_greedy_onnx(model, programs, features, mask, ENCDEC_NEW)
+    except Exception as error:
+        record.update(outcome="run", error=_short(error), trace=traceback.format_exc()[-3000:])
+        return record
+    differing = (eager_tokens != onnx_tokens).any(0).nonzero()
+    first = int(differing[0]) if len(differing) else None
+    record["tokens_equal"] = first is None
+    record["first_divergence"] = first
+    lines = []
+
+    def reference(step: int) -> torch.Tensor:  # the float32 model's last logits on eager's history before `step`
+        start = torch.full_like(eager_tokens[:, :1], model.config.decoder_start_token_id)
+        history = torch.cat([start, eager_tokens[:, :step]], 1)
+        with torch.no_grad():
+            return model32(**{feature: features.float()}, attention_mask=mask, decoder_input_ids=history).logits[:, -1]
+
+    for step in range(ENCDEC_NEW if first is None else first + 1):
+        result = compare(f"logits step {step}", eager_logits[step], onnx_logits[step])
+        record["logits_max_abs"] = float(f"{max(record.get('logits_max_abs', 0.0), result.max_abs_error):.3g}")
+        if result.passed:
+            continue
+        if dtype == torch.float32:
+            lines.append(str(result))
+            continue
+        noise = rounding_noise.compare_to_reference(
+            eager_logits[step], onnx_logits[step], reference(step), TOLERANCES[dtype][1]
+        )
+        if noise is None or not noise.within_noise:
+            lines.append(f"{result}: {noise}")
+    if first is not None:
+        if dtype == torch.float32:
+            lines.append(f"tokens differ from step {first}")
+        else:
+            row = int((eager_tokens[:, first] != onnx_tokens[:, first]).nonzero()[0])
+            ref = reference(first)[row].double()
+            eager, onnx = eager_logits[first][row].double(), onnx_logits[first][row].double()
+            a, b = int(eager_tokens[row, first]), int(onnx_tokens[row, first])
+            noise = float((eager - ref).abs().max())
+            near = max(abs(float(eager[a] - eager[b])), abs(float(ref[a] - ref[b])), float((onnx - ref).abs().max()))
+            record["divergence"] = {"step": first, "row": row, "tokens": [a, b], "eager_noise": round(noise, 5)}
+            if near > 2 * noise:
+                lines.append(f"tokens differ from step {first} without a near tie: {record['divergence']}")
+    record["outcome"] = "mismatch" if lines else "ok"
+    if lines:
+        record["error"] = " || ".join(lines)[:1500]
+    return record
+
+
+def encoder_decoder_generate_cases() -> list[Case]:
+    """Whisper, T5 and BART from the configs `transformers_cases` builds them with, for the generate variants."""
+    wanted = {"bart", "t5", "whisper"}
+    made = [case for case in transformers_cases() if case.name in wanted]
+    return [
+        dataclasses.replace(
+            case, name=f"{case.name}_encdec", group=ENCDEC_GENERATE_GROUP, variants=tuple(GENERATE_VARIANTS)
+        )
+        for case in made
+    ]
+
+
+def multimodal_cases() -> list[Case]:
+    return []
+
+
 # --- running ---------------------------------------------------------------------------------------------------
 
 
@@ -1495,7 +1734,14 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str, length: int 
 
 
 def all_cases() -> list[Case]:
-    return transformers_cases() + torchvision_cases() + timm_cases() + diffusers_cases()
+    return (
+        transformers_cases()
+        + torchvision_cases()
+        + timm_cases()
+        + diffusers_cases()
+        + encoder_decoder_generate_cases()
+        + multimodal_cases()
+    )
 
 
 def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None, length: int = 12) -> list[dict[str, Any]]:
@@ -1508,6 +1754,8 @@ def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None, length
             return case.group == "transformers" and case.inputs in (_token_inputs, _seq2seq_inputs)
         if variant == "float16_max":  # models fed float inputs: pixels, audio (not latents: they are N(0, 1))
             return case.inputs not in (_token_inputs, _seq2seq_inputs) and case.group != "diffusers"
+        if case.group == ENCDEC_GENERATE_GROUP:
+            return variant in case.variants
         if variant in CACHE_VARIANTS or variant in GENERATE_VARIANTS:
             return case.decoder
         if variant == "batch1":
@@ -1533,7 +1781,9 @@ def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None, length
             continue
         for variant in case_variants:
             try:
-                if variant in GENERATE_VARIANTS:
+                if case.group == ENCDEC_GENERATE_GROUP:
+                    record = run_encdec_generate(case, model32, variant)
+                elif variant in GENERATE_VARIANTS:
                     record = run_generate(case, model32, variant)
                 else:
                     record = run_variant(case, model32, variant, length)
