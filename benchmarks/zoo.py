@@ -1249,8 +1249,270 @@ def encoder_decoder_generate_cases() -> list[Case]:
     ]
 
 
+# Vision, detection and multimodal transformers: tiny towers (hidden 32-64, 1-2 layers, images of 32-64 pixels)
+IMAGE_TOKEN = VOCAB - 1  # the image placeholder token of the multimodal LMs below
+TOWER = {"hidden_size": HIDDEN, "intermediate_size": 128, "num_hidden_layers": LAYERS, "num_attention_heads": 4}
+TEXT_TOWER = {**TOWER, "max_position_embeddings": 64, "vocab_size": VOCAB}
+VISION_TOWER = {**TOWER, "image_size": 32, "patch_size": 8}  # 16 patches
+IMAGE_TOKENS = 16
+TEXT_IMAGE_AXES = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "sequence"},
+    "pixel_values": {0: "batch"},
+}
+OWL_QUERIES = 2  # text queries per image: OWL's input_ids hold them for every image, one after the other
+OWL_AXES = {
+    "input_ids": {0: "2*batch"},
+    "attention_mask": {0: "2*batch"},
+    "pixel_values": {0: "batch"},
+}
+SAM_AXES = {"pixel_values": {0: "batch"}, "input_points": {0: "batch"}}
+QWEN2_VL_GRID = (1, 4, 4)  # one frame of 4 x 4 patches, merged 2 x 2 into 4 image tokens
+QWEN2_VL_AXES = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "sequence"},
+    "mm_token_type_ids": {0: "batch", 1: "sequence"},
+    "pixel_values": {0: "16*batch"},
+    "image_grid_thw": {0: "batch"},
+}
+IDEFICS3_AXES = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "sequence"},
+    "pixel_values": {0: "batch"},
+}
+
+
+def _multimodal(
+    name: str, model_class: str, config: Callable[[Any], Any], inputs: Callable[[int, int], Inputs], axes: Any
+) -> Case:
+    def build() -> torch.nn.Module:
+        from models import _without_zero_weights
+
+        t = _transformers()
+        made = config(t)
+        model = _without_zero_weights(_seeded(lambda: getattr(t, model_class)(made)))
+        # transformers draws batch-norm scales from N(0, 0.02): each block then shrinks activations ~50x, RT-DETR's
+        # encoder output reaches 1e-12 and every query ties in its top-k (whose order among ties is the kernel's)
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.affine:
+                module.reset_parameters()
+        return model
+
+    return Case(name, "multimodal", build, inputs, axes, VISION_VARIANTS)
+
+
+def _clip_config(t: Any) -> Any:
+    return t.CLIPConfig(text_config=TEXT_TOWER, vision_config=VISION_TOWER, projection_dim=32)
+
+
+def _owl_config(config_class: str) -> Callable[[Any], Any]:
+    # projection_dim = hidden: the class head compares the image's tokens with the projected queries
+    return lambda t: getattr(t, config_class)(
+        text_config={**TEXT_TOWER, "max_position_embeddings": 16}, vision_config=VISION_TOWER, projection_dim=HIDDEN
+    )
+
+
+def _detr_config(t: Any) -> Any:
+    backbone = t.ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic", out_features=["stage2"]
+    )
+    return t.DetrConfig(**_DETR_LIKE, use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False)
+
+
+_DETR_LIKE = {
+    "d_model": HIDDEN,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+    "num_queries": 10,
+    "num_labels": 5,
+}
+
+
+def _rt_detr_config(t: Any) -> Any:
+    backbone = t.RTDetrResNetConfig(
+        embedding_size=16,
+        hidden_sizes=[16, 32, 64, 128],
+        depths=[1, 1, 1, 1],
+        layer_type="basic",
+        out_features=["stage2", "stage3", "stage4"],
+    )
+    return t.RTDetrConfig(
+        **_DETR_LIKE,
+        backbone_config=backbone,
+        use_pretrained_backbone=False,
+        encoder_hidden_dim=HIDDEN,
+        encoder_in_channels=[32, 64, 128],
+        decoder_in_channels=[HIDDEN] * 3,
+        anchor_image_size=None,  # anchors from the image's own size, not a fixed 640
+    )
+
+
+def _yolos_config(t: Any) -> Any:
+    return t.YolosConfig(**TOWER, image_size=[32, 32], patch_size=8, num_detection_tokens=5, num_labels=5)
+
+
+def _sam_config(t: Any) -> Any:
+    return t.SamConfig(
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 64,
+            "patch_size": 8,
+            "output_channels": 32,
+            "window_size": 4,
+            "global_attn_indexes": [0],
+            "mlp_dim": 64,
+            "num_pos_feats": 16,
+        },
+        prompt_encoder_config={"hidden_size": 32, "image_size": 64, "patch_size": 8, "mask_input_channels": 4},
+        mask_decoder_config={
+            "hidden_size": 32,
+            "mlp_dim": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "iou_head_hidden_dim": 32,
+        },
+    )
+
+
+def _llava_config(t: Any) -> Any:
+    return t.LlavaConfig(
+        text_config=t.LlamaConfig(**LLAMA_LIKE, vocab_size=VOCAB),
+        vision_config=t.CLIPVisionConfig(**VISION_TOWER),
+        image_token_index=IMAGE_TOKEN,
+        vision_feature_layer=-1,
+        image_seq_length=IMAGE_TOKENS,
+    )
+
+
+def _paligemma_config(t: Any) -> Any:
+    return t.PaliGemmaConfig(
+        text_config=t.GemmaConfig(**LLAMA_LIKE, head_dim=16, vocab_size=VOCAB),
+        vision_config=t.SiglipVisionConfig(**VISION_TOWER, projection_dim=HIDDEN),
+        image_token_index=IMAGE_TOKEN,
+        projection_dim=HIDDEN,
+        hidden_size=HIDDEN,
+    )
+
+
+def _qwen2_vl_config(t: Any) -> Any:
+    text = {**LLAMA_LIKE, "vocab_size": VOCAB, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
+    vision = {"depth": 1, "embed_dim": 32, "hidden_size": HIDDEN, "num_heads": 2, "patch_size": 4}
+    return t.Qwen2VLConfig(
+        text_config=text,
+        vision_config={**vision, "spatial_merge_size": 2, "temporal_patch_size": 2},
+        image_token_id=IMAGE_TOKEN,
+        vision_start_token_id=IMAGE_TOKEN - 1,
+        video_token_id=IMAGE_TOKEN - 2,
+    )
+
+
+def _idefics3_config(t: Any) -> Any:
+    return t.Idefics3Config(
+        text_config=t.LlamaConfig(**LLAMA_LIKE, vocab_size=VOCAB),
+        vision_config={**TOWER, "num_hidden_layers": 1, "image_size": 32, "patch_size": 8},
+        scale_factor=2,  # 16 patches shuffled into 4 image tokens
+        image_token_id=IMAGE_TOKEN,
+    )
+
+
+def _text_tokens(batch: int, length: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Text tokens below the multimodal specials, and an attention mask with row 1's last two tokens padded."""
+    ids = torch.randint(3, VOCAB - 3, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    if batch > 1:
+        mask[1, -2:] = 0
+    return ids, mask
+
+
+def _text_image_inputs(size: int) -> Callable[[int, int], Inputs]:
+    def inputs(batch: int, length: int) -> Inputs:
+        generator = torch.Generator().manual_seed(1)
+        ids, mask = _text_tokens(batch, min(length, 16), generator)
+        pixels = torch.randn(batch, 3, size, size, generator=generator)
+        return (), {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+    return inputs
+
+
+def _image_token_inputs(offset: int) -> Callable[[int, int], Inputs]:
+    """A multimodal LM's prompt: `length` text tokens with IMAGE_TOKENS placeholders from `offset` on."""
+
+    def inputs(batch: int, length: int) -> Inputs:
+        generator = torch.Generator().manual_seed(1)
+        ids, mask = _text_tokens(batch, length + IMAGE_TOKENS, generator)
+        ids[:, offset : offset + IMAGE_TOKENS] = IMAGE_TOKEN
+        pixels = torch.randn(batch, 3, 32, 32, generator=generator)
+        return (), {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+    return inputs
+
+
+def _owl_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    ids, mask = _text_tokens(OWL_QUERIES * batch, 7, generator)
+    pixels = torch.randn(batch, 3, 32, 32, generator=generator)
+    return (), {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+
+def _sam_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    pixels = torch.randn(batch, 3, 64, 64, generator=generator)
+    return (), {"pixel_values": pixels, "input_points": torch.rand(batch, 1, 1, 2, generator=generator) * 64}
+
+
+def _qwen2_vl_inputs(batch: int, length: int) -> Inputs:
+    """Qwen2-VL's processor output for one image per row: the vision start token, 4 image tokens, text; the image's
+    16 patches flattened (channels x temporal 2 x 4 x 4 pixels each), its grid, and the tokens' modality types."""
+    generator = torch.Generator().manual_seed(1)
+    ids, mask = _text_tokens(batch, length, generator)
+    ids[:, 2] = IMAGE_TOKEN - 1
+    ids[:, 3:7] = IMAGE_TOKEN
+    patches = QWEN2_VL_GRID[0] * QWEN2_VL_GRID[1] * QWEN2_VL_GRID[2]
+    return (), {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "mm_token_type_ids": (ids == IMAGE_TOKEN).int(),
+        "pixel_values": torch.randn(batch * patches, 3 * 2 * 4 * 4, generator=generator),
+        "image_grid_thw": torch.tensor([QWEN2_VL_GRID] * batch),
+    }
+
+
+def _idefics3_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    ids, mask = _text_tokens(batch, length, generator)
+    ids[:, 2:6] = IMAGE_TOKEN
+    pixels = torch.randn(batch, 1, 3, 32, 32, generator=generator)
+    return (), {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+
 def multimodal_cases() -> list[Case]:
-    return []
+    """Vision, detection and multimodal transformers from tiny configs (random weights, inputs built by hand as
+    their processors would: image tokens in the text where the model splices image features in): CLIP with both
+    towers and its logits, OWL-ViT and OWLv2 (text queries, two per image), DETR on a transformers ResNet backbone,
+    RT-DETR, YOLOS, SAM (vision encoder, prompt encoder and mask decoder from one point), LLaVA, PaliGemma,
+    Qwen2-VL (flattened patches with their grid, M-RoPE token types) and Idefics3."""
+    return [
+        _multimodal("clip", "CLIPModel", _clip_config, _text_image_inputs(32), TEXT_IMAGE_AXES),
+        _multimodal("owlvit", "OwlViTForObjectDetection", _owl_config("OwlViTConfig"), _owl_inputs, OWL_AXES),
+        _multimodal("owlv2", "Owlv2ForObjectDetection", _owl_config("Owlv2Config"), _owl_inputs, OWL_AXES),
+        _multimodal("detr", "DetrForObjectDetection", _detr_config, _pixel_inputs(64), PIXEL_AXES),
+        _multimodal("rt_detr", "RTDetrForObjectDetection", _rt_detr_config, _pixel_inputs(64), PIXEL_AXES),
+        _multimodal("yolos", "YolosForObjectDetection", _yolos_config, _pixel_inputs(32), PIXEL_AXES),
+        _multimodal("sam", "SamModel", _sam_config, _sam_inputs, SAM_AXES),
+        _multimodal("llava", "LlavaForConditionalGeneration", _llava_config, _image_token_inputs(2), TEXT_IMAGE_AXES),
+        _multimodal(
+            "paligemma", "PaliGemmaForConditionalGeneration", _paligemma_config, _image_token_inputs(0), TEXT_IMAGE_AXES
+        ),
+        _multimodal("qwen2_vl", "Qwen2VLForConditionalGeneration", _qwen2_vl_config, _qwen2_vl_inputs, QWEN2_VL_AXES),
+        _multimodal("idefics3", "Idefics3ForConditionalGeneration", _idefics3_config, _idefics3_inputs, IDEFICS3_AXES),
+    ]
 
 
 # --- running ---------------------------------------------------------------------------------------------------
