@@ -10,8 +10,10 @@ import copy
 import inspect
 import io
 import logging
+import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +24,7 @@ from torch.export import ExportedProgram
 
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx._log_filters import without_messages
-from fx2onnx.errors import CaptureError
+from fx2onnx.errors import CaptureError, SourceFrame, is_user_file
 
 _UNFOUND_USER_CODE = {"torch.fx.experimental.symbolic_shapes": ("Unable to find user code corresponding to",)}
 
@@ -46,13 +48,15 @@ def _without_partial_graph_print() -> Iterator[None]:
     sys.stderr.write(printed.getvalue())
 
 
-# torch's shape environment logs each guard it adds with the model's line, at INFO: "eval Eq(s3, 2) [guard added] (...)"
+# torch's shape environment logs each guard it adds at INFO ("eval Eq(s3, 2) [guard added] ..."), while the model's
+# code that asked for it is still on the stack
 _SYMBOLIC_SHAPES_LOG = "torch.fx.experimental.symbolic_shapes"
 _CONSTANT_GUARD = re.compile(r"Eq\(s\d+, (-?\d+)\)")
 
 
 class _ConstantGuardLines(logging.Handler):
-    """Where the model's code fixed a dynamic size to a constant: the line of each guard ``Eq(s3, 2)``, by constant."""
+    """Where the model's code fixed a dynamic size to a constant: the innermost frame of the model's code (not
+    torch's: its log names the decomposition that asked) when a guard ``Eq(s3, 2)`` is added, by constant."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -60,12 +64,14 @@ class _ConstantGuardLines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
-        if "[guard added]" not in str(record.msg) or len(args) < 3:
+        if "[guard added]" not in str(record.msg) or len(args) < 2:
             return
         matched = _CONSTANT_GUARD.fullmatch(str(args[1]))
-        location = str(args[2]).strip().removeprefix("(").removesuffix(")")
-        if matched and location:
-            self.lines.setdefault(matched.group(1), []).append(location)
+        frames = [frame for frame in traceback.extract_stack() if is_user_file(frame.filename)] if matched else []
+        if matched and frames:
+            frame = frames[-1]
+            where = SourceFrame(os.path.basename(frame.filename), frame.lineno or 0, frame.name, frame.line or "")
+            self.lines.setdefault(matched.group(1), []).append(str(where))
 
 
 @contextlib.contextmanager
