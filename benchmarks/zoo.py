@@ -16,6 +16,12 @@ with the returned cache) and in eager, each on its own tokens and cache: in floa
 and the logits close at every step; in float16/bfloat16 the first step where they diverge must be a near tie
 (top-2 gap within the dtype's rounding noise, measured against the float32 model on the same history).
 
+Whisper, T5 and BART also run generation as optimum exports them (``*_encdec``, the generate variants): the encoder
+with each layer's cross-attention keys and values, and the decoder step over an EncoderDecoderCache exported once
+(dynamic batch, new tokens and past, 0 included), greedy decoding of 16 tokens in ONNX Runtime against eager's own
+loop. The ``multimodal`` group builds vision, detection and multimodal transformers from tiny configs (CLIP, OWL-ViT,
+OWLv2, DETR, RT-DETR, YOLOS, SAM, LLaVA, PaliGemma, Qwen2-VL, Idefics3), their inputs made by hand.
+
 Values at the edges users hit: ``masked_row`` and ``masked_row_float16`` export the token models from a batch of
 3 whose attention mask pads row 0 on the left, row 1 on the right and row 2 entirely (a padded batch with an
 empty row: every attention row of it fully masked, in float32 and float16); in ``float16_max``, a float16
@@ -2010,14 +2016,14 @@ def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None, length
     records = []
 
     def applies(case: Case, variant: str) -> bool:
+        if case.group == ENCDEC_GENERATE_GROUP:  # the generate variants only, of its own loop
+            return variant in case.variants
         if variant == "dynamic":
             return case.dynamic_axes is not None
         if variant == "padded" or variant.startswith("masked_row"):
             return case.group == "transformers" and case.inputs in (_token_inputs, _seq2seq_inputs)
         if variant == "float16_max":  # models fed float inputs: pixels, audio (not latents: they are N(0, 1))
             return case.inputs not in (_token_inputs, _seq2seq_inputs) and case.group != "diffusers"
-        if case.group == ENCDEC_GENERATE_GROUP:
-            return variant in case.variants
         if variant in CACHE_VARIANTS or variant in GENERATE_VARIANTS:
             return case.decoder
         if variant == "batch1":
