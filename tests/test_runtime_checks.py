@@ -647,3 +647,35 @@ def test_a_sum_of_dims_that_is_one_at_several_sizes_and_differs_refuses_them_nam
             torch.randn(2, new),
             torch.randn(2, past),
         )
+
+
+class PlaceholderCount(torch.nn.Module):
+    """LLaVA's check that its prompt holds one image token per image feature, as transformers'
+    ``torch_compilable_check`` writes it while tracing: ``torch._check_tensor_all`` of a 0-d bool tensor."""
+
+    def forward(self, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        placeholders = ids == 7
+        torch._check_tensor_all(placeholders.sum() * features.shape[-1] == features.numel())
+        return features * 2.0 + placeholders.sum()
+
+
+def test_the_models_torch_check_tensor_all_is_checked(tmp_path: Path) -> None:
+    """``aten._is_all_true`` (``torch._check_tensor_all``'s condition) had no lowering: LLaVA, PaliGemma and
+    Idefics3 were refused. It exports, agrees with eager where the check holds and fails naming it where not."""
+    model = PlaceholderCount()
+    ids, features = torch.tensor([[7, 7, 1, 2]]), torch.randn(2, 3)
+    program = _export(model, (ids, features), dynamic_shapes=({1: Dim("sequence")}, {0: Dim("tokens")}))
+    session = _session(program, tmp_path)
+    for ids, features in (
+        (torch.tensor([[7, 7, 1, 2]]), torch.randn(2, 3)),
+        (torch.tensor([[1, 7, 7, 7, 2, 7]]), torch.randn(4, 3)),
+    ):
+        with torch.no_grad():
+            expected = model(ids, features)
+        (actual,) = _run(session, ids, features)
+        assert actual.dtype == expected.numpy().dtype and actual.shape == tuple(expected.shape)
+        np.testing.assert_array_equal(actual, expected.numpy())
+    ids, features = torch.tensor([[7, 1, 1, 2]]), torch.randn(2, 3)
+    with pytest.raises(RuntimeError):
+        model(ids, features)  # eager refuses too
+    _fails_naming(session, r"torch._check_tensor_all\(placeholders.sum\(\)", ids, features)
