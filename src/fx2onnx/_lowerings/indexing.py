@@ -367,6 +367,17 @@ def index_put_bool(self: BOOL, indices: Sequence[INT64 | BOOL | None], values: T
     return op.Greater(counts, op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)))
 
 
+def _nan_propagated(result: TReal, base: TReal, positions: INT64, values: TReal, axis: int) -> TReal:
+    """A max/min ScatterElements' result NaN where self (`base`) or a value reduced into it is NaN, as eager's
+    amax/amin (scatter_reduce and index_reduce alike); ONNX Runtime's max/min may drop it (fuzz seed ...)."""
+    if base.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
+        return result
+    nan_base = op.Cast(op.IsNaN(base), to=INT32.dtype)
+    nan_values = op.Cast(op.IsNaN(values), to=INT32.dtype)
+    seen_nan = op.ScatterElements(nan_base, positions, nan_values, axis=axis, reduction="max")
+    return op.Where(op.Cast(seen_nan, to=BOOL.dtype), op.CastLike(float("nan"), base), result)
+
+
 @lowering("aten::index_reduce")
 def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True) -> TReal:
     """Reduce `source` slices into `self` at `index` along `dim` (amax, amin, prod, mean) with ScatterElements.
@@ -393,6 +404,8 @@ def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str
     if not include_self:  # touched positions forget self's value
         base = op.ScatterElements(base, positions, op.Expand(identity, op.Shape(values)), axis=axis)
     result = op.ScatterElements(base, positions, values, axis=axis, reduction=reduction)
+    if reduction in ("max", "min"):
+        result = _nan_propagated(result, base, positions, values, axis)
     if reduce == "mean":
         ones = op.Expand(op.CastLike(1, base), op.Shape(base))
         counts = ones
@@ -667,12 +680,8 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
         identity = _identity_for({"add": "mean", "mul": "prod", "max": "amax", "min": "amin"}[reduction], base)
         base = op.ScatterElements(base, positions, op.Expand(identity, op.Shape(positions)), axis=axis)
     result = op.ScatterElements(base, positions, values, axis=axis, reduction=reduction)
-    if reduction in ("max", "min") and base.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
-        # Eager's amax/amin propagate NaN (from self or src); ONNX Runtime's max/min may drop it.
-        nan_base = op.Cast(op.IsNaN(base), to=INT32.dtype)
-        nan_values = op.Cast(op.IsNaN(values), to=INT32.dtype)
-        seen_nan = op.ScatterElements(nan_base, positions, nan_values, axis=axis, reduction="max")
-        result = op.Where(op.Cast(seen_nan, to=BOOL.dtype), op.CastLike(float("nan"), base), result)
+    if reduction in ("max", "min"):
+        result = _nan_propagated(result, base, positions, values, axis)
     if reduce == "mean":
         ones = op.Expand(op.CastLike(1, base), op.Shape(base))
         counts = ones
