@@ -12,7 +12,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT64
 from onnxscript import opset18 as op
-from onnxscript.function_libs.torch_lib.tensor_typing import TTensor
+from onnxscript.function_libs.torch_lib.tensor_typing import TTensor, TTensor2
 
 from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.builders import (
@@ -700,6 +700,17 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
     if scalar:
         result = op.Reshape(result, op.Constant(value_ints=[]))
     return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+@lowering("aten::copy")
+def copy(self: TTensor, src: TTensor2, non_blocking: bool = False) -> TTensor:
+    """src converted to self's dtype and broadcast to self's shape, as eager's copy_ broadcasts (t[1:].copy_(t[0]),
+    an in-place write through a view, becomes copy then slice_scatter). torchlib's CastLike kept src's shape, and
+    ScatterND refused the update at run time (fuzz seeds 60000391, 60000551)."""
+    converted = op.CastLike(src, self)
+    if self.shape is not None and src.shape is not None and self.shape.is_static() and self.shape == src.shape:
+        return converted
+    return op.Expand(converted, op.Shape(self))
 
 
 @lowering("aten::scatter.src")
