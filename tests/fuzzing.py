@@ -28,7 +28,11 @@ dtype, the piecewise and smooth activations, with NaN and +-inf injected before 
 seeds from DATA_FIRST_SEED (50,000,000) add indexing with negative and boundary indices, data movement, reductions with
 a dtype over empty and size-1 dims, casts of anything (positions hanging on an undefined float-to-integer cast are
 not compared), integer arithmetic with numbers beyond the dtype, promotion against 0-d tensors and scalars, ties and
-NaN before sorts and scans (``--seed 50000000``).
+NaN before sorts and scans (``--seed 50000000``); seeds from LIMITS_FIRST_SEED (60,000,000) add arithmetic at the
+dtypes' limits: wrapping integer arithmetic, division and remainder by negative numbers and -1, shifts by the bit width,
+float16/bfloat16 reductions over long rows, signed zeros seen through 1 / x, NaN met by comparisons, clamps and
+isclose, rounding of halves and huge values, scatter_reduce/index_reduce in every mode, in-place writes through views,
+where/masked_fill with 0-d tensors (``--seed 60000000``).
 
 Run ``python -m tests.fuzzing --programs 2000 --seed 0`` for counts per class and cause, with each finding's
 seed and minimized program. ``--jobs N`` judges in N worker processes (a program depends on its seed only, so the
@@ -1736,7 +1740,8 @@ def integer_division(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | No
     if function == "trunc":
         return f"torch.div({{0}}, {divisor}, rounding_mode='trunc')"
     if rng.random() < 0.2 and function != "torch.fmod":
-        return f"{function}(torch.tensor({rng.choice([info.min, info.max, -1 if info.min else 0])}, dtype={x.dtype}), {{1}})"
+        bound = rng.choice([info.min, info.max, -1 if info.min else 0])
+        return f"{function}(torch.tensor({bound}, dtype={x.dtype}), {{1}})"
     return f"{function}({{0}}, {divisor})"
 
 
@@ -1852,6 +1857,8 @@ def nan_comparison(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None
     x, y = xs
     if not (x.is_floating_point() and y.is_floating_point()):
         return None
+    equal_nan = rng.random() < 0.5
+    rtol, atol = rng.choice([0.0, 0.5, 1e-3]), literal(rng.choice([0.0, 0.25, math.inf]))
     return rng.choice(
         [
             "{0} < {1}",
@@ -1863,8 +1870,8 @@ def nan_comparison(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None
             "torch.clamp({0}, min={1})",
             "torch.clamp({0}, {1}, {1} + 1)",
             "torch.where({0} > {1}, {0}, {1})",
-            f"torch.isclose({{0}}, {{1}}, equal_nan={rng.random() < 0.5})",
-            f"torch.isclose({{0}}, {{1}}, rtol={rng.choice([0.0, 0.5, 1e-3])}, atol={rng.choice([0.0, 0.25, math.inf])})",
+            f"torch.isclose({{0}}, {{1}}, equal_nan={equal_nan})",
+            f"torch.isclose({{0}}, {{1}}, rtol={rtol}, atol={atol})",
             "torch.eq({0}, float('nan'))",
             "{0} > float('-inf')",
             "torch.clamp({0}, min=float('-inf'), max=float('inf'))",
@@ -1919,12 +1926,14 @@ def reduce_into(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
         source = rng.choice(["{0}", f"{{0}}.flip({dim})"])
         if len(index) > x.shape[dim]:
             source = f"torch.cat([{source}] * {len(index)}, dim={dim})"
-        return f"{{0}}.scatter_reduce({dim}, {_int_list_source(full)}, {source}, {reduce!r}, include_self={include_self})"
+        index_text = _int_list_source(full)
+        return f"{{0}}.scatter_reduce({dim}, {index_text}, {source}, {reduce!r}, include_self={include_self})"
     if form == 1:
         if reduce == "sum":
             reduce = "mean"
         source = f"{{0}}.index_select({dim}, {_int_list_source(index.flip(0) % x.shape[dim])})"
-        return f"{{0}}.index_reduce({dim}, {_int_list_source(index)}, {source}, {reduce!r}, include_self={include_self})"
+        index_text = _int_list_source(index)
+        return f"{{0}}.index_reduce({dim}, {index_text}, {source}, {reduce!r}, include_self={include_self})"
     if form == 2:
         source = f"{{0}}.index_select({dim}, {_int_list_source(index.flip(0))})"
         alpha = rng.choice([1, 2, -1] if not x.is_floating_point() else [1, -1, 0.5])
