@@ -2378,7 +2378,7 @@ def _nudged(result: torch.Tensor, direction: float, ulps: int) -> torch.Tensor:
 # and the move is propagated through the later steps as the ulps of the inexact ops are. A result beyond the float
 # range becomes an infinity there, as an order that overflows gives.
 SUMMATIONS = frozenset({"sum", "mean", "cumsum", "matmul", "conv", "avg_pool", "einsum", "nan_reduction"})
-SUMMATIONS |= {"cumsum_dtype", "vector_norm", "reduction_dtype"}
+SUMMATIONS |= {"cumsum_dtype", "vector_norm", "reduction_dtype", "low_precision_reduction"}
 PRODUCT_SUMMATIONS = frozenset({"matmul", "conv", "einsum"})  # (sums of products, which may overflow alone)
 
 
@@ -2394,6 +2394,8 @@ def _terms(op: str, operands: Sequence[torch.Tensor], result: torch.Tensor) -> i
         return 9
     if op == "einsum":
         return max(1, *(t.numel() for t in operands))
+    if op == "low_precision_reduction":  # (a row of the operand repeated, at most 513 times)
+        return max(1, 513 * operands[0].numel())
     return max(1, operands[0].numel() // max(1, result.numel()))
 
 
