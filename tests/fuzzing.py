@@ -1972,6 +1972,7 @@ def in_place_view(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
                 f"fill_({number})",
                 "copy_(t[0].clone())" if x.dim() >= 2 else "add_(t[0].clone())",
                 f"index_put_((torch.tensor([0, 0, -1]),), torch.tensor({number}, dtype=t.dtype), accumulate=True)",
+                "pow_(2)",  # (pow_.Scalar, functionally pow.Tensor_Scalar)
             ]
         )
     return f"(lambda t: ({view}.{update}, t)[1])({{0}}.clone())"
