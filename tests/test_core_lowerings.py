@@ -182,8 +182,8 @@ def test_index_reduce(reduce: str, include_self: bool, dtype: torch.dtype) -> No
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_index_reduce_propagates_nan(reduce: str, include_self: bool, dtype: torch.dtype) -> None:
     """Eager's index_reduce amax/amin is NaN where self (with include_self) or a reduced value is NaN, as its
-    scatter_reduce is; ONNX Runtime's ScatterElements max/min dropped self's NaN (-2 for max(NaN, -2, -inf), fuzz
-    seed 60000... found by tests/fuzzing.py's limits catalogue)."""
+    scatter_reduce is; ONNX Runtime's ScatterElements max/min dropped self's NaN (-2 for max(NaN, -2, -inf); found
+    probing tests/fuzzing.py's limits catalogue)."""
     nan = math.nan
     x = torch.tensor([[nan, 1.0], [2.0, -3.0], [0.5, nan]], dtype=dtype)
     source = torch.tensor([[-2.0, nan], [-math.inf, 4.0], [1.5, -0.0]], dtype=dtype)

@@ -778,7 +778,7 @@ def isinf_or_isnan_integer(self: TIntegralOrBool) -> BOOL:
 
 # Eager's isclose of integers (and bool) computes the error in the default float dtype (float32): |a - b| is exact
 # there up to 2**24, where torchlib's Sub in the integers' own type wrapped (int8 isclose(-128, 0) was True, eager
-# False; fuzz seed ...).
+# False; found probing the fuzzer's limits catalogue).
 @lowering("aten::isclose")
 def isclose_integer(
     self: TIntegralOrBool, other: TIntegralOrBool, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
