@@ -369,7 +369,8 @@ def index_put_bool(self: BOOL, indices: Sequence[INT64 | BOOL | None], values: T
 
 def _nan_propagated(result: TReal, base: TReal, positions: INT64, values: TReal, axis: int) -> TReal:
     """A max/min ScatterElements' result NaN where self (`base`) or a value reduced into it is NaN, as eager's
-    amax/amin (scatter_reduce and index_reduce alike); ONNX Runtime's max/min may drop it (index_reduce's self NaN: found probing the fuzzer's limits catalogue)."""
+    amax/amin (scatter_reduce and index_reduce alike); ONNX Runtime's max/min may drop it (index_reduce of a NaN in
+    self: found probing the fuzzer's limits catalogue)."""
     if base.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
         return result
     nan_base = op.Cast(op.IsNaN(base), to=INT32.dtype)
