@@ -289,8 +289,7 @@ def test_a_match_the_last_rewrite_made_possible_is_found() -> None:
 def test_slices_split_is_tried_only_on_a_slice_from_0_with_a_second_slice_of_its_input() -> None:
     """SlicesSplit enumerates the whole graph for each Slice it is tried on; it is offered only the Slices it can
     match (beginning at a constant 0, with another Slice of the same input), and still rewrites those."""
-    from onnxscript.rewriter.rules.common import slice_split_rule
-
+    slice_split_rule = optimizer._SLICES_SPLIT
     fails = optimizer._known_failing_checks()[id(slice_split_rule)]
     x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 6]))
 
@@ -551,3 +550,14 @@ def test_chained_clamps_are_not_fused_into_one_clip() -> None:
         )
 
     assert_exports_and_matches(Call(clamps), (torch.tensor([-5.0, 0.5, 5.0, 8.0]),))
+
+
+@pytest.mark.parametrize("length", [3, 5, 4])
+def test_two_slices_of_an_odd_dim_are_not_split_in_halves(length: int) -> None:
+    """onnxscript's SlicesSplit turns x[..., :n // 2] and x[..., n // 2:] into Split(x, num_outputs=2), whose first
+    part is ceil(n / 2) long: for an odd n each slice got the wrong elements (roll([a, b, c], 2) gave [c, a, b],
+    eager [b, c, a]; fuzz seed 60000074). The rule fires for an even n only."""
+    half = length // 2
+    x = torch.arange(2.0 * length).reshape(2, length)
+    assert_exports_and_matches(Call(lambda x: (x[..., :half] * 2, x[..., half:] * 3)), (x,))
+    assert_exports_and_matches(Call(lambda x: torch.roll(x, length - half, 1)), (x,))
