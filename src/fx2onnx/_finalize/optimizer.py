@@ -63,9 +63,9 @@ _NO_CHANGES: _Changes = ([], [])  # never appended to
 
 def optimize(model: ir.Model, num_iterations: int = 2) -> None:
     """What ``onnxscript.optimizer.optimize_ir(model)`` does, without the quadratic rule where it cannot match."""
-    with without_messages(_UNACTIONABLE_WARNINGS), _REWRITE_IN_USE:  # one optimization at a time uses the rewrite
-        with _name_fixes_only_where_needed():
-            _optimize(model, num_iterations)
+    # one optimization at a time uses the rewrite (and onnxscript's name fixes)
+    with without_messages(_UNACTIONABLE_WARNINGS), _REWRITE_IN_USE, _name_fixes_only_where_needed():
+        _optimize(model, num_iterations)
 
 
 @contextlib.contextmanager
@@ -88,7 +88,9 @@ def _name_fixes_only_where_needed() -> Iterator[None]:
 
 
 # onnx_ir's common passes as onnxscript's modules read them, their NameFixPass run only where a name needs fixing.
-_PASSES_FIXING_NAMES_WHERE_NEEDED = types.SimpleNamespace(**{**vars(common_passes), "NameFixPass": graph_walks.fix_names})
+_PASSES_FIXING_NAMES_WHERE_NEEDED = types.SimpleNamespace(
+    **{**vars(common_passes), "NameFixPass": graph_walks.fix_names}
+)
 
 
 # Warnings the passes log that say nothing wrong about the model: a constant the ONNX reference evaluator
@@ -490,7 +492,7 @@ def _fold_pass() -> ir.passes.PassBase | None:
                 super().visit_node(node, root)
 
         def passes_over(self, node: ir.Node) -> bool:
-            """Whether the fold leaves `node` as it is at once (no evaluator, an input neither constant nor symbolic)."""
+            """Whether the fold leaves `node` as it is at once: no evaluator, an input neither constant nor symbolic."""
             if node.op_type == "Constant" or (node.domain, node.op_type) in evaluators:
                 return False
             symbolic = self._state.symbolic_value_map
@@ -502,7 +504,8 @@ def _fold_pass() -> ir.passes.PassBase | None:
                     return False
                 if value.const_value is None or value.is_graph_input():
                     foldable = False
-            return not foldable and not any(attribute.type in _GRAPH_ATTRIBUTES for attribute in node.attributes.values())
+            attributes = node.attributes.values()
+            return not foldable and not any(attribute.type in _GRAPH_ATTRIBUTES for attribute in attributes)
 
         changes: _Changes | None = None
 
