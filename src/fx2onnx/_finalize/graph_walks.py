@@ -8,7 +8,8 @@ its subgraphs) in one plain loop.
 Some onnx_ir passes walk the whole graph to find that there is nothing to do: the inliner and the removal of unused
 functions when the model has no function, the removal of unused opsets when only the default domain is imported, the
 lifting of subgraph initializers when there is no subgraph, the name fix when every value and node has a name of its
-own (:func:`names_need_fixing`). :class:`UnlessNothingToDo` runs them only otherwise.
+own (:func:`names_need_fixing`), the output fix when no output is an input or listed twice
+(:func:`outputs_need_fixing`). :class:`UnlessNothingToDo` runs them only otherwise.
 """
 
 from __future__ import annotations
@@ -109,10 +110,7 @@ def names_need_fixing(model: ir.Model) -> bool:
     value_names += [value.name for value in graph.initializers.values() if not value.is_graph_input()]
     node_names = []
     for node in graph:
-        if node.domain in ("", "ai.onnx"):
-            if node.op_type in _OPS_WITH_SUBGRAPHS:
-                return True
-        elif any(isinstance(a, ir.Attr) and a.type in (_GRAPH, _GRAPHS) for a in _attributes_of(node)):
+        if _may_hold_a_graph(node):
             return True
         node_names.append(node.name)
         value_names += [value.name for value in node.outputs]
@@ -123,8 +121,29 @@ def names_need_fixing(model: ir.Model) -> bool:
     return len(names) != len(node_names) or None in names or "" in names
 
 
+def _may_hold_a_graph(node: ir.Node) -> bool:
+    """Whether `node` holds a graph: an ONNX If, Loop, Scan or SequenceMap, or a node of another domain that does
+    (read without walking the attributes of every ONNX node)."""
+    if node.domain in ("", "ai.onnx"):
+        return node.op_type in _OPS_WITH_SUBGRAPHS
+    return any(isinstance(a, ir.Attr) and a.type in (_GRAPH, _GRAPHS) for a in _attributes_of(node))
+
+
 # The ONNX operators of a graph attribute.
 _OPS_WITH_SUBGRAPHS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def outputs_need_fixing(model: ir.Model) -> bool:
+    """Whether OutputFixPass would add an Identity: a graph input, or a value listed twice, among the outputs. With
+    functions or subgraphs, True: the pass itself decides."""
+    if model.functions or any(_may_hold_a_graph(node) for node in model.graph):
+        return True
+    outputs = model.graph.outputs
+    return len(set(outputs)) != len(outputs) or any(output.is_graph_input() for output in outputs)
+
+
+def fix_outputs() -> ir.passes.PassBase:
+    return UnlessNothingToDo(common_passes.OutputFixPass(), outputs_need_fixing)
 
 
 def fix_names() -> ir.passes.PassBase:

@@ -122,7 +122,7 @@ def _optimize(model: ir.Model, num_iterations: int) -> None:
         graph_walks.lift_subgraph_initializers(),
         common_passes.DeduplicateInitializersPass(),
         common_passes.CommonSubexpressionEliminationPass(),
-        common_passes.OutputFixPass(),
+        graph_walks.fix_outputs(),
         graph_walks.fix_names(),
     )
     passes(model)
