@@ -78,8 +78,9 @@ class Legalizer:
         self._count = 0
         self._folded: list[tuple[ir.Graph, ir.Value]] = []  # constants replaced by converted copies
         # Nodes found legal as they were, with what the verdict read of them: check() need not judge them again. Only
-        # a rewrite changes what a verdict reads, so before the first one it is not read (None): most models need no
-        # rewrite, and reading it twice a node was a fifth of the pass.
+        # a rewrite changes what a verdict reads during run(), so before the first one it is not read (None; run()'s
+        # own check takes such nodes as legal, a later check() judges them again): most models need no rewrite, and
+        # reading it twice a node was a fifth of the pass.
         self._legal_as_judged: dict[ir.Node, tuple[object, ...] | None] = {}
         self._rewritten = False
         # Verdicts by all they read of a node (the probe's key): a model's layers ask the same over and over.
@@ -92,7 +93,7 @@ class Legalizer:
                 self.legalize_node(graph, node, opsets)
         self._drop_unused_casts()
         self._drop_unused_originals()
-        self.refusals = list(self.check())
+        self.refusals = list(self._refusals(trust_unrewritten=True))
         return [item.record for item in self.inserted] + self.unattached
 
     def graphs(self) -> Iterator[tuple[GraphLike, Mapping[str, int]]]:
@@ -104,10 +105,15 @@ class Legalizer:
 
     def check(self) -> Iterator[Refusal]:
         """Every node the target still cannot run."""
+        return self._refusals(trust_unrewritten=False)
+
+    def _refusals(self, *, trust_unrewritten: bool) -> Iterator[Refusal]:
+        """check(); `trust_unrewritten`: the nodes found legal while the pass rewrote nothing are taken as legal
+        without reading them again (run() checks before anything else could change them)."""
         for graph, opsets in self.graphs():
             for node in graph:
                 judged = self._legal_as_judged.get(node, _NOT_JUDGED)
-                if judged is None or judged == _judged_signature(node):
+                if (judged is None and trust_unrewritten) or (judged is not None and judged == _judged_signature(node)):
                     continue
                 context = _NodeContext.of(node, opsets, self.model)
                 if context is None:
