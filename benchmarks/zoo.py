@@ -1512,11 +1512,15 @@ def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None, length
             return case.decoder
         if variant == "batch1":
             return case.dynamic_axes is not None and variant in case.variants
-        if variant == "timestep_float":
-            return variant in case.variants
+        if variant == "timestep_float":  # a float timestep: the diffusion models that take one
+            return case.group == "diffusers" and variant in case.variants
         return variant in case.variants
 
     jobs = [(case, [v for v in variants if applies(case, v)]) for case in cases]
+    for variant in variants:
+        if not any(variant in case_variants for _, case_variants in jobs):
+            names = ", ".join(case.name for case in cases)
+            print(f"{variant} does not apply to the models selected ({names}): not run", file=sys.stderr)
     total = sum(len(v) for _, v in jobs)
     done = 0
     started = time.perf_counter()
@@ -1591,7 +1595,11 @@ def main() -> None:
     if options.only:
         wanted = options.only.split(",")
         cases = [case for case in cases if any(w in case.name for w in wanted)]
-    records = sweep(cases, tuple(options.variants.split(",")), options.out, options.length)
+    variants = tuple(options.variants.split(","))
+    unknown = [variant for variant in variants if variant not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; the variants are {', '.join(VARIANTS)}")
+    records = sweep(cases, variants, options.out, options.length)
     print(table(records))
 
 
