@@ -16,6 +16,12 @@ with the returned cache) and in eager, each on its own tokens and cache: in floa
 and the logits close at every step; in float16/bfloat16 the first step where they diverge must be a near tie
 (top-2 gap within the dtype's rounding noise, measured against the float32 model on the same history).
 
+Whisper, T5 and BART also run generation as optimum exports them (``*_encdec``, the generate variants): the encoder
+with each layer's cross-attention keys and values, and the decoder step over an EncoderDecoderCache exported once
+(dynamic batch, new tokens and past, 0 included), greedy decoding of 16 tokens in ONNX Runtime against eager's own
+loop. The ``multimodal`` group builds vision, detection and multimodal transformers from tiny configs (CLIP, OWL-ViT,
+OWLv2, DETR, RT-DETR, YOLOS, SAM, LLaVA, PaliGemma, Qwen2-VL, Idefics3), their inputs made by hand.
+
 Values at the edges users hit: ``masked_row`` and ``masked_row_float16`` export the token models from a batch of
 3 whose attention mask pads row 0 on the left, row 1 on the right and row 2 entirely (a padded batch with an
 empty row: every attention row of it fully masked, in float32 and float16); in ``float16_max``, a float16
@@ -1014,6 +1020,507 @@ def diffusers_cases() -> list[Case]:
     ]
 
 
+# --- encoder-decoder generation and multimodal models ----------------------------------------------------------
+# Encoder-decoder models (Whisper, T5, BART) run as users export them for generation, optimum's layout: the encoder
+# exported with what the first decoder step computes from its states (each layer's cross-attention keys and values),
+# and the decoder step exported once taking an EncoderDecoderCache (registered as a pytree, as transformers'
+# exporters register it) whose cross-attention half is filled, with dynamic batch, new-token count and self-attention
+# past length (0 included: the first step after an empty one). Greedy decoding in ONNX Runtime against eager's own
+# loop (its first step computes the cross-attention keys itself).
+ENCDEC_GENERATE_GROUP = "encoder_decoder"
+ENCDEC_NEW = 16
+
+
+class EncoderWithCrossCache(torch.nn.Module):
+    """The encoder and the cross-attention keys and values of every decoder layer, as the first decoder step makes
+    them (the step run on the start token with an empty EncoderDecoderCache): what the decoder step graph takes."""
+
+    def __init__(self, model: torch.nn.Module, feature: str) -> None:
+        super().__init__()
+        self.model = model
+        self.feature = feature
+
+    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None = None) -> Any:
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        hidden = self.model.get_encoder()(**{self.feature: features}, attention_mask=attention_mask)[0]
+        start = torch.full((features.shape[0], 1), self.model.config.decoder_start_token_id, dtype=torch.long)
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self.model(
+            encoder_outputs=(hidden,),
+            attention_mask=attention_mask,
+            decoder_input_ids=start,
+            use_cache=True,
+            **{cache_argument(self.model): cache},
+        )
+        cross = [t for layer in cache.cross_attention_cache.layers for t in (layer.keys, layer.values)]
+        return hidden, *cross
+
+
+def _encdec_inputs(model: torch.nn.Module, feature: str, batch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The encoder's input (log-mel features, or token ids with a padded row 1) and its attention mask."""
+    generator = torch.Generator().manual_seed(11)
+    if feature == "input_features":
+        return torch.randn(batch, WHISPER_MELS, WHISPER_FRAMES, generator=generator), None
+    ids = torch.randint(3, VOCAB, (batch, 10), generator=generator)
+    mask = torch.ones(batch, 10, dtype=torch.long)
+    mask[1 % batch, -3:] = 0
+    return ids, mask
+
+
+def _encdec_step_kwargs(model: torch.nn.Module, hidden: torch.Tensor, mask: Any, ids: torch.Tensor, cache: Any):
+    kwargs = {"decoder_input_ids": ids, "encoder_outputs": (hidden,), cache_argument(model): cache, "use_cache": True}
+    if mask is not None:
+        kwargs["attention_mask"] = mask
+    return kwargs
+
+
+def encdec_export(model: torch.nn.Module, feature: str) -> Any:
+    """The encoder (with cross-attention keys and values) and the decoder step, each exported once: dynamic batch;
+    the step also dynamic in new tokens and past length (0 included), from (batch 2, 3 new tokens, past 5) with the
+    cache eager's own steps made. Returns both programs and the step's example cache (its pytree layout)."""
+    from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+
+    register_cache_pytrees_for_model(model)
+    features, mask = _encdec_inputs(model, feature, 2)
+    features = _to_dtype(features, model.dtype)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    encoder_shapes = {"features": {0: batch}, "attention_mask": None if mask is None else {0: batch}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        encoder = fx2onnx.export(
+            EncoderWithCrossCache(model, feature).eval(),
+            (features,),
+            kwargs={"attention_mask": mask},
+            dynamic_shapes=encoder_shapes,
+        )
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        hidden = model.get_encoder()(**{feature: features}, attention_mask=mask)[0]
+        prefix = torch.randint(3, VOCAB, (2, 5), generator=generator)
+        cache = getattr(model(**_encdec_step_kwargs(model, hidden, mask, prefix, None)), cache_argument(model))
+    kwargs = _encdec_step_kwargs(model, hidden, mask, torch.randint(3, VOCAB, (2, 3), generator=generator), cache)
+    sequence = torch.export.Dim("sequence", min=1, max=64)
+    past = torch.export.Dim("past_sequence", min=0, max=64)
+    self_leaves = len(torch.utils._pytree.tree_leaves(cache.self_attention_cache))
+    cross_leaves = len(torch.utils._pytree.tree_leaves(cache.cross_attention_cache))
+    shapes = {
+        "decoder_input_ids": {0: batch, 1: sequence},
+        "encoder_outputs": ({0: batch},),
+        cache_argument(model): [{0: batch, 2: past}] * self_leaves + [{0: batch}] * cross_leaves,
+        "use_cache": None,
+    }
+    if mask is not None:
+        shapes["attention_mask"] = {0: batch}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        decoder = fx2onnx.export(model, (), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes)
+    with torch.no_grad():
+        _, out_spec = torch.utils._pytree.tree_flatten(model(**copy.deepcopy(kwargs)))
+    return encoder, decoder, cache, out_spec
+
+
+def encdec_greedy_eager(model: torch.nn.Module, feature: str, features: torch.Tensor, mask: Any, steps: int) -> Any:
+    """Greedy decoding in eager from the start token: the encoder once, then each step with the cache the model
+    returned (its first step computes the cross-attention keys and values itself)."""
+    name = cache_argument(model)
+    ids = torch.full((features.shape[0], 1), model.config.decoder_start_token_id, dtype=torch.long)
+    cache, tokens, logits = None, [], []
+    with torch.no_grad():
+        hidden = model.get_encoder()(**{feature: features}, attention_mask=mask)[0]
+        for _ in range(steps):
+            out = model(**_encdec_step_kwargs(model, hidden, mask, ids, cache))
+            cache = getattr(out, name)
+            logits.append(out.logits[:, -1])
+            ids = out.logits[:, -1].float().argmax(-1, keepdim=True)
+            tokens.append(ids)
+    return torch.cat(tokens, 1), logits
+
+
+def encdec_greedy_onnx(model: torch.nn.Module, programs: Any, features: torch.Tensor, mask: Any, steps: int) -> Any:
+    """The same loop in ONNX Runtime: the encoder graph gives the states and the cross-attention keys and values,
+    the first step takes an empty self-attention cache (past length 0), every later one the cache the previous
+    step returned, rebuilt as an EncoderDecoderCache from the graph's outputs."""
+    encoder, decoder, example_cache, out_spec = programs
+    name = cache_argument(model)
+    hidden, *cross = encoder(features, attention_mask=mask)
+    self_count = len(torch.utils._pytree.tree_leaves(example_cache.self_attention_cache))
+    empty = [cross[0].new_zeros((*cross[0].shape[:2], 0, cross[0].shape[3]))] * self_count
+    _, cache_spec = torch.utils._pytree.tree_flatten(example_cache)
+    cache = torch.utils._pytree.tree_unflatten([*empty, *cross], cache_spec)
+    ids = torch.full((features.shape[0], 1), model.config.decoder_start_token_id, dtype=torch.long)
+    tokens, logits = [], []
+    for _ in range(steps):
+        flat = decoder(**_encdec_step_kwargs(model, hidden, mask, ids, cache))
+        if len(flat) != out_spec.num_leaves:
+            raise AssertionError(f"the step gives {len(flat)} outputs, eager {out_spec.num_leaves}")
+        out = torch.utils._pytree.tree_unflatten(flat, out_spec)
+        cache = getattr(out, name)
+        logits.append(out.logits[:, -1])
+        ids = out.logits[:, -1].float().argmax(-1, keepdim=True)
+        tokens.append(ids)
+    return torch.cat(tokens, 1), logits
+
+
+def run_encdec_generate(case: Case, model32: torch.nn.Module, variant: str) -> dict[str, Any]:
+    """Greedy decoding of ENCDEC_NEW tokens (batch 2) in ONNX Runtime and in eager, judged as `run_generate`
+    judges a decoder-only model: float32, identical tokens and close logits at every step; float16/bfloat16,
+    logits within the dtype's rounding noise (against the float32 model on the same history) until the first
+    divergence, which must be a near tie."""
+    from fx2onnx import _rounding_noise as rounding_noise
+    from fx2onnx._verification import TOLERANCES, compare
+
+    record: dict[str, Any] = {"model": case.name, "group": case.group, "variant": variant}
+    dtype = GENERATE_VARIANTS[variant]
+    feature = "input_features" if "whisper" in case.name else "input_ids"
+    model = copy.deepcopy(model32).to(dtype)
+    model.config.use_cache = True
+    features, mask = _encdec_inputs(model, feature, 2)
+    features = _to_dtype(features, dtype)
+    try:
+        eager_tokens, eager_logits = encdec_greedy_eager(model, feature, features, mask, ENCDEC_NEW)
+    except Exception as error:
+        record.update(outcome="eager", error=_short(error))
+        return record
+    start = time.perf_counter()
+    try:
+        programs = encdec_export(model, feature)
+    except Exception as error:
+        record.update(outcome="export", error=_short(error), trace=traceback.format_exc()[-3000:])
+        return record
+    record["export_seconds"] = round(time.perf_counter() - start, 2)
+    try:
+        programs[0].session(), programs[1].session()
+    except Exception as error:
+        record.update(outcome="load", error=_short(error))
+        return record
+    try:
+        onnx_tokens, onnx_logits = encdec_greedy_onnx(model, programs, features, mask, ENCDEC_NEW)
+    except Exception as error:
+        record.update(outcome="run", error=_short(error), trace=traceback.format_exc()[-3000:])
+        return record
+    differing = (eager_tokens != onnx_tokens).any(0).nonzero()
+    first = int(differing[0]) if len(differing) else None
+    record["tokens_equal"] = first is None
+    record["first_divergence"] = first
+    lines = []
+
+    def reference(step: int) -> torch.Tensor:  # the float32 model's last logits on eager's history before `step`
+        start = torch.full_like(eager_tokens[:, :1], model.config.decoder_start_token_id)
+        history = torch.cat([start, eager_tokens[:, :step]], 1)
+        with torch.no_grad():
+            return model32(**{feature: features.float()}, attention_mask=mask, decoder_input_ids=history).logits[:, -1]
+
+    for step in range(ENCDEC_NEW if first is None else first + 1):
+        result = compare(f"logits step {step}", eager_logits[step], onnx_logits[step])
+        record["logits_max_abs"] = float(f"{max(record.get('logits_max_abs', 0.0), result.max_abs_error):.3g}")
+        if result.passed:
+            continue
+        if dtype == torch.float32:
+            lines.append(str(result))
+            continue
+        noise = rounding_noise.compare_to_reference(
+            eager_logits[step], onnx_logits[step], reference(step), TOLERANCES[dtype][1]
+        )
+        if noise is None or not noise.within_noise:
+            lines.append(f"{result}: {noise}")
+    if first is not None:
+        if dtype == torch.float32:
+            lines.append(f"tokens differ from step {first}")
+        else:
+            row = int((eager_tokens[:, first] != onnx_tokens[:, first]).nonzero()[0])
+            ref = reference(first)[row].double()
+            eager, onnx = eager_logits[first][row].double(), onnx_logits[first][row].double()
+            a, b = int(eager_tokens[row, first]), int(onnx_tokens[row, first])
+            noise = float((eager - ref).abs().max())
+            near = max(abs(float(eager[a] - eager[b])), abs(float(ref[a] - ref[b])), float((onnx - ref).abs().max()))
+            record["divergence"] = {"step": first, "row": row, "tokens": [a, b], "eager_noise": round(noise, 5)}
+            if near > 2 * noise:
+                lines.append(f"tokens differ from step {first} without a near tie: {record['divergence']}")
+    record["outcome"] = "mismatch" if lines else "ok"
+    if lines:
+        record["error"] = " || ".join(lines)[:1500]
+    return record
+
+
+def encoder_decoder_generate_cases() -> list[Case]:
+    """Whisper, T5 and BART from the configs `transformers_cases` builds them with, for the generate variants."""
+    wanted = {"bart", "t5", "whisper"}
+    made = [case for case in transformers_cases() if case.name in wanted]
+    return [
+        dataclasses.replace(
+            case, name=f"{case.name}_encdec", group=ENCDEC_GENERATE_GROUP, variants=tuple(GENERATE_VARIANTS)
+        )
+        for case in made
+    ]
+
+
+# Vision, detection and multimodal transformers: tiny towers (hidden 32-64, 1-2 layers, images of 32-64 pixels)
+IMAGE_TOKEN = VOCAB - 1  # the image placeholder token of the multimodal LMs below
+TOWER = {"hidden_size": HIDDEN, "intermediate_size": 128, "num_hidden_layers": LAYERS, "num_attention_heads": 4}
+TEXT_TOWER = {**TOWER, "max_position_embeddings": 64, "vocab_size": VOCAB}
+VISION_TOWER = {**TOWER, "image_size": 32, "patch_size": 8}  # 16 patches
+IMAGE_TOKENS = 16
+TEXT_IMAGE_AXES = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "sequence"},
+    "pixel_values": {0: "batch"},
+}
+OWL_QUERIES = 2  # text queries per image: OWL's input_ids hold them for every image, one after the other
+OWL_AXES = {
+    "input_ids": {0: "2*batch"},
+    "attention_mask": {0: "2*batch"},
+    "pixel_values": {0: "batch"},
+}
+SAM_AXES = {"pixel_values": {0: "batch"}, "input_points": {0: "batch"}}
+QWEN2_VL_GRID = (1, 4, 4)  # one frame of 4 x 4 patches, merged 2 x 2 into 4 image tokens
+QWEN2_VL_AXES = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "sequence"},
+    "mm_token_type_ids": {0: "batch", 1: "sequence"},
+    "pixel_values": {0: "16*batch"},
+    "image_grid_thw": {0: "batch"},
+}
+IDEFICS3_AXES = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "sequence"},
+    "pixel_values": {0: "batch"},
+}
+
+
+def _multimodal(
+    name: str, model_class: str, config: Callable[[Any], Any], inputs: Callable[[int, int], Inputs], axes: Any
+) -> Case:
+    def build() -> torch.nn.Module:
+        from models import _without_zero_weights
+
+        t = _transformers()
+        made = config(t)
+        model = _without_zero_weights(_seeded(lambda: getattr(t, model_class)(made)))
+        # transformers draws batch-norm scales from N(0, 0.02): each block then shrinks activations ~50x, RT-DETR's
+        # encoder output reaches 1e-12 and every query ties in its top-k (whose order among ties is the kernel's)
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.affine:
+                module.reset_parameters()
+        return model
+
+    return Case(name, "multimodal", build, inputs, axes, VISION_VARIANTS)
+
+
+def _clip_config(t: Any) -> Any:
+    return t.CLIPConfig(text_config=TEXT_TOWER, vision_config=VISION_TOWER, projection_dim=32)
+
+
+def _owl_config(config_class: str) -> Callable[[Any], Any]:
+    # projection_dim = hidden: the class head compares the image's tokens with the projected queries
+    return lambda t: getattr(t, config_class)(
+        text_config={**TEXT_TOWER, "max_position_embeddings": 16}, vision_config=VISION_TOWER, projection_dim=HIDDEN
+    )
+
+
+def _detr_config(t: Any) -> Any:
+    backbone = t.ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic", out_features=["stage2"]
+    )
+    return t.DetrConfig(**_DETR_LIKE, use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False)
+
+
+_DETR_LIKE = {
+    "d_model": HIDDEN,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+    "num_queries": 10,
+    "num_labels": 5,
+}
+
+
+def _rt_detr_config(t: Any) -> Any:
+    backbone = t.RTDetrResNetConfig(
+        embedding_size=16,
+        hidden_sizes=[16, 32, 64, 128],
+        depths=[1, 1, 1, 1],
+        layer_type="basic",
+        out_features=["stage2", "stage3", "stage4"],
+    )
+    return t.RTDetrConfig(
+        **_DETR_LIKE,
+        backbone_config=backbone,
+        use_pretrained_backbone=False,
+        encoder_hidden_dim=HIDDEN,
+        encoder_in_channels=[32, 64, 128],
+        decoder_in_channels=[HIDDEN] * 3,
+        anchor_image_size=None,  # anchors from the image's own size, not a fixed 640
+    )
+
+
+def _yolos_config(t: Any) -> Any:
+    return t.YolosConfig(**TOWER, image_size=[32, 32], patch_size=8, num_detection_tokens=5, num_labels=5)
+
+
+def _sam_config(t: Any) -> Any:
+    return t.SamConfig(
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 64,
+            "patch_size": 8,
+            "output_channels": 32,
+            "window_size": 4,
+            "global_attn_indexes": [0],
+            "mlp_dim": 64,
+            "num_pos_feats": 16,
+        },
+        prompt_encoder_config={"hidden_size": 32, "image_size": 64, "patch_size": 8, "mask_input_channels": 4},
+        mask_decoder_config={
+            "hidden_size": 32,
+            "mlp_dim": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "iou_head_hidden_dim": 32,
+        },
+    )
+
+
+def _llava_config(t: Any) -> Any:
+    return t.LlavaConfig(
+        text_config=t.LlamaConfig(**LLAMA_LIKE, vocab_size=VOCAB),
+        vision_config=t.CLIPVisionConfig(**VISION_TOWER),
+        image_token_index=IMAGE_TOKEN,
+        vision_feature_layer=-1,
+        image_seq_length=IMAGE_TOKENS,
+    )
+
+
+def _paligemma_config(t: Any) -> Any:
+    return t.PaliGemmaConfig(
+        text_config=t.GemmaConfig(**LLAMA_LIKE, head_dim=16, vocab_size=VOCAB),
+        vision_config=t.SiglipVisionConfig(**VISION_TOWER, projection_dim=HIDDEN),
+        image_token_index=IMAGE_TOKEN,
+        projection_dim=HIDDEN,
+        hidden_size=HIDDEN,
+    )
+
+
+def _qwen2_vl_config(t: Any) -> Any:
+    text = {**LLAMA_LIKE, "vocab_size": VOCAB, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
+    vision = {"depth": 1, "embed_dim": 32, "hidden_size": HIDDEN, "num_heads": 2, "patch_size": 4}
+    return t.Qwen2VLConfig(
+        text_config=text,
+        vision_config={**vision, "spatial_merge_size": 2, "temporal_patch_size": 2},
+        image_token_id=IMAGE_TOKEN,
+        vision_start_token_id=IMAGE_TOKEN - 1,
+        video_token_id=IMAGE_TOKEN - 2,
+    )
+
+
+def _idefics3_config(t: Any) -> Any:
+    return t.Idefics3Config(
+        text_config=t.LlamaConfig(**LLAMA_LIKE, vocab_size=VOCAB),
+        vision_config={**TOWER, "num_hidden_layers": 1, "image_size": 32, "patch_size": 8},
+        scale_factor=2,  # 16 patches shuffled into 4 image tokens
+        image_token_id=IMAGE_TOKEN,
+    )
+
+
+def _text_tokens(batch: int, length: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Text tokens below the multimodal specials, and an attention mask with row 1's last two tokens padded."""
+    ids = torch.randint(3, VOCAB - 3, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    if batch > 1:
+        mask[1, -2:] = 0
+    return ids, mask
+
+
+def _text_image_inputs(size: int) -> Callable[[int, int], Inputs]:
+    def inputs(batch: int, length: int) -> Inputs:
+        generator = torch.Generator().manual_seed(1)
+        ids, mask = _text_tokens(batch, min(length, 16), generator)
+        pixels = torch.randn(batch, 3, size, size, generator=generator)
+        return (), {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+    return inputs
+
+
+def _image_token_inputs(offset: int) -> Callable[[int, int], Inputs]:
+    """A multimodal LM's prompt: `length` text tokens with IMAGE_TOKENS placeholders from `offset` on."""
+
+    def inputs(batch: int, length: int) -> Inputs:
+        generator = torch.Generator().manual_seed(1)
+        ids, mask = _text_tokens(batch, length + IMAGE_TOKENS, generator)
+        ids[:, offset : offset + IMAGE_TOKENS] = IMAGE_TOKEN
+        pixels = torch.randn(batch, 3, 32, 32, generator=generator)
+        return (), {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+    return inputs
+
+
+def _owl_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    ids, mask = _text_tokens(OWL_QUERIES * batch, 7, generator)
+    pixels = torch.randn(batch, 3, 32, 32, generator=generator)
+    return (), {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+
+def _sam_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    pixels = torch.randn(batch, 3, 64, 64, generator=generator)
+    return (), {"pixel_values": pixels, "input_points": torch.rand(batch, 1, 1, 2, generator=generator) * 64}
+
+
+def _qwen2_vl_inputs(batch: int, length: int) -> Inputs:
+    """Qwen2-VL's processor output for one image per row: the vision start token, 4 image tokens, text; the image's
+    16 patches flattened (channels x temporal 2 x 4 x 4 pixels each), its grid, and the tokens' modality types."""
+    generator = torch.Generator().manual_seed(1)
+    ids, mask = _text_tokens(batch, length, generator)
+    ids[:, 2] = IMAGE_TOKEN - 1
+    ids[:, 3:7] = IMAGE_TOKEN
+    patches = QWEN2_VL_GRID[0] * QWEN2_VL_GRID[1] * QWEN2_VL_GRID[2]
+    return (), {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "mm_token_type_ids": (ids == IMAGE_TOKEN).int(),
+        "pixel_values": torch.randn(batch * patches, 3 * 2 * 4 * 4, generator=generator),
+        "image_grid_thw": torch.tensor([QWEN2_VL_GRID] * batch),
+    }
+
+
+def _idefics3_inputs(batch: int, length: int) -> Inputs:
+    generator = torch.Generator().manual_seed(1)
+    ids, mask = _text_tokens(batch, length, generator)
+    ids[:, 2:6] = IMAGE_TOKEN
+    pixels = torch.randn(batch, 1, 3, 32, 32, generator=generator)
+    return (), {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
+
+
+def multimodal_cases() -> list[Case]:
+    """Vision, detection and multimodal transformers from tiny configs (random weights, inputs built by hand as
+    their processors would: image tokens in the text where the model splices image features in): CLIP with both
+    towers and its logits, OWL-ViT and OWLv2 (text queries, two per image), DETR on a transformers ResNet backbone,
+    RT-DETR, YOLOS, SAM (vision encoder, prompt encoder and mask decoder from one point), LLaVA, PaliGemma,
+    Qwen2-VL (flattened patches with their grid, M-RoPE token types) and Idefics3."""
+    return [
+        _multimodal("clip", "CLIPModel", _clip_config, _text_image_inputs(32), TEXT_IMAGE_AXES),
+        _multimodal("owlvit", "OwlViTForObjectDetection", _owl_config("OwlViTConfig"), _owl_inputs, OWL_AXES),
+        _multimodal("owlv2", "Owlv2ForObjectDetection", _owl_config("Owlv2Config"), _owl_inputs, OWL_AXES),
+        _multimodal("detr", "DetrForObjectDetection", _detr_config, _pixel_inputs(64), PIXEL_AXES),
+        _multimodal("rt_detr", "RTDetrForObjectDetection", _rt_detr_config, _pixel_inputs(64), PIXEL_AXES),
+        _multimodal("yolos", "YolosForObjectDetection", _yolos_config, _pixel_inputs(32), PIXEL_AXES),
+        _multimodal("sam", "SamModel", _sam_config, _sam_inputs, SAM_AXES),
+        _multimodal("llava", "LlavaForConditionalGeneration", _llava_config, _image_token_inputs(2), TEXT_IMAGE_AXES),
+        _multimodal(
+            "paligemma", "PaliGemmaForConditionalGeneration", _paligemma_config, _image_token_inputs(0), TEXT_IMAGE_AXES
+        ),
+        _multimodal("qwen2_vl", "Qwen2VLForConditionalGeneration", _qwen2_vl_config, _qwen2_vl_inputs, QWEN2_VL_AXES),
+        _multimodal("idefics3", "Idefics3ForConditionalGeneration", _idefics3_config, _idefics3_inputs, IDEFICS3_AXES),
+    ]
+
+
 # --- running ---------------------------------------------------------------------------------------------------
 
 
@@ -1495,13 +2002,22 @@ def run_variant(case: Case, model32: torch.nn.Module, variant: str, length: int 
 
 
 def all_cases() -> list[Case]:
-    return transformers_cases() + torchvision_cases() + timm_cases() + diffusers_cases()
+    return (
+        transformers_cases()
+        + torchvision_cases()
+        + timm_cases()
+        + diffusers_cases()
+        + encoder_decoder_generate_cases()
+        + multimodal_cases()
+    )
 
 
 def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None, length: int = 12) -> list[dict[str, Any]]:
     records = []
 
     def applies(case: Case, variant: str) -> bool:
+        if case.group == ENCDEC_GENERATE_GROUP:  # the generate variants only, of its own loop
+            return variant in case.variants
         if variant == "dynamic":
             return case.dynamic_axes is not None
         if variant == "padded" or variant.startswith("masked_row"):
@@ -1533,7 +2049,9 @@ def sweep(cases: list[Case], variants: tuple[str, ...], out: Path | None, length
             continue
         for variant in case_variants:
             try:
-                if variant in GENERATE_VARIANTS:
+                if case.group == ENCDEC_GENERATE_GROUP:
+                    record = run_encdec_generate(case, model32, variant)
+                elif variant in GENERATE_VARIANTS:
                     record = run_generate(case, model32, variant)
                 else:
                     record = run_variant(case, model32, variant, length)

@@ -28,7 +28,11 @@ dtype, the piecewise and smooth activations, with NaN and +-inf injected before 
 seeds from DATA_FIRST_SEED (50,000,000) add indexing with negative and boundary indices, data movement, reductions with
 a dtype over empty and size-1 dims, casts of anything (positions hanging on an undefined float-to-integer cast are
 not compared), integer arithmetic with numbers beyond the dtype, promotion against 0-d tensors and scalars, ties and
-NaN before sorts and scans (``--seed 50000000``).
+NaN before sorts and scans (``--seed 50000000``); seeds from LIMITS_FIRST_SEED (60,000,000) add arithmetic at the
+dtypes' limits: wrapping integer arithmetic, division and remainder by negative numbers and -1, shifts by the bit width,
+float16/bfloat16 reductions over long rows, signed zeros seen through 1 / x, NaN met by comparisons, clamps and
+isclose, rounding of halves and huge values, scatter_reduce/index_reduce in every mode, in-place writes through views,
+where/masked_fill with 0-d tensors (``--seed 60000000``).
 
 Run ``python -m tests.fuzzing --programs 2000 --seed 0`` for counts per class and cause, with each finding's
 seed and minimized program. ``--jobs N`` judges in N worker processes (a program depends on its seed only, so the
@@ -1656,6 +1660,365 @@ DATA_DRAWS = DATA_OPS + [OPS_BY_NAME[name] for name in DATA_MET]
 ELEMENTWISE = ELEMENTWISE | {"cast_extreme", "small_integer_arithmetic", "promotion", "make_ties"}
 
 
+# --- the limits catalogue (seeds from LIMITS_FIRST_SEED on): arithmetic at the dtypes' limits, in place writes ------
+# Integer arithmetic at the dtype's bounds (wrapping add/mul/neg/abs, floor division, remainder and fmod with negative
+# operands and by -1, shifts by the bit width and more), float16/bfloat16 sums, means, variances, norms, softmaxes and
+# products over long rows (eager accumulates them in float32), signed zeros (seen through 1 / x: +-inf) and NaN met
+# by comparisons, clamps and isclose, rounding of halves and huge values, scatter_reduce/index_reduce in every mode,
+# index_put with accumulate and repeated indices, in-place writes through views (a slice, a column, the diagonal,
+# a transpose), where/masked_fill with 0-d tensors of other dtypes. Left out, as eager leaves them undefined or
+# platform-specific: the sign of a zero that maximum/minimum/amax/amin pick between -0.0 and +0.0 (eager's vectorized
+# loop takes one, its scalar loop the other: a size of 64 and of 6 differ), the sign bit of a NaN, truncating
+# division of int32/int64's minimum by -1 (eager's kernel traps: SIGFPE), float-to-integer casts out of range (the
+# data catalogue's, left out there). Below LIMITS_FIRST_SEED a seed keeps naming its program.
+LIMITS_FIRST_SEED = 60_000_000
+LIMITS_SHARE = 0.55
+
+
+def fill_integer_limits(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """The integer dtype's min, max, min + 1, max - 1 or -1 at masked positions."""
+    x = xs[0]
+    if x.is_floating_point() or x.dtype == torch.bool or x.numel() == 0:
+        return None
+    info = torch.iinfo(x.dtype)
+    value = rng.choice([info.min, info.max, info.min + 1, info.max - 1, -1 if info.min else 128])
+    return f"{{0}}.masked_fill({_edge_mask_source(rng, x)}, {value})"
+
+
+def fill_float_limits(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """The float dtype's max, -max, smallest normal, a subnormal, -0.0 or NaN at masked positions."""
+    x = xs[0]
+    if not x.is_floating_point() or x.numel() == 0:
+        return None
+    info = torch.finfo(x.dtype)
+    value = rng.choice([info.max, -info.max, info.tiny, -info.tiny / 4, -0.0, -0.0, math.nan, info.eps])
+    return f"{{0}}.masked_fill({_edge_mask_source(rng, x)}, {literal(value)})"
+
+
+def integer_wrap(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """Arithmetic that wraps at the integer dtype's bounds, in the dtype (no promotion)."""
+    x = xs[0]
+    if x.is_floating_point() or x.dtype == torch.bool:
+        return None
+    info = torch.iinfo(x.dtype)
+    number = rng.choice([info.max, info.min, 2, 3, -1 if info.min else 255, info.max // 2 + 1])
+    return rng.choice(
+        [
+            "{0} + {0}",
+            "{0} * {0}",
+            "-{0}",
+            "torch.abs({0})",
+            "{0} - torch.flip({0}, [0])" if x.dim() else "{0} - 1",
+            f"{{0}} * {number}",
+            f"{{0}} + {number}",
+            f"{number} - {{0}}",
+            f"torch.mul({{0}}, torch.tensor({number}, dtype={x.dtype}))",
+            "torch.square({0})",
+            f"torch.sum({{0}}, dtype={x.dtype})",
+            f"torch.cumsum({{0}}, dim=0, dtype={x.dtype})" if x.dim() else "{0} * 2",
+            f"torch.prod({{0}}, dtype={x.dtype})",
+            "torch.addcmul({0}, {0}, {0})",
+            f"torch.add({{0}}, {{0}}, alpha={rng.choice([2, -1, 3])})",
+        ]
+    )
+
+
+def integer_division(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """Floor division, remainder and fmod of integers by negative numbers, -1 and the dtype's bounds (tensors or
+    numbers); truncating division only where eager's kernel defines min / -1 (int8/int16/uint8: computed in int)."""
+    x, y = xs
+    if x.dtype != y.dtype or x.is_floating_point() or x.dtype == torch.bool:
+        return None
+    info = torch.iinfo(x.dtype)
+    divisor = rng.choice(["{1}", "{1}", str(rng.choice([-1, -2, -3, 7, info.min, info.max, -1 if info.min else 255]))])
+    if divisor == "{1}" and bool((y == 0).any()):
+        return None  # (eager refuses a division by zero: ZeroDivisionError)
+    functions = ["torch.floor_divide", "torch.remainder", "torch.fmod"]
+    if x.dtype not in (torch.int32, torch.int64):
+        functions.append("trunc")
+    function = rng.choice(functions)
+    if function == "trunc":
+        return f"torch.div({{0}}, {divisor}, rounding_mode='trunc')"
+    if rng.random() < 0.2 and function != "torch.fmod":
+        bound = rng.choice([info.min, info.max, -1 if info.min else 0])
+        return f"{function}(torch.tensor({bound}, dtype={x.dtype}), {{1}})"
+    return f"{function}({{0}}, {divisor})"
+
+
+def shift_limits(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """Shifts of negative numbers and the bounds by counts at and beyond the bit width (and negative counts)."""
+    x = xs[0]
+    if x.is_floating_point() or x.dtype == torch.bool:
+        return None
+    bits = torch.iinfo(x.dtype).bits
+    counts = [0, 1, bits - 1, bits, bits + 1, 2 * bits, 64, -1, 7]
+    count = rng.choice(counts)
+    operator = rng.choice(["<<", ">>"])
+    if rng.random() < 0.4 and x.numel() and x.dim():
+        values = [rng.choice(counts) for _ in range(x.shape[-1])]
+        return f"{{0}} {operator} torch.tensor({literal(values)}, dtype={x.dtype})"
+    return f"{{0}} {operator} {count}"
+
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def to_low_precision(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    return f"{{0}}.to({rng.choice(LOW_PRECISION)})"
+
+
+def long_rows(x: torch.Tensor, rng: random.Random) -> str:
+    """x's elements as rows of a few hundred (repeated), where rounding every partial result in float16/bfloat16
+    drifts from eager's float32 accumulation."""
+    repeats = rng.choice([97, 256, 300, 513])
+    rows = rng.choice([1, 2])
+    return f"{{0}}.reshape(-1).repeat({rows}, {repeats})"
+
+
+def low_precision_reduction(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """A reduction over a long float16/bfloat16 row, which eager accumulates in float32 (a sum, mean, ...)."""
+    x = xs[0]
+    if x.dtype not in LOW_PRECISION or x.numel() == 0 or x.numel() > 8:
+        return None
+    rows = long_rows(x, rng)
+    return rng.choice(
+        [
+            f"torch.sum({rows}, dim=-1)",
+            f"torch.mean({rows}, dim=-1)",
+            f"torch.sum({rows})",
+            f"torch.nansum({rows}, dim=-1)",
+        ]
+    )
+
+
+def low_precision_statistic(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """var/std, norms, softmax/log_softmax, logsumexp, cumsum and matmul over long float16/bfloat16 rows."""
+    x = xs[0]
+    if x.dtype not in LOW_PRECISION or x.numel() == 0 or x.numel() > 8:
+        return None
+    rows = long_rows(x, rng)
+    return rng.choice(
+        [
+            f"torch.var({rows}, dim=-1)",
+            f"torch.std({rows}, dim=-1, correction=0)",
+            f"torch.var_mean({rows}, dim=-1)[0]",
+            f"torch.linalg.vector_norm({rows}, dim=-1)",
+            f"torch.linalg.vector_norm({rows}, ord={rng.choice([1, 3, math.inf])}, dim=-1)",
+            f"torch.softmax({rows}, dim=-1)[..., :4]",
+            f"torch.log_softmax({rows}, dim=-1)[..., :4]",
+            f"torch.logsumexp({rows}, dim=-1)",
+            f"torch.cumsum({rows}, dim=-1)[..., -3:]",
+            f"torch.matmul({rows}, {rows}.transpose(0, 1))",
+            f"torch.nn.functional.layer_norm({rows}, ({rows}.shape[-1],))[..., :4]",
+            f"torch.nn.functional.normalize({rows}, dim=-1)[..., :4]",
+        ]
+    )
+
+
+def signed_zero(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """Ops whose result may be -0.0, seen through 1 / x (-inf or +inf)."""
+    x = xs[0]
+    if not x.is_floating_point():
+        return None
+    inner = rng.choice(
+        [
+            "torch.clamp({0}, min=0.0)",
+            "torch.clamp({0}, max=-0.0)",
+            "torch.clamp({0}, -0.0, 0.0)",
+            "torch.relu({0})",
+            "{0} * 0",
+            "{0} * -0.0",
+            "torch.round({0} * 0.25)",
+            "torch.trunc({0} * 0.25)",
+            "torch.ceil({0} * 0.25)",
+            "torch.floor(-{0})",
+            "torch.round({0} * 0.125, decimals=1)",
+            "torch.fmod({0}, 0.5)",
+            "torch.remainder({0}, -0.5)",
+            "torch.sign({0}) * 0",
+            "torch.nan_to_num({0}, nan=-0.0)",
+            "torch.where({0} > 0, {0}, torch.tensor(-0.0, dtype={0}.dtype))",
+            "{0}.masked_fill({0} < 1, -0.0)",
+            "torch.abs({0}) * -0.0",
+            "torch.copysign(torch.zeros_like({0}), {0})",
+            "torch.nn.functional.hardtanh({0})",
+            "torch.nn.functional.leaky_relu({0}, 0.0)",
+            "torch.frac({0})",
+            "-{0} + 0.0",
+            "{0} - {0}",
+            "torch.lerp({0}, -{0}, 0.5)",
+        ]
+    )
+    return f"torch.reciprocal({inner})"
+
+
+def nan_comparison(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """Comparisons, clamps, isclose and selections of floats with NaN and infinities."""
+    x, y = xs
+    if not (x.is_floating_point() and y.is_floating_point()):
+        return None
+    equal_nan = rng.random() < 0.5
+    rtol, atol = rng.choice([0.0, 0.5, 1e-3]), literal(rng.choice([0.0, 0.25, math.inf]))
+    return rng.choice(
+        [
+            "{0} < {1}",
+            "{0} >= {1}",
+            "{0} == {1}",
+            "{0} != {1}",
+            "torch.maximum({0}, {1})",
+            "torch.fmin({0}, {1})",
+            "torch.clamp({0}, min={1})",
+            "torch.clamp({0}, {1}, {1} + 1)",
+            "torch.where({0} > {1}, {0}, {1})",
+            f"torch.isclose({{0}}, {{1}}, equal_nan={equal_nan})",
+            f"torch.isclose({{0}}, {{1}}, rtol={rtol}, atol={atol})",
+            "torch.eq({0}, float('nan'))",
+            "{0} > float('-inf')",
+            "torch.clamp({0}, min=float('-inf'), max=float('inf'))",
+            "torch.isin({0}, {1})",
+        ]
+    )
+
+
+def integer_isclose(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """isclose of integers and bool (eager compares in the default float dtype)."""
+    x, y = xs
+    if x.is_floating_point() or x.dtype != y.dtype:
+        return None
+    rtol, atol = rng.choice([(1e-5, 1e-8), (0.0, 1.0), (0.5, 0.0), (0.0, 127.0), (0.0, 128.0), (1.0, 2.0)])
+    return f"torch.isclose({{0}}, {{1}}, rtol={rtol}, atol={atol})"
+
+
+def rounding_limits(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """round (half to even, decimals), trunc, ceil, floor, frac of halves, huge and tiny values."""
+    x = xs[0]
+    if not x.is_floating_point():
+        return None
+    info = torch.finfo(x.dtype)
+    scale = rng.choice(["0.5", "0.125", "2.0", literal(info.max / 4), literal(info.tiny), literal(2.0 / info.eps)])
+    function = rng.choice(["torch.round", "torch.trunc", "torch.ceil", "torch.floor", "torch.frac", "decimals"])
+    scaled = f"({{0}} * {scale} + 0.5)" if scale in ("0.5", "2.0") and rng.random() < 0.5 else f"({{0}} * {scale})"
+    if function == "decimals":
+        return f"torch.round({scaled}, decimals={rng.choice([-3, -1, 1, 2, 3])})"
+    return f"{function}({scaled})"
+
+
+def _duplicate_index(rng: random.Random, x: torch.Tensor, dim: int) -> torch.Tensor:
+    size = x.shape[dim]
+    return torch.tensor([rng.choice([0, size - 1, rng.randrange(size)]) for _ in range(rng.randint(1, 5))])
+
+
+def reduce_into(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """scatter_reduce and index_reduce in every mode with include_self, index_add/index_put accumulating at repeated
+    indices: x's own values (flipped, negated) as the source."""
+    x = xs[0]
+    dim = _dim(rng, x)
+    if dim is None or x.shape[dim] == 0:
+        return None
+    reduce = rng.choice(["sum", "prod", "mean", "amax", "amin"])
+    include_self = rng.random() < 0.5
+    form = rng.randrange(4)
+    index = _duplicate_index(rng, x, dim)
+    if form == 0:
+        shape = list(x.shape)
+        shape[dim] = len(index)
+        full = index.reshape([-1 if d == dim % x.dim() else 1 for d in range(x.dim())]).expand(shape)
+        source = rng.choice(["{0}", f"{{0}}.flip({dim})"])
+        if len(index) > x.shape[dim]:
+            source = f"torch.cat([{source}] * {len(index)}, dim={dim})"
+        index_text = _int_list_source(full)
+        return f"{{0}}.scatter_reduce({dim}, {index_text}, {source}, {reduce!r}, include_self={include_self})"
+    if form == 1:
+        if reduce == "sum":
+            reduce = "mean"
+        source = f"{{0}}.index_select({dim}, {_int_list_source(index.flip(0) % x.shape[dim])})"
+        index_text = _int_list_source(index)
+        return f"{{0}}.index_reduce({dim}, {index_text}, {source}, {reduce!r}, include_self={include_self})"
+    if form == 2:
+        source = f"{{0}}.index_select({dim}, {_int_list_source(index.flip(0))})"
+        alpha = rng.choice([1, 2, -1] if not x.is_floating_point() else [1, -1, 0.5])
+        return f"{{0}}.index_add({dim}, {_int_list_source(index)}, {source}, alpha={alpha})"
+    negative = torch.where(index % 2 == 1, index - x.shape[0], index) if dim % x.dim() == 0 else index
+    rows = f"{{0}}[{_int_list_source(index.flip(0))}]" if dim % x.dim() == 0 else None
+    if rows is None:
+        return None
+    return f"{{0}}.index_put(({_int_list_source(negative)},), {rows}, accumulate=True)"
+
+
+def in_place_view(rng: random.Random, xs: Sequence[torch.Tensor]) -> str | None:
+    """An in-place op written through a view of a copy of x (a slice, a column, the diagonal, a transpose, a
+    flattened view), the copy returned. An operand read from the copy is cloned first: eager's result for an operand
+    that overlaps the elements written hangs on the order its loop writes them (t.view(-1)[::3].add_(t[0]) adds the
+    updated t[0] to t[3]: seed 60000628)."""
+    x = xs[0]
+    if x.dim() == 0 or x.numel() == 0:
+        return None
+    bool_x = x.dtype == torch.bool
+    view = rng.choice(["t[1:]", "t[::2]", "t[-1]", "t.view(-1)[::3]", "t.unsqueeze(0)[0, :1]"])
+    if x.dim() >= 2:
+        view = rng.choice([view, "t[:, 0]", "t.diagonal()", "t.transpose(0, 1)[0]", "t[..., 1:]"])
+    if bool_x:
+        update = rng.choice(["logical_not_()", "fill_(True)", "zero_()", "copy_(t[0].logical_not())"])  # (a copy)
+    else:
+        number = literal(rng.choice([2, -1, 3, 0, 1]) if not x.is_floating_point() else rng.choice([0.5, -0.0, 2.0]))
+        update = rng.choice(
+            [
+                f"add_({number})",
+                f"mul_({number})",
+                f"sub_({view.replace('t', 't.clone()', 1)})",
+                "neg_()" if x.dtype != torch.uint8 else "abs_()",
+                f"clamp_(min={number})",
+                "zero_()",
+                f"fill_({number})",
+                "copy_(t[0].clone())" if x.dim() >= 2 else "add_(t[0].clone())",
+                f"index_put_((torch.tensor([0, 0, -1]),), torch.tensor({number}, dtype=t.dtype), accumulate=True)",
+                "pow_(2)",  # (pow_.Scalar, functionally pow.Tensor_Scalar)
+            ]
+        )
+    return f"(lambda t: ({view}.{update}, t)[1])({{0}}.clone())"
+
+
+def where_zero_dim(rng: random.Random, xs: Sequence[torch.Tensor]) -> str:
+    """where/masked_fill with 0-d tensors of any dtype (condition, value or both) broadcast against x."""
+    dtype = rng.choice(DTYPES)
+    other = f"torch.tensor({literal(_corner_value(rng, dtype))}, dtype={dtype})"
+    flag = f"torch.tensor({rng.random() < 0.5})"
+    return rng.choice(
+        [
+            f"torch.where({{0}} != 0, {{0}}, {other})",
+            f"torch.where({{0}} != 0, {other}, {{0}})",
+            f"torch.where({flag}, {{0}}, {other})",
+            f"torch.where({flag}, {other}, {literal(_corner_value(rng, torch.float32))})",
+            f"{{0}}.masked_fill({flag}, {literal(_corner_value(rng, dtype))})",
+            f"{{0}}.masked_fill({{0}} == 0, {other}.to({{0}}.dtype))",
+            f"torch.where({other}.bool(), {{0}}, {{0}}.flip(0))" if xs[0].dim() else f"torch.where({flag}, {{0}}, 1)",
+        ]
+    )
+
+
+LIMITS_OPS: list[Op] = [
+    Op("fill_integer_limits", 1, fill_integer_limits),
+    Op("fill_float_limits", 1, fill_float_limits),
+    Op("integer_wrap", 1, integer_wrap),
+    Op("integer_division", 2, integer_division, discontinuous=True),
+    Op("shift_limits", 1, shift_limits),
+    Op("to_low_precision", 1, to_low_precision, discontinuous=True),
+    Op("low_precision_reduction", 1, low_precision_reduction, inexact=True),
+    Op("low_precision_statistic", 1, low_precision_statistic, inexact=True),
+    Op("signed_zero", 1, signed_zero, discontinuous=True),
+    Op("nan_comparison", 2, nan_comparison, discontinuous=True),
+    Op("integer_isclose", 2, integer_isclose),
+    Op("rounding_limits", 1, rounding_limits, inexact=True, discontinuous=True),
+    Op("reduce_into", 1, reduce_into, inexact=True),
+    Op("in_place_view", 1, in_place_view),
+    Op("where_zero_dim", 1, where_zero_dim, discontinuous=True),
+]
+OPS_BY_NAME.update({op.name: op for op in LIMITS_OPS})
+LIMITS_MET = ["fill_special", "fill_integer_edge", "cast_extreme", "promotion", "scatter_reduce", "index_put"]
+LIMITS_DRAWS = LIMITS_OPS + LIMITS_OPS[:3] + [OPS_BY_NAME[name] for name in LIMITS_MET]
+ELEMENTWISE = ELEMENTWISE | {"integer_division", "nan_comparison", "integer_isclose", "signed_zero", "rounding_limits"}
+
+
 # --- programs ----------------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Step:
@@ -2016,7 +2379,7 @@ def _nudged(result: torch.Tensor, direction: float, ulps: int) -> torch.Tensor:
 # and the move is propagated through the later steps as the ulps of the inexact ops are. A result beyond the float
 # range becomes an infinity there, as an order that overflows gives.
 SUMMATIONS = frozenset({"sum", "mean", "cumsum", "matmul", "conv", "avg_pool", "einsum", "nan_reduction"})
-SUMMATIONS |= {"cumsum_dtype", "vector_norm", "reduction_dtype"}
+SUMMATIONS |= {"cumsum_dtype", "vector_norm", "reduction_dtype", "low_precision_reduction"}
 PRODUCT_SUMMATIONS = frozenset({"matmul", "conv", "einsum"})  # (sums of products, which may overflow alone)
 
 
@@ -2032,6 +2395,8 @@ def _terms(op: str, operands: Sequence[torch.Tensor], result: torch.Tensor) -> i
         return 9
     if op == "einsum":
         return max(1, *(t.numel() for t in operands))
+    if op == "low_precision_reduction":  # (a row of the operand repeated, at most 513 times)
+        return max(1, 513 * operands[0].numel())
     return max(1, operands[0].numel() // max(1, result.numel()))
 
 
@@ -2247,6 +2612,7 @@ def draw_program(seed: int) -> Program:
     edge = seed >= EDGE_FIRST_SEED  # (likewise)
     corner = seed >= CORNER_FIRST_SEED  # (likewise)
     data = seed >= DATA_FIRST_SEED  # (likewise)
+    limits = seed >= LIMITS_FIRST_SEED  # (likewise)
     base = draw_shape(rng)
     inputs = []
     for k in range(rng.choice([1, 2, 2, 3])):
@@ -2260,7 +2626,9 @@ def draw_program(seed: int) -> Program:
     attempts = 0
     while len(steps) < target and attempts < 200:
         attempts += 1
-        if data and rng.random() < DATA_SHARE:
+        if limits and rng.random() < LIMITS_SHARE:
+            op = rng.choice(LIMITS_DRAWS)
+        elif data and rng.random() < DATA_SHARE:
             op = rng.choice(DATA_DRAWS)
         elif corner and rng.random() < CORNER_SHARE:
             op = rng.choice(CORNER_DRAWS)

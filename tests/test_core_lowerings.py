@@ -176,6 +176,46 @@ def test_index_reduce(reduce: str, include_self: bool, dtype: torch.dtype) -> No
     assert_exports_and_matches(Call(reduced), (ints(3, 2, dtype=dtype), ints(4, 2, dtype=dtype, low=-3, high=4)))
 
 
+@pytest.mark.filterwarnings("ignore:index_reduce")
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_index_reduce_propagates_nan(reduce: str, include_self: bool, dtype: torch.dtype) -> None:
+    """Eager's index_reduce amax/amin is NaN where self (with include_self) or a reduced value is NaN, as its
+    scatter_reduce is; ONNX Runtime's ScatterElements max/min dropped self's NaN (-2 for max(NaN, -2, -inf); found
+    probing tests/fuzzing.py's limits catalogue)."""
+    nan = math.nan
+    x = torch.tensor([[nan, 1.0], [2.0, -3.0], [0.5, nan]], dtype=dtype)
+    source = torch.tensor([[-2.0, nan], [-math.inf, 4.0], [1.5, -0.0]], dtype=dtype)
+    index = torch.tensor([0, 0, 1])
+
+    def reduced(x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        return x.index_reduce(0, index, source, reduce, include_self=include_self)
+
+    assert_exports_and_matches(Call(reduced), (x, source))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_isclose_of_integers_computes_in_the_default_float_dtype(dtype: torch.dtype) -> None:
+    """Eager's isclose of integers (and bool) computes |a - b| <= atol + |rtol b| in float32: int8 isclose(-128, 0,
+    atol=0.5) is False (the wrapping int8 difference -128 made it True), int64 values 1 apart above 2**24 are equal
+    in float32 (exactly as eager rounds them)."""
+    if dtype == torch.bool:
+        a, b = torch.tensor([True, False, True]), torch.tensor([False, False, True])
+    else:
+        info = torch.iinfo(dtype)
+        a = torch.tensor([info.min, info.max, info.min, 100, 0, info.max - 1], dtype=dtype)
+        b = torch.tensor([0, info.min, info.max, 27, info.max, info.max], dtype=dtype)
+    if dtype == torch.int64:
+        a, b = torch.cat([a, torch.tensor([2**24 + 1, 2**40])]), torch.cat([b, torch.tensor([2**24 + 2, 2**40 + 1])])
+    for rtol, atol in ((1e-5, 1e-8), (0.0, 0.5), (0.0, 127.0), (0.0, 255.0), (0.5, 2.0), (0.0, 0.0)):
+
+        def close(a: torch.Tensor, b: torch.Tensor, rtol: float = rtol, atol: float = atol) -> torch.Tensor:
+            return torch.isclose(a, b, rtol=rtol, atol=atol)
+
+        assert_exports_and_matches(Call(close), (a, b))
+
+
 @pytest.mark.parametrize("mode", ["constant", "replicate", "circular"])
 def test_pad_with_negative_amounts(mode: str) -> None:
     x = floats(1, 2, 4, 5)

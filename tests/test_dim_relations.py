@@ -92,6 +92,25 @@ def test_an_independent_dim_gets_torchs_suggested_relation_with_a_warning() -> N
     assert [str(d) for d in program.model.graph.inputs[1].shape] == ["batch", "past + 1"]
 
 
+class BatchByLen(torch.nn.Module):
+    """RT-DETR's ``batch_size = len(source_flatten)``: a Python int of the batch, which torch.export specializes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch = len(x)
+        return x.reshape(batch, -1) * 2.0
+
+
+def test_a_dim_the_models_code_specializes_is_warned_with_the_line() -> None:
+    """The warning said ``batch = 2`` and nothing of where: RT-DETR's exported batch stayed 2 with no line to fix.
+    It names the model's line, and the exported model computes eager's result at that batch."""
+    with pytest.warns(
+        UserWarning,
+        match=r"batch = 2 \(specialized by the model.s code at test_dim_relations.py:\d+ in forward: batch = len\(x\)",
+    ):
+        program = check(BatchByLen(), (torch.randn(2, 3, 4),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["2", "3", "4"]
+
+
 def test_an_error_no_relation_fixes_stays_the_error() -> None:
     """A failure of the size-oblivious trace that the hinted one does not turn into suggested fixes is the export's
     error, as before."""

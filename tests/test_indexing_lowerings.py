@@ -443,3 +443,20 @@ def test_roll_of_a_length_zero_at_run_time(dtype: torch.dtype) -> None:
     some, none = torch.tensor([-3, 4, 5, -1, 7]).to(dtype), torch.tensor([-3, -1, 0, -2, -5]).to(dtype)
     roll = Call(lambda v: (torch.roll(torch.masked_select(v, v > 0), (-13,), (0,)), torch.roll(v[v > 0], 2)))
     assert_exports_and_matches(roll, (some,), run_with=[((some,), {}), ((none,), {})])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.bool])
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_copy_into_a_view_broadcasts_its_source(dtype: torch.dtype, rows: int) -> None:
+    """t[1:].copy_(t[0]) broadcasts the row over the slice (copy then slice_scatter): torchlib's copy kept the
+    source's shape and ONNX Runtime's ScatterND refused the update (fuzz seeds 60000391, 60000551: an empty slice)."""
+
+    def written(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = x.clone()
+        t[1:].copy_(t[0].clone())
+        u = x.clone()
+        u[:, :1].copy_(y)  # a 0-d source of another dtype
+        return t, u
+
+    x = (torch.arange(2 * (rows + 1)).reshape(rows + 1, 2) % 3).to(dtype)
+    assert_exports_and_matches(Call(written), (x, torch.tensor(1.5)))

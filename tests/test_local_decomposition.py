@@ -663,3 +663,20 @@ def test_a_node_no_implementation_binds_is_decomposed_the_others_kept(weighted_t
     assert [overload for _, overload in record.nodes] == ["fx2onnx_binding_test::weighted_twice"]
     lowered = [d for d in program.report.decisions if d.target == "fx2onnx_binding_test::weighted_twice"]
     assert len(lowered) == 1 and lowered[0].chosen is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_in_place_ops_whose_functional_overload_is_named_otherwise(dtype: torch.dtype) -> None:
+    """pow_(2) is pow_.Scalar, whose functional op is pow.Tensor_Scalar (pow.Scalar takes a number as self): written
+    through a view, its functional form failed to capture (float_power_ and ldexp_ likewise)."""
+
+    def written(x: torch.Tensor) -> torch.Tensor:
+        t = x.clone()
+        t.unsqueeze(0)[:, 1].pow_(2)
+        t[0].pow_(t[2].clone())
+        if x.is_floating_point():
+            t[:, 0].ldexp_(torch.tensor([1, 2, 3]))
+        return t
+
+    x = torch.tensor([[1, -2, 3], [4, 5, -6], [2, 1, 0]]).to(dtype)
+    assert_exports_and_matches(Call(written), (x,))

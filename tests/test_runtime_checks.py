@@ -549,3 +549,133 @@ def test_an_assumption_every_nonempty_size_satisfies_is_checked_without_a_warnin
         for height, width in ((1, 1), (2, 5), (9, 4)):
             x = torch.randn(1, 3, height, width)
             np.testing.assert_allclose(_run(session, x)[0], model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class YoloLikeHead(torch.nn.Module):
+    """A YOLO-style detection head: per cell and anchor, the conv's channels viewed as (anchors, outputs), moved
+    last and flattened (torch.export asserts ``Ne(width*height, 1)`` for the view of the permuted tensor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 2 * 6, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, _, height, width = x.shape
+        cells = self.conv(x).view(batch, 2, 6, height, width).permute(0, 1, 3, 4, 2).contiguous()
+        return cells.view(batch, -1, 6).sigmoid()
+
+
+def test_a_product_of_dims_compared_with_one_is_served_at_one_as_in_eager(tmp_path: Path) -> None:
+    """A 1x1 feature map was refused at run time by the check of ``Ne(width*height, 1)``, which eager computes: the
+    general branch compared with eager at height 1 and width 1 at export is the same, so it is left unchecked."""
+    torch.manual_seed(0)
+    model = YoloLikeHead().eval()
+    dims = {0: Dim("batch"), 2: Dim("height"), 3: Dim("width")}
+    program = _export(model, (torch.randn(2, 3, 4, 5),), dynamic_shapes=(dims,))
+    assert not [node for node in program.model.graph if node.op_type == "If"]
+    note = next(note for note in program.report.dynamic_dims if "Ne(width*height, 1)" in note)
+    assert note.startswith("not checked") and "at size 1 at export: the same" in note
+    session = _session(program, tmp_path)
+    for shape in ((1, 3, 1, 1), (3, 3, 1, 1), (2, 3, 1, 4), (1, 3, 5, 3)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = model(x).numpy()
+        got = _run(session, x)[0]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+class BranchesOnOneCell(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] * x.shape[2] == 1:  # traced size-obliviously: Ne(height*width, 1)
+            return x * 2
+        return x * 3
+
+
+class BranchesOnOneToken(torch.nn.Module):
+    def forward(self, new: torch.Tensor, past: torch.Tensor) -> torch.Tensor:
+        tokens = torch.cat([past, new], 1)
+        if new.shape[1] + past.shape[1] == 1:  # traced size-obliviously: Ne(new + past, 1)
+            return tokens * 2
+        return tokens * 3
+
+
+def test_a_product_of_dims_whose_general_branch_differs_at_one_is_joined_in_an_if(tmp_path: Path) -> None:
+    """``height * width == 1`` only at height 1 and width 1: the model captured there too, an If chooses."""
+    model = BranchesOnOneCell()
+    dims = {0: Dim("batch"), 1: Dim("height"), 2: Dim("width")}
+    program = _export(model, (torch.randn(2, 3, 4),), dynamic_shapes=(dims,))
+    assert [node.op_type for node in program.model.graph].count("If") == 1
+    session = _session(program, tmp_path)
+    for shape in ((2, 1, 1), (1, 1, 1), (2, 1, 3), (2, 3, 1), (0, 1, 1)):
+        _matches_eager(session, model, torch.randn(*shape))
+
+
+def test_a_sum_of_dims_whose_general_branch_differs_at_one_is_joined_in_an_if(tmp_path: Path) -> None:
+    """``new + past == 1`` with new at least 1 (asked ``min=1``) and past at least 0: only at new 1 and past 0, where
+    the model is captured too and an If chooses."""
+    model = BranchesOnOneToken()
+    batch = Dim("batch")
+    program = _export(
+        model,
+        (torch.randn(2, 3), torch.randn(2, 4)),
+        dynamic_shapes=({0: batch, 1: Dim("new", min=1)}, {0: batch, 1: Dim("past", min=0)}),
+    )
+    assert [node.op_type for node in program.model.graph].count("If") == 1
+    session = _session(program, tmp_path)
+    for new, past in ((1, 0), (1, 3), (2, 0), (3, 5)):
+        _matches_eager(session, model, torch.randn(2, new), torch.randn(2, past))
+
+
+def test_a_sum_of_dims_that_is_one_at_several_sizes_and_differs_refuses_them_naming_the_line(tmp_path: Path) -> None:
+    """With new and past both allowed 0, ``new + past == 1`` at (1, 0) and (0, 1), each needing a special branch of
+    its own: not joined, but refused at run time naming the model's line, with a warning at export."""
+    model = BranchesOnOneToken()
+    batch = Dim("batch")
+    with pytest.warns(UserWarning, match=r"several sets of its dims' sizes make it 1"):
+        program = fx2onnx.export(
+            model,
+            (torch.randn(2, 3), torch.randn(2, 4)),
+            dynamic_shapes=({0: batch, 1: Dim("new", min=0)}, {0: batch, 1: Dim("past", min=0)}),
+        )
+    session = _session(program, tmp_path)
+    _matches_eager(session, model, torch.randn(2, 2), torch.randn(2, 0))
+    for new, past in ((1, 0), (0, 1)):
+        _fails_naming(
+            session,
+            r"Ne\(past \+ new, 1\).*if new.shape\[1\] \+ past.shape\[1\] == 1",
+            torch.randn(2, new),
+            torch.randn(2, past),
+        )
+
+
+class PlaceholderCount(torch.nn.Module):
+    """LLaVA's check that its prompt holds one image token per image feature, as transformers'
+    ``torch_compilable_check`` writes it while tracing: ``torch._check_tensor_all`` of a 0-d bool tensor."""
+
+    def forward(self, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        placeholders = ids == 7
+        torch._check_tensor_all(placeholders.sum() * features.shape[-1] == features.numel())
+        return features * 2.0 + placeholders.sum()
+
+
+def test_the_models_torch_check_tensor_all_is_checked(tmp_path: Path) -> None:
+    """``aten._is_all_true`` (``torch._check_tensor_all``'s condition) had no lowering: LLaVA, PaliGemma and
+    Idefics3 were refused. It exports, agrees with eager where the check holds and fails naming it where not."""
+    model = PlaceholderCount()
+    ids, features = torch.tensor([[7, 7, 1, 2]]), torch.randn(2, 3)
+    program = _export(model, (ids, features), dynamic_shapes=({1: Dim("sequence")}, {0: Dim("tokens")}))
+    session = _session(program, tmp_path)
+    for ids, features in (
+        (torch.tensor([[7, 7, 1, 2]]), torch.randn(2, 3)),
+        (torch.tensor([[1, 7, 7, 7, 2, 7]]), torch.randn(4, 3)),
+    ):
+        with torch.no_grad():
+            expected = model(ids, features)
+        (actual,) = _run(session, ids, features)
+        assert actual.dtype == expected.numpy().dtype and actual.shape == tuple(expected.shape)
+        np.testing.assert_array_equal(actual, expected.numpy())
+    ids, features = torch.tensor([[7, 1, 1, 2]]), torch.randn(2, 3)
+    with pytest.raises(RuntimeError):
+        model(ids, features)  # eager refuses too
+    _fails_naming(session, r"torch._check_tensor_all\(placeholders.sum\(\)", ids, features)

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -324,22 +325,18 @@ def mistral() -> torch.nn.Module:
     return transformers.MistralForCausalLM(config).eval()
 
 
-@pytest.mark.parametrize("build", [gpt2, llama, mistral], ids=["gpt2", "llama", "mistral"])
-def test_greedy_generation_in_onnx_runtime_gives_eagers_tokens(build: Callable[[], torch.nn.Module]) -> None:
-    """Generation as users run an exported decoder (optimum, ONNX Runtime GenAI): exported once with dynamic batch,
-    new-token count and past length, then in a default ONNX Runtime session the prompt after an empty cache (past
-    length 0), and 20 steps each feeding back the argmax token and the cache the previous step returned. Eager runs
-    the same loop on its own cache (Mistral's sliding-window layers cut to the window of 4, the graph's cache
-    holding the whole history): the same tokens, and logits close at every step."""
+def exported_for_generation(model: torch.nn.Module, generator: torch.Generator) -> tuple[Any, list[torch.Tensor]]:
+    """`model` exported as users export a decoder for generation (optimum, ONNX Runtime GenAI): a cache input, dynamic
+    batch, new-token count and past length (0 included), from an example of 3 new tokens after a cache of 5 (drawn
+    from `generator`). A default ONNX Runtime session of it, and the example cache's tensors (the graph's cache
+    inputs, in order)."""
     import onnxruntime
     from transformers.cache_utils import DynamicCache
     from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
 
-    model = build()
     model.config.use_cache = True
     register_cache_pytrees_for_model(model)  # as transformers' exporters do: a cache flattens to its tensors
     name = cache_argument(model)
-    generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # the example: 3 new tokens after a cache of 5 holding every key (the graph's contract)
         cache = getattr(model(torch.randint(0, 300, (2, 5), generator=generator), **{name: DynamicCache()}), name)
     example = {
@@ -359,6 +356,20 @@ def test_greedy_generation_in_onnx_runtime_gives_eagers_tokens(build: Callable[[
     }
     program = fx2onnx.export(model, (), example, dynamic_shapes=dynamic_shapes)
     session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session, leaves
+
+
+@pytest.mark.parametrize("build", [gpt2, llama, mistral], ids=["gpt2", "llama", "mistral"])
+def test_greedy_generation_in_onnx_runtime_gives_eagers_tokens(build: Callable[[], torch.nn.Module]) -> None:
+    """Generation as users run an exported decoder (optimum, ONNX Runtime GenAI): exported once with dynamic batch,
+    new-token count and past length, then in a default ONNX Runtime session the prompt after an empty cache (past
+    length 0), and 20 steps each feeding back the argmax token and the cache the previous step returned. Eager runs
+    the same loop on its own cache (Mistral's sliding-window layers cut to the window of 4, the graph's cache
+    holding the whole history): the same tokens, and logits close at every step."""
+    model = build()
+    generator = torch.Generator().manual_seed(0)
+    session, leaves = exported_for_generation(model, generator)
+    name = cache_argument(model)
     names = [value.name for value in session.get_inputs()]
     prompt = torch.randint(0, 300, (2, 7), generator=generator)
     onnx_ids, eager_ids = prompt, prompt
@@ -376,3 +387,26 @@ def test_greedy_generation_in_onnx_runtime_gives_eagers_tokens(build: Callable[[
         onnx_ids, eager_ids = logits[:, -1:].argmax(-1), out.logits[:, -1:].argmax(-1)
         assert torch.equal(onnx_ids, eager_ids), f"step {step}: {onnx_ids.tolist()} != {eager_ids.tolist()}"
         assert present[0].shape[2] == length  # the whole history, sliding-window layers included
+
+
+def test_generation_from_a_bos_token_alone_runs_in_onnx_runtime_as_in_eager() -> None:
+    """A one-token prompt after an empty cache (new tokens 1, past 0: generation from the BOS token alone).
+    torch.export's graph asserts ``Ne(sequence + past, 1)`` (repeat_kv's reshape of the expanded keys), and the
+    ONNX model refused that input at run time, which eager computes. The general branch is compared with eager at
+    sequence 1 and past 0 at export (the mask's length moved along, to 1), the same there: the input is served, and
+    its logits and returned cache are eager's (dtype, shape, values)."""
+    model = llama()
+    session, leaves = exported_for_generation(model, torch.Generator().manual_seed(0))
+    names = [value.name for value in session.get_inputs()]
+    for batch in (1, 3):
+        ids = torch.full((batch, 1), model.config.bos_token_id)
+        mask = torch.ones(batch, 1, dtype=torch.long)
+        empty = [leaf.new_zeros(batch, leaf.shape[1], 0, leaf.shape[3]) for leaf in leaves]
+        got = session.run(None, {name: x.numpy() for name, x in zip(names, [ids, mask, *empty])})
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+        want = [out.logits, *torch.utils._pytree.tree_leaves(getattr(out, cache_argument(model)))]
+        assert len(got) == len(want) == 1 + len(leaves)
+        for actual, expected in zip(got, want):
+            assert actual.dtype == expected.numpy().dtype and actual.shape == tuple(expected.shape)
+            torch.testing.assert_close(torch.from_numpy(actual), expected, rtol=1e-4, atol=1e-4)

@@ -111,31 +111,35 @@ def size_one_special_branch(
     model_ir: Any, captured: capture_stage.CapturedGraph, emitter: GraphEmitter, emit_special: EmitSpecial
 ) -> tuple[Any, Any, Any] | None:
     """Where the general branch of the model's ``if batch == 1`` differs from eager at size 1 (compared at capture:
-    ``general_branch_at_size_one``), the model captured at size 1 too, that dim static: (its emitted model,
-    the If's condition ``Eq(batch, 1)``, where the graph has that size) for ``branches.join``, the verdict marked
-    joined (not checked at run time then). None, with a warning saying why, where it cannot be done: size 1 is then
-    refused at run time (``runtime_checks``). One dim only: with more, each is refused at size 1."""
+    ``general_branch_at_size_one``), the model captured at size 1 too, that dim static (each dim of a sum or
+    product compared with 1 at its size there: ``new == 1 and past == 0``): (its emitted model, the If's condition
+    ``Eq(batch, 1)``, where the graph has those sizes) for ``branches.join``, the verdict marked joined (not checked
+    at run time then). None, with a warning saying why, where it cannot be done: size 1 is then refused at run time
+    (``runtime_checks``). One decision only: with more, each is refused at size 1."""
     verdicts = {id(verdict): verdict for verdict in captured.size_one_verdicts.values() if not verdict.same}
     if len(verdicts) != 1:
         return None
     (verdict,) = verdicts.values()
-    symbol = None
+    sizes: dict[Any, int] = {}
     for node in captured.user_inputs:
         val = node.meta.get("val")
         for dim, size in enumerate(val.shape if isinstance(val, torch.Tensor) else ()):
-            if captured.size_one_verdicts.get((node.name, dim)) is verdict and isinstance(size, torch.SymInt):
-                symbol = symbol if symbol is not None else size.node.expr
+            if (node.name, dim) in verdict.at and isinstance(size, torch.SymInt):
+                sizes.setdefault(size.node.expr, verdict.at[(node.name, dim)])
     refused = "size 1 is refused at run time"
-    if verdict.example is None or symbol is None:
+    if verdict.example is None or not sizes:
         warnings.warn(
             f"the general branch of the model's Ne({verdict.dim}, 1) differs from eager at size 1 or could not be "
             "compared there, and its size-1 branch cannot be captured (the dim is derived from another, or asked "
-            f"without a name: Dim.DYNAMIC/AUTO; give it a Dim of its own to capture size 1 too): {refused}",
+            "without a name: Dim.DYNAMIC/AUTO, give it a Dim of its own to capture size 1 too; or several sets of "
+            f"its dims' sizes make it 1 and differ there): {refused}",
             stacklevel=4,
         )
         return None
-    sources = branches.size_sources(captured, emitter.env, [symbol])
-    why = None if symbol in sources else f"no value of the graph has the size {symbol}"
+    symbols = sorted(sizes, key=str)
+    sources = branches.size_sources(captured, emitter.env, symbols)
+    missing = [symbol for symbol in symbols if symbol not in sources]
+    why = f"no value of the graph has the size {', '.join(map(str, missing))}" if missing else None
     if why is None:
         try:
             special, emitted = emit_special(*verdict.example, verdict.static_shapes, None)
@@ -147,13 +151,15 @@ def size_one_special_branch(
                 why = "the special branch returns another structure of outputs"
     if why is not None:
         warnings.warn(
-            f"the general branch of a size-oblivious decision on {symbol} differs from eager at size 1, and the "
-            f"special branch cannot be joined in an If ({why}): {refused}",
+            f"the general branch of a size-oblivious decision on {verdict.dim} differs from eager at size 1, and "
+            f"the special branch cannot be joined in an If ({why}): {refused}",
             stacklevel=4,
         )
         return None
     verdict.joined = True
-    return emitted.model, sympy.Eq(symbol, 1), sources
+    # unevaluated: torch's size symbols may be positive, and Eq(past, 0) would then read as False
+    condition = sympy.And(*(sympy.Eq(symbol, sizes[symbol], evaluate=False) for symbol in symbols))
+    return emitted.model, condition, sources
 
 
 def join_size_one_branch(model_ir: Any, size_one_branch: tuple[Any, Any, Any], outputs: int) -> None:

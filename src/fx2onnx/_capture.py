@@ -94,10 +94,11 @@ class CapturedGraph:
     # the size-oblivious decisions for the general branch (``numel() == 0`` taken as False), whose special branch
     # the export may capture too (`special_branch=`) and choose at run time
     branch_decisions: list[capture_strategies.BranchDecision] = dataclasses.field(default_factory=list)
-    # the general branch of a size-oblivious decision on a backed input dim (``Ne(batch, 1)``), keyed by each
-    # (placeholder name, dim) of that dim (a retrace numbers the symbols afresh) -> whether it gives eager's result at
-    # size 1 too, run at export on the example sliced to that size (:func:`general_branch_at_size_one`)
-    size_one_verdicts: dict[tuple[str, int], SizeOneVerdict] = dataclasses.field(default_factory=dict)
+    # the general branch of a size-oblivious decision on a backed input dim or a sum or product of them (``Ne(batch,
+    # 1)``, ``Ne(height*width, 1)``), keyed by the dims named by placeholder (a retrace numbers the symbols afresh:
+    # `decision_key`) -> whether it gives eager's result at size 1 too, run at export on the example sliced to the
+    # sizes that make it 1 (:func:`general_branch_at_size_one`)
+    size_one_verdicts: dict[str, SizeOneVerdict] = dataclasses.field(default_factory=dict)
     # (strategy attempts, stand-ins used) of the capture's warning, when the export issues it (after its If, if any)
     pending_warning: tuple[list[capture_strategies.StrategyAttempt], list[str]] | None = None
 
@@ -498,7 +499,7 @@ class TorchExportExtractor:
         assertion_lines: dict[str, str] = {}
         decisions: list[capture_strategies.BranchDecision] = []
         pending_warning: tuple[list[capture_strategies.StrategyAttempt], list[str]] | None = None
-        size_one_verdicts: dict[tuple[str, int], SizeOneVerdict] = {}
+        size_one_verdicts: dict[str, SizeOneVerdict] = {}
         registration_seconds = [0.0]  # of library pytrees, in the tracer's time: not the tracer's
         if isinstance(model, ExportedProgram):
             program = model

@@ -9,7 +9,11 @@ import contextlib
 import copy
 import inspect
 import io
+import logging
+import os
+import re
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +25,7 @@ from torch.export import ExportedProgram
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx._log_filters import without_messages
 from fx2onnx._torch_ops import aten
-from fx2onnx.errors import CaptureError
+from fx2onnx.errors import CaptureError, SourceFrame, is_user_file
 
 _UNFOUND_USER_CODE = {"torch.fx.experimental.symbolic_shapes": ("Unable to find user code corresponding to",)}
 
@@ -43,6 +47,63 @@ def _without_partial_graph_print() -> Iterator[None]:
         sys.stderr.write(text.replace(f"{partial}\n", "") if partial is not None else text)
         raise
     sys.stderr.write(printed.getvalue())
+
+
+# torch's shape environment logs each guard it adds at INFO ("eval Eq(s3, 2) [guard added] ..."), while the model's
+# code that asked for it is still on the stack
+_SYMBOLIC_SHAPES_LOG = "torch.fx.experimental.symbolic_shapes"
+_CONSTANT_GUARD = re.compile(r"Eq\(s\d+, (-?\d+)\)")
+
+
+class _ConstantGuardLines(logging.Handler):
+    """Where the model's code fixed a dynamic size to a constant: the innermost frame of the model's code (not
+    torch's: its log names the decomposition that asked) when a guard ``Eq(s3, 2)`` is added, by constant."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: dict[str, list[str]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if "[guard added]" not in str(record.msg) or len(args) < 2:
+            return
+        matched = _CONSTANT_GUARD.fullmatch(str(args[1]))
+        frames = [frame for frame in traceback.extract_stack() if is_user_file(frame.filename)] if matched else []
+        if matched and frames:
+            frame = frames[-1]
+            where = SourceFrame(os.path.basename(frame.filename), frame.lineno or 0, frame.name, frame.line or "")
+            self.lines.setdefault(matched.group(1), []).append(str(where))
+
+
+@contextlib.contextmanager
+def _constant_guard_lines() -> Iterator[_ConstantGuardLines]:
+    """The guards' lines, read from torch's INFO log for the duration; its own stderr handler muted meanwhile unless
+    the user turned that log up (TORCH_LOGS="+dynamic"): only an export that needs a suggested fix names them."""
+    logger = logging.getLogger(_SYMBOLIC_SHAPES_LOG)
+    lines = _ConstantGuardLines()
+    quiet = not logger.isEnabledFor(logging.INFO)
+    level, handlers = logger.level, list(logger.handlers)
+    if quiet:
+        logger.handlers = []
+        logger.setLevel(logging.INFO)
+    logger.addHandler(lines)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(lines)
+        if quiet:
+            logger.setLevel(level)
+            logger.handlers = handlers
+
+
+def _with_lines(fixes: list[str], lines: Mapping[str, list[str]]) -> list[str]:
+    """Each fix making a dim a constant (``batch = 2``) with the model's line that specialized it, where torch logged
+    one: ``len(tensor)`` (RT-DETR's ``batch_size = len(source_flatten)``), a Python int taken of a size."""
+    named = []
+    for fix in fixes:
+        where = lines.get(fix.partition(" = ")[2], [])
+        named.append(f"{fix} (specialized by the model's code at {where[0]})" if where else fix)
+    return named
 
 
 def export_with_suggested_fixes(
@@ -75,7 +136,8 @@ def export_with_suggested_fixes(
             )
 
     try:
-        return _run_or_hinted_fixes(run, model, args, kwargs, dynamic_shapes, strict=strict), []
+        with _constant_guard_lines() as guard_lines:
+            return _run_or_hinted_fixes(run, model, args, kwargs, dynamic_shapes, strict=strict), []
     except torch._dynamo.exc.UserError as error:
         message = str(getattr(error, "msg", error))
         if dynamic_shapes is None or "Suggested fixes:" not in message:
@@ -97,7 +159,7 @@ def export_with_suggested_fixes(
             else fix
             for fix in fixes
         ]
-    return run(refined), fixes
+    return run(refined), _with_lines(fixes, guard_lines.lines)
 
 
 def _run_or_hinted_fixes(

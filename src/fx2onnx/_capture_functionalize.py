@@ -203,12 +203,26 @@ def _may_alias(node: torch.fx.Node) -> bool:
 
 
 def functional_variant(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """``aten.add.Tensor`` for ``aten.add_.Tensor``: the same op returning a new tensor."""
+    """``aten.add.Tensor`` for ``aten.add_.Tensor``: the same op returning a new tensor, the overload of the same
+    argument types (the one of the same name first). The names do not always pair: ``pow_.Scalar`` is
+    ``pow.Tensor_Scalar`` (``pow.Scalar`` takes a number as self: a view's ``pow_(2)`` failed to export), likewise
+    ``float_power_.Scalar`` and ``ldexp_``."""
     name = target._schema.name.split("::")[-1]
     if not name.endswith("_") or name.startswith("_"):
         return None
     packet = getattr(torch.ops.aten, name[:-1], None)
-    return getattr(packet, target._overloadname, None) if packet is not None else None
+    if packet is None:
+        return None
+    wanted = _argument_types(target._schema)
+    names = [target._overloadname, *(o for o in packet.overloads() if o != target._overloadname)]
+    for overload in (getattr(packet, o, None) for o in names):
+        if overload is not None and _argument_types(overload._schema) == wanted:
+            return overload
+    return None
+
+
+def _argument_types(schema: torch.FunctionSchema) -> list[tuple[str, bool]]:
+    return [(str(argument.type), argument.kwarg_only) for argument in schema.arguments]
 
 
 def _dropout_train(node: torch.fx.Node) -> object:

@@ -36,7 +36,7 @@ from torch.utils._sympy import functions as sympy_functions
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from fx2onnx._capture import CapturedGraph
-from fx2onnx._capture_size_one import SizeOneVerdict
+from fx2onnx._capture_size_one import SizeOneVerdict, decision_key
 from fx2onnx._capture_strategies import (
     GENERAL_BRANCH,
     LOWERED_WHOLE,
@@ -265,21 +265,16 @@ GENERAL_BRANCH_DIFFERS = (
 
 
 def _size_one_verdict(captured: CapturedGraph, expression: str) -> SizeOneVerdict | None:
-    """The export's comparison with eager at size 1 of the general branch of ``Ne(s, 1)``, on an input dim `s`."""
+    """The export's comparison with eager at size 1 of the general branch of ``Ne(s, 1)``, on an input dim `s` or a
+    sum or product of input dims."""
     if not captured.size_one_verdicts:
         return None
     parsed = parsed_expression(expression)
     if not isinstance(parsed, sympy.Ne) or sympy.Integer(1) not in parsed.args:
         return None
-    sides = {str(side) for side in parsed.args}  # sympify's symbols lack torch's assumptions (integer, positive)
-    for node in captured.user_inputs:
-        val = node.meta.get("val")
-        for dim, size in enumerate(val.shape if isinstance(val, torch.Tensor) else ()):
-            if isinstance(size, torch.SymInt) and str(size.node.expr) in sides:
-                verdict = captured.size_one_verdicts.get((node.name, dim))
-                if verdict is not None:
-                    return verdict
-    return None
+    (side,) = [argument for argument in parsed.args if argument != sympy.Integer(1)] or [sympy.Integer(1)]
+    key = decision_key(side, captured.user_inputs)
+    return None if key is None else captured.size_one_verdicts.get(key)
 
 
 def _general_branch(expression: str) -> bool:
@@ -527,7 +522,7 @@ def _assertion_checks(
             continue
         if verdict is not None and not verdict.same:  # the general branch is wrong at 1: refuse 1 rather than lie
             assumption += f" ({GENERAL_BRANCH_DIFFERS})"
-        elif _general_branch(expression) and not _users_own_check(line):
+        elif (_general_branch(expression) or verdict is not None) and not _users_own_check(line):
             same = f"; {GENERAL_BRANCH_SAME}" if verdict is not None else ""
             found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH}{same}): {assumption}")
             continue

@@ -8,7 +8,8 @@ its subgraphs) in one plain loop.
 Some onnx_ir passes walk the whole graph to find that there is nothing to do: the inliner and the removal of unused
 functions when the model has no function, the removal of unused opsets when only the default domain is imported, the
 lifting of subgraph initializers when there is no subgraph, the name fix when every value and node has a name of its
-own (:func:`names_need_fixing`). :class:`UnlessNothingToDo` runs them only otherwise.
+own (:func:`names_need_fixing`), the output fix when no output is an input or listed twice
+(:func:`outputs_need_fixing`). :class:`UnlessNothingToDo` runs them only otherwise.
 """
 
 from __future__ import annotations
@@ -97,28 +98,52 @@ def lift_subgraph_initializers() -> ir.passes.PassBase:
 
 def names_need_fixing(model: ir.Model) -> bool:
     """Whether NameFixPass would rename anything: a value or a node without a name, or two values (or two nodes) of
-    one name. With functions or subgraphs (names scoped by graph), True: the pass itself decides."""
+    one name. With functions or subgraphs (names scoped by graph), True: the pass itself decides.
+
+    Every value of a graph without subgraphs is one of its inputs, initializers or node outputs (the graph's outputs
+    and the nodes' inputs are among them), so only those are read: about a third of NameFixPass's own walk, which the
+    fold and the rewrite run after each change that needs none."""
     if model.functions:
         return True
     graph = model.graph
-    values: list[ir.Value] = [*graph.inputs, *graph.outputs, *graph.initializers.values()]
-    node_names: set[str] = set()
+    value_names = [value.name for value in graph.inputs]
+    value_names += [value.name for value in graph.initializers.values() if not value.is_graph_input()]
+    node_names = []
     for node in graph:
-        name = node.name
-        if not name or name in node_names:
+        if _may_hold_a_graph(node):
             return True
-        node_names.add(name)
-        for attribute in _attributes_of(node):
-            if isinstance(attribute, ir.Attr) and attribute.type in (_GRAPH, _GRAPHS):
-                return True
-        values.extend(value for value in node.inputs if value is not None)
-        values.extend(node.outputs)
-    owners: dict[str, ir.Value] = {}
-    for value in values:
-        name = value.name
-        if not name or owners.setdefault(name, value) is not value:
-            return True
-    return False
+        node_names.append(node.name)
+        value_names += [value.name for value in node.outputs]
+    names = set(value_names)
+    if len(names) != len(value_names) or None in names or "" in names:
+        return True
+    names = set(node_names)
+    return len(names) != len(node_names) or None in names or "" in names
+
+
+def _may_hold_a_graph(node: ir.Node) -> bool:
+    """Whether `node` holds a graph: an ONNX If, Loop, Scan or SequenceMap, or a node of another domain that does
+    (read without walking the attributes of every ONNX node)."""
+    if node.domain in ("", "ai.onnx"):
+        return node.op_type in _OPS_WITH_SUBGRAPHS
+    return any(isinstance(a, ir.Attr) and a.type in (_GRAPH, _GRAPHS) for a in _attributes_of(node))
+
+
+# The ONNX operators of a graph attribute.
+_OPS_WITH_SUBGRAPHS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def outputs_need_fixing(model: ir.Model) -> bool:
+    """Whether OutputFixPass would add an Identity: a graph input, or a value listed twice, among the outputs. With
+    functions or subgraphs, True: the pass itself decides."""
+    if model.functions or any(_may_hold_a_graph(node) for node in model.graph):
+        return True
+    outputs = model.graph.outputs
+    return len(set(outputs)) != len(outputs) or any(output.is_graph_input() for output in outputs)
+
+
+def fix_outputs() -> ir.passes.PassBase:
+    return UnlessNothingToDo(common_passes.OutputFixPass(), outputs_need_fixing)
 
 
 def fix_names() -> ir.passes.PassBase:

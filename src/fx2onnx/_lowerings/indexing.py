@@ -12,7 +12,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT64
 from onnxscript import opset18 as op
-from onnxscript.function_libs.torch_lib.tensor_typing import TTensor
+from onnxscript.function_libs.torch_lib.tensor_typing import TTensor, TTensor2
 
 from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.builders import (
@@ -367,6 +367,18 @@ def index_put_bool(self: BOOL, indices: Sequence[INT64 | BOOL | None], values: T
     return op.Greater(counts, op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)))
 
 
+def _nan_propagated(result: TReal, base: TReal, positions: INT64, values: TReal, axis: int) -> TReal:
+    """A max/min ScatterElements' result NaN where self (`base`) or a value reduced into it is NaN, as eager's
+    amax/amin (scatter_reduce and index_reduce alike); ONNX Runtime's max/min may drop it (index_reduce of a NaN in
+    self: found probing the fuzzer's limits catalogue)."""
+    if base.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
+        return result
+    nan_base = op.Cast(op.IsNaN(base), to=INT32.dtype)
+    nan_values = op.Cast(op.IsNaN(values), to=INT32.dtype)
+    seen_nan = op.ScatterElements(nan_base, positions, nan_values, axis=axis, reduction="max")
+    return op.Where(op.Cast(seen_nan, to=BOOL.dtype), op.CastLike(float("nan"), base), result)
+
+
 @lowering("aten::index_reduce")
 def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True) -> TReal:
     """Reduce `source` slices into `self` at `index` along `dim` (amax, amin, prod, mean) with ScatterElements.
@@ -393,6 +405,8 @@ def index_reduce(self: TReal, dim: int, index: INT64, source: TReal, reduce: str
     if not include_self:  # touched positions forget self's value
         base = op.ScatterElements(base, positions, op.Expand(identity, op.Shape(values)), axis=axis)
     result = op.ScatterElements(base, positions, values, axis=axis, reduction=reduction)
+    if reduction in ("max", "min"):
+        result = _nan_propagated(result, base, positions, values, axis)
     if reduce == "mean":
         ones = op.Expand(op.CastLike(1, base), op.Shape(base))
         counts = ones
@@ -667,12 +681,8 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
         identity = _identity_for({"add": "mean", "mul": "prod", "max": "amax", "min": "amin"}[reduction], base)
         base = op.ScatterElements(base, positions, op.Expand(identity, op.Shape(positions)), axis=axis)
     result = op.ScatterElements(base, positions, values, axis=axis, reduction=reduction)
-    if reduction in ("max", "min") and base.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
-        # Eager's amax/amin propagate NaN (from self or src); ONNX Runtime's max/min may drop it.
-        nan_base = op.Cast(op.IsNaN(base), to=INT32.dtype)
-        nan_values = op.Cast(op.IsNaN(values), to=INT32.dtype)
-        seen_nan = op.ScatterElements(nan_base, positions, nan_values, axis=axis, reduction="max")
-        result = op.Where(op.Cast(seen_nan, to=BOOL.dtype), op.CastLike(float("nan"), base), result)
+    if reduction in ("max", "min"):
+        result = _nan_propagated(result, base, positions, values, axis)
     if reduce == "mean":
         ones = op.Expand(op.CastLike(1, base), op.Shape(base))
         counts = ones
@@ -691,6 +701,17 @@ def _scatter_reduce(self: TReal, dim: int, index: INT64, src: TReal | None, redu
     if scalar:
         result = op.Reshape(result, op.Constant(value_ints=[]))
     return op.Cast(result, to=self.dtype) if result.dtype != self.dtype else result
+
+
+@lowering("aten::copy")
+def copy(self: TTensor, src: TTensor2, non_blocking: bool = False) -> TTensor:
+    """src converted to self's dtype and broadcast to self's shape, as eager's copy_ broadcasts (t[1:].copy_(t[0]),
+    an in-place write through a view, becomes copy then slice_scatter). torchlib's CastLike kept src's shape, and
+    ScatterND refused the update at run time (fuzz seeds 60000391, 60000551)."""
+    converted = op.CastLike(src, self)
+    if self.shape is not None and src.shape is not None and self.shape.is_static() and self.shape == src.shape:
+        return converted
+    return op.Expand(converted, op.Shape(self))
 
 
 @lowering("aten::scatter.src")

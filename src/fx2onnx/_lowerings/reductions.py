@@ -274,6 +274,13 @@ def all_elements(self: TReal) -> BOOL:
     return _truth(self, None, False, every=True)
 
 
+@lowering("aten::_is_all_true")
+def is_all_true(self: BOOL) -> BOOL:
+    """The condition of ``torch._check_tensor_all`` (transformers' ``torch_compilable_check``: LLaVA's image tokens
+    against its image features), which torch.export turns into ``item`` and a runtime assertion checked in the graph."""
+    return _truth(self, None, False, every=True)
+
+
 @lowering("aten::any")
 def any_element(self: TReal) -> BOOL:
     return _truth(self, None, False, every=False)

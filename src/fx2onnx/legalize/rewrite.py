@@ -77,8 +77,12 @@ class Legalizer:
         self._tried: dict[int, list[str]] = {}  # id(node) -> bindings tried in vain
         self._count = 0
         self._folded: list[tuple[ir.Graph, ir.Value]] = []  # constants replaced by converted copies
-        # Nodes found legal as they were, with what the verdict read of them: check() need not judge them again.
-        self._legal_as_judged: dict[ir.Node, tuple[object, ...]] = {}
+        # Nodes found legal as they were, with what the verdict read of them: check() need not judge them again. Only
+        # a rewrite changes what a verdict reads during run(), so before the first one it is not read (None; run()'s
+        # own check takes such nodes as legal, a later check() judges them again): most models need no rewrite, and
+        # reading it twice a node was a fifth of the pass.
+        self._legal_as_judged: dict[ir.Node, tuple[object, ...] | None] = {}
+        self._rewritten = False
         # Verdicts by all they read of a node (the probe's key): a model's layers ask the same over and over.
         self._verdicts: dict[tuple[object, ...], Verdict] = {}
 
@@ -89,7 +93,7 @@ class Legalizer:
                 self.legalize_node(graph, node, opsets)
         self._drop_unused_casts()
         self._drop_unused_originals()
-        self.refusals = list(self.check())
+        self.refusals = list(self._refusals(trust_unrewritten=True))
         return [item.record for item in self.inserted] + self.unattached
 
     def graphs(self) -> Iterator[tuple[GraphLike, Mapping[str, int]]]:
@@ -101,10 +105,15 @@ class Legalizer:
 
     def check(self) -> Iterator[Refusal]:
         """Every node the target still cannot run."""
+        return self._refusals(trust_unrewritten=False)
+
+    def _refusals(self, *, trust_unrewritten: bool) -> Iterator[Refusal]:
+        """check(); `trust_unrewritten`: the nodes found legal while the pass rewrote nothing are taken as legal
+        without reading them again (run() checks before anything else could change them)."""
         for graph, opsets in self.graphs():
             for node in graph:
-                judged = self._legal_as_judged.get(node)
-                if judged is not None and judged == _judged_signature(node):
+                judged = self._legal_as_judged.get(node, _NOT_JUDGED)
+                if (judged is None and trust_unrewritten) or (judged is not None and judged == _judged_signature(node)):
                     continue
                 context = _NodeContext.of(node, opsets, self.model)
                 if context is None:
@@ -121,7 +130,7 @@ class Legalizer:
         _type_unknown_outputs(node, context)
         verdict = self._current_verdict(context, node)
         if self._acceptable(verdict):
-            self._legal_as_judged[node] = _judged_signature(node)
+            self._legal_as_judged[node] = _judged_signature(node) if self._rewritten else None
             if verdict.implicit_float32:  # fast_math: the runtime's own Casts to float32, with less rounding
                 note = self._describe(node, "all", ir.DataType.FLOAT16, ir.DataType.FLOAT, RUNTIME_CASTS)
                 self.unattached.append(note)
@@ -202,6 +211,10 @@ class Legalizer:
         return [(schemas.tensor_type(d), c) for d, c in (reachable or {}).items() if schemas.tensor_type(d) in allowed]
 
     def _rewrite(self, graph: GraphLike, node: ir.Node, context: _NodeContext, binding: Mapping[str, str]) -> None:
+        if not self._rewritten:  # what the verdicts so far read, before this rewrite changes any of it
+            self._rewritten = True
+            for judged in self._legal_as_judged:
+                self._legal_as_judged[judged] = _judged_signature(judged)
         new = {name: schemas.tensor_dtype(bound) for name, bound in binding.items()}
         lossy = any(
             widening.cost(schemas.tensor_dtype(member), new[name]) >= dtypes.LOSSY
@@ -474,6 +487,9 @@ def _schema_view(
     input_constraints = tuple(schemas.formal_constraint(op_schema, i, output=False) for i in range(len(inputs)))
     output_constraints = tuple(schemas.formal_constraint(op_schema, i, output=True) for i in range(len(outputs)))
     return input_constraints, output_constraints, tuple(binding.items())
+
+
+_NOT_JUDGED = ()  # no signature equals it
 
 
 def _judged_signature(node: ir.Node) -> tuple[object, ...]:
