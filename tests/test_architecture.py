@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
         "fx2onnx._constant_arrays",
         "fx2onnx._cache_files",
         "fx2onnx._log_filters",
+        "fx2onnx._torch_ops",
     ),
     ("fx2onnx._capture_strategies", "fx2onnx._library_stand_ins", "fx2onnx._capture_functionalize"),  # capture only
     ("fx2onnx._capture_pytrees",),  # inputs and outputs as pytrees: library types registered, flat order, paths

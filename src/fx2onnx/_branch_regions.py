@@ -22,6 +22,7 @@ from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx._emit import branches
 from fx2onnx._emit.graph_builder import GraphEmitter
 from fx2onnx._records import FX_NODE
+from fx2onnx._torch_ops import aten
 
 
 @dataclasses.dataclass
@@ -50,9 +51,7 @@ def _computed_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """The nodes that the outputs or a branch's condition (an ``item()``) read, in order, but the placeholders: not
     the assertions that differ between the sides of a branch on a value (each side asserts its own), nor the
     constants (``get_attr``: compared by their data where read, each capture numbers them its own way)."""
-    stack = [
-        node for node in graph.nodes if node.op == "output" or node.target is torch.ops.aten._local_scalar_dense.default
-    ]
+    stack = [node for node in graph.nodes if node.op == "output" or node.target is aten._local_scalar_dense.default]
     read: set[torch.fx.Node] = set()
     while stack:
         node = stack.pop()
@@ -196,7 +195,7 @@ def _answer_regions(
     readers: dict[torch.fx.Node, set[torch.fx.Node]] = {}
     chunks = [(0, len(general_nodes), 0, len(special_nodes))]
     if split:
-        asked = torch.ops.aten._local_scalar_dense.default
+        asked = aten._local_scalar_dense.default
         general_ends = [index + 1 for index, node in enumerate(general_nodes) if node.target is asked]
         special_ends = [index + 1 for index, node in enumerate(special_nodes) if node.target is asked]
         if len(general_ends) != len(special_ends):

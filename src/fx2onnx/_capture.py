@@ -52,6 +52,7 @@ from fx2onnx._capture_size_one import SizeOneVerdict, general_branch_at_size_one
 from fx2onnx._fake_kernels import static_fake_kernels
 from fx2onnx._library_stand_ins import library_stand_ins, refuse_windowed_caches
 from fx2onnx._records import DecompositionRecord, qualified_name, schema_arguments, schema_facts, target_name
+from fx2onnx._torch_ops import aten
 from fx2onnx.errors import CaptureError, source_line, user_frame
 
 # torch.export is not thread-safe: its tracing modes (the proxy and fake modes, the module hierarchy it records) are
@@ -874,10 +875,10 @@ SPARSE_PART = "fx2onnx_sparse_part"  # node.meta key: (part's position, the spar
 # Ops reading a sparse matrix as their first argument that are computed on its parts: sparse @ dense
 _SPARSE_MATMULS = frozenset(
     {
-        torch.ops.aten._sparse_mm.reduce,
-        torch.ops.aten._sparse_mm.default,
-        torch.ops.aten.mm.default,
-        torch.ops.aten.matmul.default,
+        aten._sparse_mm.reduce,
+        aten._sparse_mm.default,
+        aten.mm.default,
+        aten.matmul.default,
     }
 )
 
@@ -994,7 +995,7 @@ def flatten_sparse_inputs(program: ExportedProgram, flat_inputs: list[Any], regi
                 parts.append(part)
         on_parts = _csr_mm_reduce if layout == torch.sparse_csr else _coo_mm_reduce
         for reader in readers:
-            reduce = reader.args[2] if reader.target is torch.ops.aten._sparse_mm.reduce else "sum"
+            reduce = reader.args[2] if reader.target is aten._sparse_mm.reduce else "sum"
             with graph.inserting_before(reader):
                 rewritten = graph.call_function(on_parts, (*parts, reader.args[1], reduce, int(value.shape[0])))
             rewritten.meta.update(reader.meta)

@@ -24,6 +24,7 @@ from torch.export import ExportedProgram
 
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx._log_filters import without_messages
+from fx2onnx._torch_ops import aten
 from fx2onnx.errors import CaptureError, SourceFrame, is_user_file
 
 _UNFOUND_USER_CODE = {"torch.fx.experimental.symbolic_shapes": ("Unable to find user code corresponding to",)}
@@ -284,8 +285,8 @@ def serves_the_example(
         module = program.module()
         for node in list(module.graph.nodes):
             if node.op == "call_function" and node.target in (
-                torch.ops.aten._assert_scalar.default,
-                torch.ops.aten._assert_tensor_metadata.default,
+                aten._assert_scalar.default,
+                aten._assert_tensor_metadata.default,
             ):
                 module.graph.erase_node(node)
         module.recompile()

@@ -31,8 +31,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from fx2onnx._records import qualified_name
-
-aten = torch.ops.aten
+from fx2onnx._torch_ops import aten
 
 
 class NeedsFullDecomposition(Exception):

@@ -23,6 +23,7 @@ from torch.export import ExportedProgram
 from fx2onnx import _capture_strategies as capture_strategies
 from fx2onnx._capture_dims import dynamic_dims, serves_the_example
 from fx2onnx._capture_pytrees import flatten_inputs
+from fx2onnx._torch_ops import aten
 
 
 @dataclasses.dataclass
@@ -48,7 +49,7 @@ def _asserted_expressions(program: ExportedProgram) -> Iterator[str]:
     """The expression of each deferred assertion in the graph (``aten._assert_scalar``'s message), as torch prints
     it."""
     for node in program.graph.nodes:
-        if node.op != "call_function" or node.target is not torch.ops.aten._assert_scalar.default:
+        if node.op != "call_function" or node.target is not aten._assert_scalar.default:
             continue
         matched = _ASSERTED.search(str(node.args[1]) if len(node.args) > 1 else "")
         if matched is not None:

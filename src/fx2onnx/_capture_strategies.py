@@ -69,6 +69,8 @@ from torch.fx.experimental.symbolic_shapes import (
 )
 from torch.overrides import TorchFunctionMode
 
+from fx2onnx._torch_ops import aten
+
 __all__ = [
     "BOTH_BRANCHES",
     "GENERAL_BRANCH",
@@ -364,10 +366,10 @@ def _is_condition(expression: Any) -> bool:
     return isinstance(expression, sympy.logic.boolalg.Boolean) and not isinstance(expression, sympy.Symbol)
 
 
-_UNBIND = torch.ops.aten.unbind.int
+_UNBIND = aten.unbind.int
 
 
-_CHUNK = torch.ops.aten.chunk.default
+_CHUNK = aten.chunk.default
 
 
 def _chunk_of_a_data_dependent_size(
@@ -549,7 +551,7 @@ def _raising_if_polarity() -> bool | None:
 
 # torch's decomposition of tensor_split at a 0-d tensor names itself in the data-dependent error it raises
 TENSOR_SPLIT_AT_TENSOR = "tensor_split_tensor_indices_or_sections"
-_TENSOR_SPLIT = torch.ops.aten.tensor_split.tensor_indices_or_sections
+_TENSOR_SPLIT = aten.tensor_split.tensor_indices_or_sections
 
 STRATEGIES = ("torch.export", "size-oblivious guards", "the example's section counts")
 
@@ -625,7 +627,7 @@ def sections_from_example(
             assumptions.append(assumption)
         _guards_of_ops_lowered_whole.append(True)
         try:
-            return torch.ops.aten.tensor_split.sections(self, count, dim)
+            return aten.tensor_split.sections(self, count, dim)
         finally:
             _guards_of_ops_lowered_whole.pop()
 

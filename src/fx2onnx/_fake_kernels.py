@@ -31,6 +31,8 @@ from torch._library.utils import Kernel
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
+from fx2onnx._torch_ops import aten, present
+
 _COMPOSITE = DispatchKey.CompositeImplicitAutograd
 
 
@@ -108,15 +110,18 @@ def _diff(
 
 
 # Overload -> its output's metadata on fake tensors.
-STATIC_FAKE_KERNELS: dict[torch._ops.OpOverload, Callable[..., torch.Tensor]] = {
-    torch.ops.aten.combinations.default: _combinations,
-    torch.ops.aten.narrow.Tensor: _narrow_tensor,
-    torch.ops.aten.cov.default: _cov,
-    torch.ops.aten.one_hot.default: _one_hot,
-    torch.ops.aten.ctc_loss.IntList: _ctc_loss,
-    torch.ops.aten.ctc_loss.Tensor: _ctc_loss,
-    torch.ops.aten.diff.default: _diff,
-}
+# (present: an overload the installed torch lacks gets no kernel.)
+STATIC_FAKE_KERNELS: dict[torch._ops.OpOverload, Callable[..., torch.Tensor]] = present(
+    {
+        aten.combinations.default: _combinations,
+        aten.narrow.Tensor: _narrow_tensor,
+        aten.cov.default: _cov,
+        aten.one_hot.default: _one_hot,
+        aten.ctc_loss.IntList: _ctc_loss,
+        aten.ctc_loss.Tensor: _ctc_loss,
+        aten.diff.default: _diff,
+    }
+)
 
 
 def _linalg_lstsq(
@@ -146,9 +151,11 @@ def _linalg_lstsq(
 
 
 # Overload (with a kernel per device, tagged dynamic_output_shape) -> its fake kernel.
-SHAPE_FAKE_KERNELS: dict[torch._ops.OpOverload, Callable[..., Any]] = {
-    torch.ops.aten.linalg_lstsq.default: _linalg_lstsq,
-}
+SHAPE_FAKE_KERNELS: dict[torch._ops.OpOverload, Callable[..., Any]] = present(
+    {
+        aten.linalg_lstsq.default: _linalg_lstsq,
+    }
+)
 
 
 def _on_fake_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -27,6 +27,7 @@ from fx2onnx import _dtypes as dtypes
 from fx2onnx import _streaming as streaming
 from fx2onnx._capture import CapturedGraph, from_exported_program
 from fx2onnx._records import qualified_name
+from fx2onnx._torch_ops import aten
 from fx2onnx._verification import (
     OutputVerification,
     Verifications,
@@ -246,7 +247,7 @@ def _eager_values(
             try:
                 value = interpreter.run_node(node)
             except RuntimeError as error:
-                if broken is None or node.target is not torch.ops.aten._assert_scalar.default:
+                if broken is None or node.target is not aten._assert_scalar.default:
                     raise
                 broken.append(str(error).strip())
                 value = None

@@ -40,11 +40,13 @@ def qualified_name(target: Any) -> str:
 def _qualified_name(target: Any) -> str:
     import torch  # here: the CLI imports this module before it needs torch
 
+    from fx2onnx._torch_ops import MissingOverload
+
     if isinstance(target, str):
         if target.endswith(".default"):
             target = target[: -len(".default")]
         return target
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, (torch._ops.OpOverload, MissingOverload)):
         return target.name()
     if isinstance(target, torch._ops.OpOverloadPacket):
         raise TypeError(

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, Union
 
@@ -21,6 +22,7 @@ from onnxscript.values import OnnxFunction, TracedOnnxFunction
 
 from fx2onnx._passes import complex_parts
 from fx2onnx._records import BASE_OPSET, qualified_name
+from fx2onnx._torch_ops import lacks
 
 Source = Literal["user", "fx2onnx", "torchlib"]
 OnnxCallable = Union[OnnxFunction, TracedOnnxFunction]  # noqa: UP007 - runtime alias on 3.10
@@ -81,10 +83,15 @@ def _function_name(function: OnnxCallable) -> str:
 
 
 class Registry:
-    """Operator -> ordered implementations. Copy it to change it without affecting others."""
+    """Operator -> ordered implementations. Copy it to change it without affecting others.
+
+    An implementation of an ATen or prims op the installed torch lacks (torch 2.15 removed ``aten::cholesky``) is
+    not registered: :attr:`skipped` says which and why, and every other op exports as before.
+    """
 
     def __init__(self) -> None:
         self._table: dict[str, list[Implementation]] = {}
+        self._skipped: dict[str, str] = {}
 
     # --- public API -------------------------------------------------------------------------
     def register(
@@ -112,7 +119,11 @@ class Registry:
             opset_max=opset_max,
             complex=complex,
         )
-        self._insert(qualified_name(target), implementation)
+        key = qualified_name(target)
+        if self._skips(key, implementation):
+            warnings.warn(f"{key} is not registered: {self._skipped[key]}", stacklevel=2)
+        else:
+            self._insert(key, implementation)
         return implementation
 
     def unregister(self, target: Target, impl: Callable[..., Any] | OnnxCallable | None = None) -> None:
@@ -146,9 +157,16 @@ class Registry:
     def targets(self) -> list[str]:
         return sorted(self._table)
 
+    @property
+    def skipped(self) -> dict[str, str]:
+        """The targets whose implementations were not registered -> why (the installed torch lacks the op) and
+        which implementations: ``{"aten::cholesky": "torch 2.15.0 has no aten::cholesky; not registered: ..."}``."""
+        return dict(self._skipped)
+
     def copy(self) -> Registry:
         new = Registry()
         new._table = {k: list(v) for k, v in self._table.items()}
+        new._skipped = dict(self._skipped)
         return new
 
     @classmethod
@@ -167,7 +185,18 @@ class Registry:
         entries.insert(position, implementation)
 
     def _add_default(self, key: str, implementation: Implementation) -> None:
-        self._insert(qualified_name(key), implementation)
+        key = qualified_name(key)
+        if not self._skips(key, implementation):
+            self._insert(key, implementation)
+
+    def _skips(self, key: str, implementation: Implementation) -> bool:
+        """Whether `implementation` is left out because torch lacks `key`'s op; if so, record it in skipped."""
+        reason = lacks(key)
+        if reason is None:
+            return False
+        separator = ", " if key in self._skipped else f"{reason}; not registered: "
+        self._skipped[key] = self._skipped.get(key, "") + separator + implementation.name
+        return True
 
 
 _SOURCE_RANK = {"user": 0, "fx2onnx": 1, "torchlib": 2}
@@ -246,6 +275,8 @@ def _default_registry() -> Registry:
     for alias, original in lowerings.registered_aliases().items():
         for implementation in registry.overloads(original):
             registry._add_default(alias, implementation)
+        if original in registry._skipped and alias not in registry._skipped:
+            registry._skipped[alias] = f"lowered as {original}, which is skipped"
     return registry
 
 

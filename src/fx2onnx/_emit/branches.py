@@ -29,6 +29,7 @@ import torch
 from fx2onnx._capture import CapturedGraph
 from fx2onnx._emit import runtime_checks
 from fx2onnx._records import RUNTIME_CHECK
+from fx2onnx._torch_ops import aten
 
 _SPECIAL_PREFIX = "fx2onnx_special_"
 
@@ -104,7 +105,7 @@ def size_sources(
             for dim, size in enumerate(val.shape):
                 if isinstance(size, torch.SymInt) and size.node.expr in wanted and size.node.expr not in found:
                     found[size.node.expr] = (value, dim)
-        elif isinstance(val, torch.SymBool) and node.target is torch.ops.aten._local_scalar_dense.default:
+        elif isinstance(val, torch.SymBool) and node.target is aten._local_scalar_dense.default:
             expr = getattr(val.node, "_expr", val.node.expr)
             symbol = expr.args[0] if isinstance(expr, sympy.Eq) else None
             if symbol in wanted and symbol not in found:
@@ -123,7 +124,7 @@ def value_symbols(captured: CapturedGraph) -> list[sympy.Symbol]:
     found = []
     for node in captured.graph.nodes:
         val = node.meta.get("val")
-        if node.target is torch.ops.aten._local_scalar_dense.default and isinstance(val, torch.SymBool):
+        if node.target is aten._local_scalar_dense.default and isinstance(val, torch.SymBool):
             expr = getattr(val.node, "_expr", val.node.expr)
             if isinstance(expr, sympy.Eq) and expr.args[1] == 1 and isinstance(expr.args[0], sympy.Symbol):
                 found.append(expr.args[0])

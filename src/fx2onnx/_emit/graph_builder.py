@@ -31,6 +31,7 @@ from fx2onnx._emit.context import LoweringContext, context_key, context_rule
 from fx2onnx._emit.recorder import GraphRecorder
 from fx2onnx._progress import ExportProgress
 from fx2onnx._records import BASE_OPSET, FX_NODE, NAMESPACE, STACK_TRACE, TARGET, CastRecord, schema_facts, target_name
+from fx2onnx._torch_ops import aten
 from fx2onnx._version import __version__
 from fx2onnx._weight_reads import weight_tensor
 from fx2onnx.errors import LoweringError, describe_value, source_line
@@ -399,7 +400,7 @@ def data_dependent_dims(graph: torch.fx.Graph) -> dict[torch.fx.Node, dict[int, 
     of that size: the report claimed checks the model did not have. Such a dim is emitted symbolic instead."""
     found: dict[torch.fx.Node, dict[int, str]] = {}
     for node in graph.nodes:
-        if node.target is not torch.ops.aten.sym_size.int or not isinstance(node.args[0], torch.fx.Node):
+        if node.target is not aten.sym_size.int or not isinstance(node.args[0], torch.fx.Node):
             continue
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Integer):
@@ -437,7 +438,7 @@ def _asserted_symbols(size: torch.fx.Node) -> list[str]:
         if user in seen:
             continue
         seen.add(user)
-        if user.target is torch.ops.aten._assert_scalar.default:
+        if user.target is aten._assert_scalar.default:
             message = user.args[1] if len(user.args) > 1 else ""
             symbols += re.findall(r"\bu\d+\b", str(message).split(" on node ")[0])
         else:
@@ -449,7 +450,7 @@ def _checked_at_run_time(node: torch.fx.Node, registry: Any) -> bool:
     """torch.export's deferred assertions on sizes (``aten._assert_scalar``) are what the graph was captured under:
     their lowering checks them at run time (``_lowerings/symbolic.py``), so an input breaking one fails in ONNX
     Runtime instead of computing something else than eager."""
-    return node.target is torch.ops.aten._assert_scalar.default and registry.is_registered(node.target)
+    return node.target is aten._assert_scalar.default and registry.is_registered(node.target)
 
 
 def _call(function: Any, kwargs: dict[str, Any], context: LoweringContext | None) -> Any:

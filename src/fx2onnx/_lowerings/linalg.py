@@ -10,7 +10,6 @@ from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
-import torch
 from onnxscript import BOOL, DOUBLE, FLOAT, INT32, INT64
 from onnxscript import opset18 as op
 
@@ -318,8 +317,8 @@ def linalg_cholesky_ex(self: TFloat, upper: bool = False, check_errors: bool = F
     return (_transpose(factor) if upper else factor), info
 
 
-# aten::cholesky (the deprecated torch.cholesky) is gone from torch 2.15
-@lowering("aten::linalg_cholesky", *(("aten::cholesky",) if hasattr(torch.ops.aten, "cholesky") else ()))
+# aten::cholesky (the deprecated torch.cholesky) is gone from torch 2.15: the registry skips it there
+@lowering("aten::linalg_cholesky", "aten::cholesky")
 def linalg_cholesky(self: TFloat, upper: bool = False) -> TFloat:
     """Kept whole (linalg_cholesky's decomposition checks errors through an effect token)."""
     factor, _ = _cholesky(self)

@@ -19,14 +19,12 @@ from fx2onnx import _dtypes as dtypes
 from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.rules import lowering
 from fx2onnx._records import BASE_OPSET
+from fx2onnx._torch_ops import aten
 
-_ATEN = torch.ops.aten
-
-
-_MATMULS = (_ATEN.mm.default, _ATEN.linear.default)
+_MATMULS = (aten.mm.default, aten.linear.default)
 
 
-_CONVOLUTIONS = (_ATEN.conv2d.default, _ATEN.convolution.default)
+_CONVOLUTIONS = (aten.conv2d.default, aten.convolution.default)
 
 
 _BYTE_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
@@ -188,9 +186,9 @@ def _specialised(
     if operator in _MATMULS:
         if operands[1].shape is not None and operands[1].shape.rank() != 2:
             return None
-        result = integer_matmul(ctx, operands[0], operands[1], transpose_b=operator is _ATEN.linear.default)
+        result = integer_matmul(ctx, operands[0], operands[1], transpose_b=operator is aten.linear.default)
     elif operator in _CONVOLUTIONS:
-        if operator is _ATEN.convolution.default:
+        if operator is aten.convolution.default:
             stride, padding, dilation, transposed, _output_padding, groups = operands[3:9]
             if transposed:
                 return None

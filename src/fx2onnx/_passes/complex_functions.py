@@ -17,8 +17,7 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
-aten = torch.ops.aten
-prims = torch.ops.prims
+from fx2onnx._torch_ops import aten, prims
 
 
 class Builder(Protocol):

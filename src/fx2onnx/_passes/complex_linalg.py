@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
-aten = torch.ops.aten
+from fx2onnx._torch_ops import aten, prims
 
 Build = Any  # complex_parts._Builder (call, part, complex)
 
@@ -101,7 +101,7 @@ def _triangle(build: Build, a: torch.fx.Node, upper: bool, unit: bool) -> torch.
         # the identity from comparing indices (aten.eye and diag_embed have no lowering: capture decomposes them)
         index = build.call(aten.arange.default, _size(a, -1))
         diagonal = build.call(aten.eq.Tensor, build.call(aten.unsqueeze.default, index, -1), index)
-        eye = build.call(torch.ops.prims.convert_element_type.default, diagonal, real.meta["val"].dtype)
+        eye = build.call(prims.convert_element_type.default, diagonal, real.meta["val"].dtype)
         real = build.call(aten.add.Tensor, real, eye)
     return build.complex(real, imag)
 
@@ -348,11 +348,9 @@ class _Lu:
         """LAPACK's 1-based int32 pivots (..., min(m, n))."""
         if not self.pivots:
             empty = self.call(aten.zeros.default, [*self.batch, 0], dtype=torch.int64)
-            return self.call(torch.ops.prims.convert_element_type.default, empty, torch.int32)
+            return self.call(prims.convert_element_type.default, empty, torch.int32)
         stacked = self.call(aten.cat.default, self.pivots, -1)
-        return self.call(
-            torch.ops.prims.convert_element_type.default, self.call(aten.add.Tensor, stacked, 1), torch.int32
-        )
+        return self.call(prims.convert_element_type.default, self.call(aten.add.Tensor, stacked, 1), torch.int32)
 
     def diagonal(self, k: int) -> tuple[torch.fx.Node, torch.fx.Node]:
         return tuple(
@@ -374,7 +372,7 @@ class _Lu:
             self.call(aten.unsqueeze.default, self.rows, -1),
             self.call(aten.unsqueeze.default, self.order, -2),
         )
-        real = self.call(torch.ops.prims.convert_element_type.default, matches, dtype.to_real())
+        real = self.call(prims.convert_element_type.default, matches, dtype.to_real())
         return self.build.complex(real, self.call(aten.zeros_like.default, real))
 
 
@@ -446,7 +444,7 @@ def _unpacked(build: Build, factors: torch.fx.Node, m: int, n: int) -> tuple[tor
     columns = build.call(aten.arange.default, k)
     eye = build.call(aten.eq.Tensor, build.call(aten.unsqueeze.default, rows, -1), columns)
     real = build.call(
-        aten.add.Tensor, real, build.call(torch.ops.prims.convert_element_type.default, eye, real.meta["val"].dtype)
+        aten.add.Tensor, real, build.call(prims.convert_element_type.default, eye, real.meta["val"].dtype)
     )
     lower = build.complex(real, imag)
     upper = build.complex(*(build.call(aten.triu.default, build.part(upper_block, w)) for w in (0, 1)))
@@ -469,9 +467,7 @@ class _Pivoted:
         count = int(pivots.meta["val"].shape[-1])
         rows = build.call(aten.arange.default, m)
         order = build.call(aten.expand.default, rows, [*batch, m])
-        zero_based = build.call(
-            aten.sub.Tensor, build.call(torch.ops.prims.convert_element_type.default, pivots, torch.int64), 1
-        )
+        zero_based = build.call(aten.sub.Tensor, build.call(prims.convert_element_type.default, pivots, torch.int64), 1)
         for k in range(count):
             pivot = build.call(aten.unsqueeze.default, build.call(aten.select.int, zero_based, -1, k), -1)
             at = build.call(aten.eq.Scalar, rows, k)
@@ -492,7 +488,7 @@ class _Pivoted:
             build.call(aten.unsqueeze.default, self.rows, -1),
             build.call(aten.unsqueeze.default, self.order, -2),
         )
-        real = build.call(torch.ops.prims.convert_element_type.default, matches, dtype.to_real())
+        real = build.call(prims.convert_element_type.default, matches, dtype.to_real())
         return build.complex(real, build.call(aten.zeros_like.default, real))
 
 
@@ -622,8 +618,7 @@ def _cholesky_ex(build: Build, node: torch.fx.Node) -> dict[int, torch.fx.Node]:
 
 
 COMPOSITES[aten.linalg_cholesky.default] = _cholesky
-if hasattr(aten, "cholesky"):  # the deprecated torch.cholesky's op; torch 2.15 removed it
-    COMPOSITES[aten.cholesky.default] = _cholesky
+COMPOSITES[aten.cholesky.default] = _cholesky  # the deprecated torch.cholesky's op (a MissingOverload in torch 2.15)
 TUPLES[aten.linalg_cholesky_ex.default] = _cholesky_ex
 TUPLE_RESULTS[aten.linalg_cholesky_ex.default] = {0, 1}
 

@@ -27,8 +27,7 @@ from fx2onnx._capture import recompile_when_read
 from fx2onnx._passes import complex_functions, complex_linalg
 from fx2onnx._passes.base import PassResult
 from fx2onnx._passes.node_builder import NodeBuilder, fake_mode_of, replace_node
-
-aten = torch.ops.aten
+from fx2onnx._torch_ops import aten, prims
 
 # f(z) = complex(f(z.real), f(z.imag)): every complex tensor argument replaced by the same part.
 PER_PART = {
@@ -97,8 +96,8 @@ COMPARISONS = {
     aten.eq.Tensor: aten.logical_and.default,
     aten.ne.Scalar: aten.logical_or.default,
     aten.ne.Tensor: aten.logical_or.default,
-    torch.ops.prims.eq.default: aten.logical_and.default,
-    torch.ops.prims.ne.default: aten.logical_or.default,
+    prims.eq.default: aten.logical_and.default,
+    prims.ne.default: aten.logical_or.default,
 }
 
 
@@ -206,7 +205,7 @@ def _cov(build: Any, node: torch.fx.Node) -> torch.fx.Node:
     observations = int(x[0].meta["val"].shape[-1])
 
     def as_component(weights: torch.fx.Node) -> torch.fx.Node:
-        return build.call(torch.ops.prims.convert_element_type.default, weights, component)
+        return build.call(prims.convert_element_type.default, weights, component)
 
     weights = None
     if fweights is not None:
@@ -269,7 +268,7 @@ def _isinf(build: Any, node: torch.fx.Node) -> torch.fx.Node:
 
 @_composite(aten.type_as.default)
 def _type_as(build: Any, node: torch.fx.Node) -> torch.fx.Node:
-    return build.call(torch.ops.prims.convert_element_type.default, node.args[0], node.args[1].meta["val"].dtype)
+    return build.call(prims.convert_element_type.default, node.args[0], node.args[1].meta["val"].dtype)
 
 
 @_composite(aten.scatter.reduce)
@@ -313,10 +312,10 @@ def _abs(build: Any, node: torch.fx.Node) -> torch.fx.Node:
     value = node.args[0]
     squares = []
     for which in (0, 1):
-        wide = build.call(torch.ops.prims.convert_element_type.default, build.part(value, which), torch.float64)
+        wide = build.call(prims.convert_element_type.default, build.part(value, which), torch.float64)
         squares.append(build.call(aten.mul.Tensor, wide, wide))
     modulus = build.call(aten.sqrt.default, build.call(aten.add.Tensor, *squares))
-    return build.call(torch.ops.prims.convert_element_type.default, modulus, node.meta["val"].dtype)
+    return build.call(prims.convert_element_type.default, modulus, node.meta["val"].dtype)
 
 
 @_composite(aten.einsum.default)
@@ -660,7 +659,7 @@ def _product(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
 def _norm_of_magnitudes(build: _Builder, node: torch.fx.Node) -> torch.fx.Node:
     value, kwargs = node.args[0], dict(node.kwargs)
     if kwargs.get("dtype") is not None:  # the complex dtype the values are cast to first; the norm is of its parts'
-        value = build.call(torch.ops.prims.convert_element_type.default, value, kwargs["dtype"])
+        value = build.call(prims.convert_element_type.default, value, kwargs["dtype"])
         kwargs["dtype"] = kwargs["dtype"].to_real()
     magnitude = build.call(aten.abs.default, value)
     return build.call(node.target, magnitude, *node.args[1:], **kwargs)

@@ -34,8 +34,8 @@ from fx2onnx._passes.base import PassResult
 from fx2onnx._passes.node_builder import NodeBuilder, fake_mode_of, replace_node
 from fx2onnx._passes.promotion import constant_value, node_dtype
 from fx2onnx._passes.promotion_rules import CAST
+from fx2onnx._torch_ops import aten
 
-aten = torch.ops.aten
 REDUCED_FLOATS = (torch.float16, torch.bfloat16)
 # mul/div: in float32 when their scalar operand is read more precisely than the tensor's dtype holds it.
 _BY_SCALAR = {aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar}

@@ -45,8 +45,8 @@ from fx2onnx._passes.promotion_rules import (
     traced_conversions,
 )
 from fx2onnx._records import schema_arguments
+from fx2onnx._torch_ops import aten
 
-aten = torch.ops.aten
 SCALAR_TO_TENSOR = aten.scalar_tensor.default
 # Kinds whose result dtype is not the dtype the inputs are compared/computed in.
 _RESULT_IS_NOT_INPUT = {Kind.ALWAYS_BOOL, Kind.COMPLEX_TO_FLOAT}

@@ -28,9 +28,9 @@ from torch._prims_common.wrappers import elementwise_type_promotion_wrapper
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fx2onnx import _cache_files as cache_files
+from fx2onnx._torch_ops import aten, prims
 
-aten = torch.ops.aten
-CAST = torch.ops.prims.convert_element_type.default
+CAST = prims.convert_element_type.default
 # Ops that are themselves a conversion: casting their input first would only add a Cast.
 CONVERSIONS = {CAST, aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.other, aten.type_as.default}
 
