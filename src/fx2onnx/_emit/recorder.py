@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,18 +67,9 @@ class GraphRecorder(evaluator.Evaluator):
         self.fold_initializers = True
 
     # --- context ------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def recording(self, metadata: Mapping[str, str] | None = None) -> Iterator[None]:
+    def recording(self, metadata: Mapping[str, str] | None = None) -> _Recording:
         """Within this context, onnxscript op calls record into the graph, tagged with `metadata`."""
-        previous = self._metadata
-        self._metadata = dict(metadata or {})
-        previous_handler = ir.set_value_magic_handler(_ArithmeticHandler())
-        try:
-            with evaluator.default_as(self):
-                yield
-        finally:
-            self._metadata = previous
-            ir.set_value_magic_handler(previous_handler)
+        return _Recording(self, dict(metadata or {}))
 
     @property
     def metadata(self) -> Mapping[str, str]:
@@ -448,6 +439,32 @@ class GraphRecorder(evaluator.Evaluator):
         return _rebuild(trace.result, resolve)
 
 
+class _Recording:
+    """The context of :meth:`GraphRecorder.recording` (entered once per FX node: a class, not a generator, and the
+    default evaluator switched as onnxscript's ``default_as`` does, without its own generator)."""
+
+    __slots__ = ("metadata", "previous", "recorder")
+
+    def __init__(self, recorder: GraphRecorder, metadata: dict[str, str]) -> None:
+        self.recorder = recorder
+        self.metadata = metadata
+        self.previous: tuple[dict[str, str], Any, evaluator.Evaluator] | None = None
+
+    def __enter__(self) -> None:
+        recorder = self.recorder
+        previous_metadata, recorder._metadata = recorder._metadata, self.metadata
+        previous_handler = ir.set_value_magic_handler(_ARITHMETIC)
+        self.previous = (previous_metadata, previous_handler, evaluator.default())
+        evaluator.set_default(recorder)
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self.previous is not None
+        previous_metadata, previous_handler, previous_evaluator = self.previous
+        evaluator.set_default(previous_evaluator)
+        self.recorder._metadata = previous_metadata
+        ir.set_value_magic_handler(previous_handler)
+
+
 class _NotKeyable(Exception):
     """An argument a trace key cannot describe: the call is traced as it comes."""
 
@@ -489,12 +506,11 @@ def _trace_key(
             data = shared.get(id(item))
             if const is not None and data is None:
                 try:
-                    with weight_reads.unwatched():  # a key tells calls apart; the model holds no value it reads
-                        data = (
-                            const.dtype,
-                            tuple(const.shape),
-                            const.tobytes() if const.size <= _READ_CONSTANT_SIZE else None,
-                        )
+                    if const.size > _READ_CONSTANT_SIZE:  # a weight, mostly: its type alone, no bytes read
+                        data = (const.dtype, tuple(const.shape), None)
+                    else:
+                        with weight_reads.unwatched():  # a key tells calls apart; the model holds no value it reads
+                            data = (const.dtype, tuple(const.shape), const.tobytes())
                 except Exception:  # a weight on the meta device or a fake tensor (export(weights=...)): no bytes to key
                     raise _NotKeyable from None
             return (item.dtype, dims, data)
@@ -695,6 +711,9 @@ class _ArithmeticHandler:
 
     def Neg(self, operand: Any) -> Any:
         return onnxscript.opset18.Neg(operand)
+
+
+_ARITHMETIC = _ArithmeticHandler()  # stateless: one for every recording
 
 
 # --- helpers ------------------------------------------------------------------------------------
