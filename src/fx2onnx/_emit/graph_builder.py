@@ -287,7 +287,7 @@ class GraphEmitter:
         if expected is not None and value.dtype is not None and value.dtype != expected:
             value = self._cast(node, value, expected, "eager-dtype")
         recorded = value.shape
-        self._set_type(value, val)
+        self._set_type(value, val, expected)
         unbacked = self._data_dependent_dims.get(node)
         if unbacked and value.shape is not None:  # not static: a Shape of it must not fold (the checks read it)
             dims = [ir.SymbolicDim(unbacked[i]) if i in unbacked else d for i, d in enumerate(value.shape)]
@@ -300,12 +300,15 @@ class GraphEmitter:
             self._named.add(id(value))
         return value
 
-    def _set_type(self, value: ir.Value, val: Any) -> None:
-        dtype = _meta_dtype(val)
+    def _set_type(self, value: ir.Value, val: Any, dtype: ir.DataType | None = None) -> None:
+        """Give `value` the dtype (`dtype` when the caller has it: ``_meta_dtype(val)``) and shape of `val`."""
+        if dtype is None:
+            dtype = _meta_dtype(val)
         if dtype is not None:
             value.dtype = dtype
         if isinstance(val, torch.Tensor):
-            value.shape = ir.Shape([self._dim(d) for d in val.shape] + ([2] if val.is_complex() else []))
+            dims = [dim if type(dim) is int else self._dim(dim) for dim in val.shape]
+            value.shape = ir.Shape([*dims, 2] if val.is_complex() else dims)
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
             value.shape = ir.Shape([])
 
@@ -327,7 +330,7 @@ class GraphEmitter:
         }
         stack = node.meta.get("nn_module_stack")
         if stack:
-            path, kind = list(stack.values())[-1]
+            path, kind = next(reversed(stack.values()))
             metadata[NAMESPACE] = f"{path}: {getattr(kind, '__name__', kind)}"
         trace = node.meta.get("stack_trace")
         if trace:
