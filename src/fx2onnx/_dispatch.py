@@ -421,6 +421,15 @@ class _Binding:
         return Candidate(self.implementation, self.kind, reason, dict(self.casts), self.cost, arguments)
 
 
+class _Bound(NamedTuple):
+    """How a node's target and arguments bound (:meth:`Dispatcher._bind`), for the next node alike."""
+
+    target: str  # the target's registry key
+    input_dtypes: dict[str, str]  # as the decision shows them
+    bindings: tuple[_Binding, ...]  # one per implementation, in the registry's order
+    chosen: int | None  # the position of the winner among them
+
+
 def _is_symbolic(value: Any) -> bool:
     if isinstance(value, torch.fx.Node):
         return True
@@ -439,19 +448,23 @@ class Dispatcher:
         self.decisions: list[DispatchDecision] = []
         # How each candidate bound, by what binding reads of a node (read_arguments): a model's repeated layers
         # dispatch the same target with the same argument dtypes over and over.
-        self._bindings: dict[tuple[Any, ...], tuple[dict[str, str], list[_Binding]]] = {}
+        self._bindings: dict[tuple[Any, ...], _Bound] = {}
 
     def dispatch(self, node: torch.fx.Node) -> DispatchDecision:
-        target_name = qualified_name(node.target)
-        input_dtypes, candidates = self._candidates(node, read_arguments(node))
-        chosen = next((c for c in candidates if c.kind == "perfect"), None)
-        if chosen is None:
-            castable = [c for c in candidates if c.kind == "cast"]
-            chosen = min(castable, key=lambda c: c.cost) if castable else None
+        read = read_arguments(node)
+        key = (node.target, read.presence, read.dtypes)
+        bound = self._bindings.get(key)
+        if bound is None:
+            bound, candidates = self._bind(node, read)
+            self._bindings[key] = bound
+        else:
+            values = dict(read.named)
+            candidates = [binding.candidate(values) for binding in bound.bindings]
+        chosen = None if bound.chosen is None else candidates[bound.chosen]
         decision = DispatchDecision(
             node=node.name,
-            target=target_name,
-            input_dtypes=input_dtypes,
+            target=bound.target,
+            input_dtypes=dict(bound.input_dtypes),
             candidates=candidates,
             chosen=chosen,
             stack_trace=node.meta.get("stack_trace"),
@@ -461,23 +474,23 @@ class Dispatcher:
             raise UnsupportedOperatorError(decision, source_line(node), node)
         return decision
 
-    def _candidates(self, node: torch.fx.Node, read: ArgumentsRead) -> tuple[dict[str, str], list[Candidate]]:
-        """The node's input dtypes as the decision shows them, and every implementation bound to the node: as
-        :func:`bind` binds it, reusing an earlier node's binding (and dtypes) when the two are alike in all that
-        binding reads (which arguments are given, None or symbolic, and the dtypes of tensor arguments)."""
-        key = (node.target, read.presence, read.dtypes)
-        kept = self._bindings.get(key)
-        if kept is None:
-            input_dtypes = _input_dtypes(read.named)
-            candidates = [
-                bind(impl, read.named, read.given, self.opset) for impl in self.registry.overloads(node.target)
-            ]
-            aten_names = [name for name, _ in read.named]
-            self._bindings[key] = (input_dtypes, [_Binding.of(candidate, aten_names) for candidate in candidates])
-            return input_dtypes, candidates
-        input_dtypes, bindings = kept
-        values = dict(read.named)
-        return dict(input_dtypes), [binding.candidate(values) for binding in bindings]
+    def _bind(self, node: torch.fx.Node, read: ArgumentsRead) -> tuple[_Bound, list[Candidate]]:
+        """Every implementation bound to the node as :func:`bind` binds it, and what of that binds another node alike
+        in all that binding reads (which arguments are given, None or symbolic, and the dtypes of tensor arguments):
+        the bindings with the node's arguments left out, the input dtypes the decision shows, and which one wins."""
+        candidates = [bind(impl, read.named, read.given, self.opset) for impl in self.registry.overloads(node.target)]
+        chosen = next((i for i, c in enumerate(candidates) if c.kind == "perfect"), None)
+        if chosen is None:
+            castable = [i for i, c in enumerate(candidates) if c.kind == "cast"]
+            chosen = min(castable, key=lambda i: candidates[i].cost) if castable else None
+        aten_names = [name for name, _ in read.named]
+        bound = _Bound(
+            qualified_name(node.target),
+            _input_dtypes(read.named),
+            tuple(_Binding.of(candidate, aten_names) for candidate in candidates),
+            chosen,
+        )
+        return bound, candidates
 
 
 def _input_dtypes(named: Sequence[tuple[str, Any]]) -> dict[str, str]:

@@ -15,7 +15,7 @@ import inspect
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx_ir as ir
 import sympy
@@ -178,19 +178,21 @@ class GraphEmitter:
             }
             try:
                 function = implementation.function
+                plan = _call_plan(function)
                 # fx2onnx's and torchlib's functions of their arguments only may be replayed; a user's function runs
                 # for each node, as registered (it may keep state, or read what the recorder does not watch)
-                replay_key = context_key(function) if implementation.source != "user" else None
-                if implementation.source != "user" and context_rule(function) is None:
-                    result = self.recorder.call_traced(function, kwargs, lambda: _call(function, kwargs, None))
+                replay_key = plan.key if implementation.source != "user" else None
+                if implementation.source != "user" and plan.rule is None:
+                    result = self.recorder.call_traced(function, kwargs, lambda: _call(function, kwargs, None, plan))
                 elif replay_key is not None:  # a context rule that says what it reads of its context
                     context = LoweringContext(self, self.recorder, node, dict(kwargs))
                     context.key = replay_key(context)
                     result = self.recorder.call_traced(
-                        (function, context.key), kwargs, lambda: _call(function, kwargs, context)
+                        (function, context.key), kwargs, lambda: _call(function, kwargs, context, plan)
                     )
                 else:
-                    result = _call(function, kwargs, LoweringContext(self, self.recorder, node, dict(kwargs)))
+                    context = LoweringContext(self, self.recorder, node, dict(kwargs))
+                    result = _call(function, kwargs, context, plan)
             except Exception as error:
                 arguments = ", ".join(f"{k}={describe_value(v)}" for k, v in candidate.arguments.items())
                 raise LoweringError(
@@ -235,7 +237,10 @@ class GraphEmitter:
     # --- helpers ----------------------------------------------------------------------------------
     def _argument(self, node: torch.fx.Node, name: str, value: Any, cast_to: ir.DataType | None) -> Any:
         """FX argument -> what an onnxscript function takes (values, Python scalars, ONNX dtypes)."""
-        if isinstance(value, torch.fx.Node):
+        kind = type(value)
+        if kind in _PLAIN_ARGUMENTS:  # the commonest, without the isinstance checks below
+            return value
+        if kind is torch.fx.Node or isinstance(value, torch.fx.Node):
             converted = self.env[value]
             if cast_to is not None and isinstance(converted, ir.Value):
                 converted = self._cast(node, converted, cast_to, "dispatch")
@@ -283,7 +288,7 @@ class GraphEmitter:
         if expected is not None and value.dtype is not None and value.dtype != expected:
             value = self._cast(node, value, expected, "eager-dtype")
         recorded = value.shape
-        self._set_type(value, val)
+        self._set_type(value, val, expected)
         unbacked = self._data_dependent_dims.get(node)
         if unbacked and value.shape is not None:  # not static: a Shape of it must not fold (the checks read it)
             dims = [ir.SymbolicDim(unbacked[i]) if i in unbacked else d for i, d in enumerate(value.shape)]
@@ -296,12 +301,15 @@ class GraphEmitter:
             self._named.add(id(value))
         return value
 
-    def _set_type(self, value: ir.Value, val: Any) -> None:
-        dtype = _meta_dtype(val)
+    def _set_type(self, value: ir.Value, val: Any, dtype: ir.DataType | None = None) -> None:
+        """Give `value` the dtype (`dtype` when the caller has it: ``_meta_dtype(val)``) and shape of `val`."""
+        if dtype is None:
+            dtype = _meta_dtype(val)
         if dtype is not None:
             value.dtype = dtype
         if isinstance(val, torch.Tensor):
-            value.shape = ir.Shape([self._dim(d) for d in val.shape] + ([2] if val.is_complex() else []))
+            dims = [dim if type(dim) is int else self._dim(dim) for dim in val.shape]
+            value.shape = ir.Shape([*dims, 2] if val.is_complex() else dims)
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
             value.shape = ir.Shape([])
 
@@ -323,7 +331,7 @@ class GraphEmitter:
         }
         stack = node.meta.get("nn_module_stack")
         if stack:
-            path, kind = list(stack.values())[-1]
+            path, kind = next(reversed(stack.values()))
             metadata[NAMESPACE] = f"{path}: {getattr(kind, '__name__', kind)}"
         trace = node.meta.get("stack_trace")
         if trace:
@@ -453,19 +461,41 @@ def _checked_at_run_time(node: torch.fx.Node, registry: Any) -> bool:
     return node.target is aten._assert_scalar.default and registry.is_registered(node.target)
 
 
-def _call(function: Any, kwargs: dict[str, Any], context: LoweringContext | None) -> Any:
+class _CallPlan(NamedTuple):
+    """What calling an implementation's function needs, read once per function (each read is a few lookups through
+    wrappers, and an export calls the same few dozen functions for every node)."""
+
+    positional: tuple[str, ...]  # the leading parameters, given by position
+    rule: Callable[..., Any] | None  # the context rule behind the function (context_rule)
+    key: Callable[[LoweringContext], Any] | None  # what that rule reads of its context (context_key)
+
+
+def _read_call_plan(function: Any) -> _CallPlan:
+    python_function = getattr(function, "func", None) or getattr(function, "function", None) or function
+    return _CallPlan(_positional_parameters(python_function), context_rule(function), context_key(function))
+
+
+def _call_plan(function: Any) -> _CallPlan:
+    try:
+        return _cached_call_plan(function)
+    except TypeError:  # an unhashable callable
+        return _read_call_plan(function)
+
+
+_cached_call_plan = functools.lru_cache(maxsize=4096)(_read_call_plan)
+
+
+def _call(function: Any, kwargs: dict[str, Any], context: LoweringContext | None, plan: _CallPlan) -> Any:
     """Call an onnxscript function; leading parameters go by position (`self` clashes with the method's). A lowering
     declared with ``context=True`` gets the lowering context first."""
-    python_function = getattr(function, "func", None) or getattr(function, "function", None) or function
     positional = []
-    for name in _positional_parameters(python_function):
+    for name in plan.positional:
         if name not in kwargs:
             break
         positional.append(kwargs.pop(name))
-    rule = context_rule(function)
-    if rule is not None:
+    if plan.rule is not None:
         assert context is not None
-        return rule(context, *positional, **kwargs)
+        return plan.rule(context, *positional, **kwargs)
     return function(*positional, **kwargs)
 
 
@@ -488,6 +518,10 @@ def _leading_positional(python_function: Any) -> tuple[str, ...]:
 
 
 _cached_positional_parameters = functools.lru_cache(maxsize=4096)(_leading_positional)
+
+
+# Python values an implementation takes as they are.
+_PLAIN_ARGUMENTS = frozenset({type(None), bool, int, float, str})
 
 
 def _meta_dtype(val: Any) -> ir.DataType | None:

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,18 +67,9 @@ class GraphRecorder(evaluator.Evaluator):
         self.fold_initializers = True
 
     # --- context ------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def recording(self, metadata: Mapping[str, str] | None = None) -> Iterator[None]:
+    def recording(self, metadata: Mapping[str, str] | None = None) -> _Recording:
         """Within this context, onnxscript op calls record into the graph, tagged with `metadata`."""
-        previous = self._metadata
-        self._metadata = dict(metadata or {})
-        previous_handler = ir.set_value_magic_handler(_ArithmeticHandler())
-        try:
-            with evaluator.default_as(self):
-                yield
-        finally:
-            self._metadata = previous
-            ir.set_value_magic_handler(previous_handler)
+        return _Recording(self, dict(metadata or {}))
 
     @property
     def metadata(self) -> Mapping[str, str]:
@@ -202,18 +193,17 @@ class GraphRecorder(evaluator.Evaluator):
         version: int | None = None,
         infer: bool = True,
     ) -> list[ir.Value]:
+        name = self.fresh_name(f"node_{op_type}")
         node = ir.Node(
             domain,
             op_type,
             inputs,
             attributes,
-            num_outputs=num_outputs,
+            outputs=[ir.Value(name=self.fresh_name("val")) for _ in range(num_outputs)],
             version=version,
-            name=self.fresh_name(f"node_{op_type}"),
+            name=name,
             metadata_props=dict(self._metadata) if self._metadata else None,
         )
-        for output in node.outputs:
-            output.name = self.fresh_name("val")
         self.graph.append(node)
         self.nodes_added += 1
         if self._log is not None:
@@ -409,7 +399,8 @@ class GraphRecorder(evaluator.Evaluator):
         return result
 
     def _replay(self, trace: _Trace, inputs: Sequence[ir.Value]) -> Any:
-        produced: list[list[ir.Value]] = []
+        produced: list[Sequence[ir.Value]] = []
+        constants = self._constants
 
         def resolve(reference: _Reference) -> Any:
             kind, first, second = reference
@@ -417,35 +408,64 @@ class GraphRecorder(evaluator.Evaluator):
                 return inputs[first]
             if kind == "node":
                 return produced[first][second]
-            return self._constants[first]  # "constant": a shared constant (it exists: the recorded call made it)
+            return constants[first]  # "constant": a shared constant (it exists: the recorded call made it)
 
-        metadata = dict(self._metadata) if self._metadata else None
+        metadata = self._metadata
         for recorded in trace.nodes:
             if recorded.shared_constant is not None:
-                produced.append([self._constants[recorded.shared_constant]])
+                produced.append((constants[recorded.shared_constant],))
                 continue
+            name = self.fresh_name(recorded.name_hint)
+            # The outputs made whole, then given to the node: what setting each of their fields after costs twice.
+            outputs = [
+                ir.Value(
+                    name=self.fresh_name("val"),
+                    type=None if dtype is None else ir.TensorType(dtype),
+                    shape=None if dims is None else ir.Shape(dims),
+                    const_value=const_value,
+                )
+                for dtype, dims, const_value in recorded.outputs
+            ]
             node = ir.Node(
                 recorded.domain,
                 recorded.op_type,
                 [None if reference is None else resolve(reference) for reference in recorded.inputs],
                 [ir.Attr(a.name, a.type, a.value) for a in recorded.attributes],
-                num_outputs=len(recorded.outputs),
+                outputs=outputs,
                 version=recorded.version,
-                name=self.fresh_name(f"node_{recorded.op_type}"),
+                name=name,
                 metadata_props=dict(metadata) if metadata else None,
             )
-            for output, (dtype, dims, const_value) in zip(node.outputs, recorded.outputs):
-                output.name = self.fresh_name("val")
-                if dtype is not None:
-                    output.type = ir.TensorType(dtype)
-                if dims is not None:
-                    output.shape = ir.Shape(dims)
-                if const_value is not None:
-                    output.const_value = const_value
             self.graph.append(node)
             self.nodes_added += 1
-            produced.append(list(node.outputs))
+            produced.append(outputs)
         return _rebuild(trace.result, resolve)
+
+
+class _Recording:
+    """The context of :meth:`GraphRecorder.recording` (entered once per FX node: a class, not a generator, and the
+    default evaluator switched as onnxscript's ``default_as`` does, without its own generator)."""
+
+    __slots__ = ("metadata", "previous", "recorder")
+
+    def __init__(self, recorder: GraphRecorder, metadata: dict[str, str]) -> None:
+        self.recorder = recorder
+        self.metadata = metadata
+        self.previous: tuple[dict[str, str], Any, evaluator.Evaluator] | None = None
+
+    def __enter__(self) -> None:
+        recorder = self.recorder
+        previous_metadata, recorder._metadata = recorder._metadata, self.metadata
+        previous_handler = ir.set_value_magic_handler(_ARITHMETIC)
+        self.previous = (previous_metadata, previous_handler, evaluator.default())
+        evaluator.set_default(recorder)
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self.previous is not None
+        previous_metadata, previous_handler, previous_evaluator = self.previous
+        evaluator.set_default(previous_evaluator)
+        self.recorder._metadata = previous_metadata
+        ir.set_value_magic_handler(previous_handler)
 
 
 class _NotKeyable(Exception):
@@ -484,29 +504,32 @@ def _trace_key(
             if value_type is not None and (type(value_type) is not ir.TensorType or value_type.denotation is not None):
                 raise _NotKeyable
             shape = item.shape
-            dims = None if shape is None else tuple(d if type(d) is int else (d.value,) for d in shape)
+            dims = None if shape is None else shape.dims
+            if dims is not None and not all(type(d) is int for d in dims):
+                dims = tuple(d if type(d) is int else (d.value,) for d in dims)
             const = item.const_value
             data = shared.get(id(item))
             if const is not None and data is None:
                 try:
-                    with weight_reads.unwatched():  # a key tells calls apart; the model holds no value it reads
-                        data = (
-                            const.dtype,
-                            tuple(const.shape),
-                            const.tobytes() if const.size <= _READ_CONSTANT_SIZE else None,
-                        )
+                    if const.size > _READ_CONSTANT_SIZE:  # a weight, mostly: its type alone, no bytes read
+                        data = (const.dtype, tuple(const.shape), None)
+                    else:
+                        with weight_reads.unwatched():  # a key tells calls apart; the model holds no value it reads
+                            data = (const.dtype, tuple(const.shape), const.tobytes())
                 except Exception:  # a weight on the meta device or a fake tensor (export(weights=...)): no bytes to key
                     raise _NotKeyable from None
-            return (item.dtype, dims, data)
-        if item is None or kind in (bool, int, float, str):
+            return (None if value_type is None else value_type.dtype, dims, data)
+        if item is None or kind in _PLAIN_KEYS:
             return (kind, repr(item))
-        if kind in (list, tuple):
-            return (kind, tuple(describe(element) for element in item))
+        if kind is list or kind is tuple:
+            return (kind, tuple([describe(element) for element in item]))
         raise _NotKeyable
 
-    key = (function, tuple((name, describe(value)) for name, value in arguments.items()))
+    key = (function, tuple([(name, describe(value)) for name, value in arguments.items()]))
     return key, inputs
 
+
+_PLAIN_KEYS = frozenset({bool, int, float, str})  # Python arguments a trace key holds by type and repr
 
 # id of a watched value -> the list its recording trace notes reads into
 _WATCHED_READS: dict[int, list[str]] = {}
@@ -564,6 +587,10 @@ class _RecordedNode:
     attributes: tuple[ir.Attr, ...]
     outputs: tuple[tuple[ir.DataType | None, tuple[Any, ...] | None, Any], ...]  # dtype, dims, constant value
     shared_constant: tuple[Any, ...] | None  # a shared constant's key: reused, as a fresh call reuses it
+
+    @property
+    def name_hint(self) -> str:
+        return f"node_{self.op_type}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -695,6 +722,9 @@ class _ArithmeticHandler:
 
     def Neg(self, operand: Any) -> Any:
         return onnxscript.opset18.Neg(operand)
+
+
+_ARITHMETIC = _ArithmeticHandler()  # stateless: one for every recording
 
 
 # --- helpers ------------------------------------------------------------------------------------
