@@ -618,3 +618,58 @@ def test_a_retrace_does_not_count_its_decisions_twice(check) -> None:
     )
     (assumption,) = program.report.capture_assumptions
     assert "both branches captured" in assumption
+
+
+class SqueezedNonzero(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(x).squeeze(0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_squeeze_of_a_data_dependent_dim_matches_eager_or_fails_naming_the_line(
+    check, rank: int, dtype: torch.dtype
+) -> None:
+    """``nonzero(x).squeeze(0)``: eager drops the count's dim where it is 1 (a 0-d x of a nonzero value: shape [0],
+    of zero: [0, 0]); torch.export decides it as not 1 without a guard, and the ONNX model gave [1, 0] silently
+    (fuzzer seed 60002930). Counts 0 and 2 match eager in dtype, shape and values; count 1 fails at run time,
+    naming the model's line (no graph of one rank can give eager's other rank)."""
+
+    def values(count: int) -> torch.Tensor:
+        nonzero = torch.tensor([0, 5, 0, -2][: 2 * count], dtype=dtype)
+        if rank == 0:
+            return torch.tensor(3 if count else 0, dtype=dtype)
+        return torch.cat([nonzero, torch.zeros(4 - len(nonzero), dtype=dtype)])
+
+    counts = (0,) if rank == 0 else (0, 2)
+    model = SqueezedNonzero()
+    program = check(model, (values(counts[-1]),), run_with=[((values(n),), {}) for n in counts])
+    assert model(values(1)).dim() == 1 and torch.nonzero(values(1)).shape[0] == 1  # eager squeezes at count 1
+    with pytest.raises(Exception, match=r"fx2onnx_check: Ne\(.*, 1\).*torch.nonzero\(x\).squeeze\(0\).*eager drops"):
+        program(values(1))
+    assert any(
+        note.startswith("checked") and "squeeze(0) of a data-dependent" in note for note in program.report.dynamic_dims
+    )
+
+
+class MedianOfTheMaxima(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.median(x[x == x.max()], dim=0).values
+
+
+def test_a_special_branch_whose_graph_would_not_load_is_not_joined() -> None:
+    """Fuzzer seed 60002751: the special branch of ``x[x == x.max()]`` of a 0-d x (nothing selected) meets
+    ``median`` over the empty dim, where eager raises; its graph's Squeeze of that dim made the joined model one
+    ONNX Runtime refused to load. The export now refuses it, naming the line, or writes a model that loads and
+    matches eager where eager computes."""
+    x = torch.tensor(-3, dtype=torch.int16)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = fx2onnx.export(MedianOfTheMaxima(), (x,))
+    except CaptureError as error:
+        assert "x[x == x.max()]" in str(error) and "would not load in ONNX Runtime" in str(error)
+        return
+    for value in (-3, 0, 7):
+        (result,) = program.verify(torch.tensor(value, dtype=torch.int16))
+        assert result.passed, result

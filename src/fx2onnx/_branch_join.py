@@ -298,6 +298,9 @@ def _join_if_worth_it(
                     inputs,
                 )
             why = branches.disagreement(model_ir, emitted.model, outputs)
+            refused = branches.inference_error(emitted.model) if why is None else None
+            if refused is not None:  # eager fails on this branch too, as a rule: its ops meet sizes they refuse
+                why = f"the special branch's graph would not load in ONNX Runtime (ONNX shape inference: {refused})"
             if why is None and special.out_spec != captured.out_spec:
                 why = "the special branch returns another structure of outputs"
             if why is None and branches.same_empty_results(captured, special, condition, decision.general):

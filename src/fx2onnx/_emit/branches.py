@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import sympy
 import torch
@@ -49,6 +50,29 @@ def disagreement(general: ir.Model, special: ir.Model, outputs: int) -> str | No
             return (
                 f"output {index} has rank {len(one.shape)} in the general branch, {len(other.shape)} in the special one"
             )
+    return None
+
+
+def inference_error(special: ir.Model) -> str | None:
+    """Why ONNX's shape inference refuses the special graph (a Squeeze of a dim the special branch pinned to 0, as
+    ``median`` of ``x[x == x.max()]`` selecting nothing, where eager raises too), or None. ONNX Runtime infers an
+    If's branches when it loads the model: a join of such a branch would give a model that does not load."""
+    graph = special.graph
+    # weights as typed inputs: inference reads their types and shapes only, so their data is not copied
+    weights = list(graph.initializers.values())
+    for weight in weights:
+        graph.initializers.pop(weight.name)
+        graph.inputs.append(weight)
+    try:
+        proto = ir.serde.serialize_model(special)
+    finally:
+        for weight in weights:
+            graph.inputs.remove(weight)
+            graph.initializers.add(weight)
+    try:
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as error:
+        return " ".join(str(error).split())
     return None
 
 
