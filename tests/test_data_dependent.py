@@ -657,19 +657,28 @@ class MedianOfTheMaxima(torch.nn.Module):
         return torch.median(x[x == x.max()], dim=0).values
 
 
-def test_a_special_branch_whose_graph_would_not_load_is_not_joined() -> None:
-    """Fuzzer seed 60002751: the special branch of ``x[x == x.max()]`` of a 0-d x (nothing selected) meets
+@pytest.mark.parametrize("dtype", [torch.int16, torch.float32])
+def test_a_special_branch_whose_graph_would_not_load_fails_at_run_time_naming_the_line(
+    check, dtype: torch.dtype
+) -> None:
+    """Fuzzer seed 60002751: the special branch of ``x[x == x.max()]`` of a 0-d x (nothing selected: NaN) meets
     ``median`` over the empty dim, where eager raises; its graph's Squeeze of that dim made the joined model one
-    ONNX Runtime refused to load. The export now refuses it, naming the line, or writes a model that loads and
-    matches eager where eager computes."""
-    x = torch.tensor(-3, dtype=torch.int16)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = fx2onnx.export(MedianOfTheMaxima(), (x,))
-    except CaptureError as error:
-        assert "x[x == x.max()]" in str(error) and "would not load in ONNX Runtime" in str(error)
-        return
-    for value in (-3, 0, 7):
-        (result,) = program.verify(torch.tensor(value, dtype=torch.int16))
-        assert result.passed, result
+    ONNX Runtime refused to load. That side now fails at run time naming the line; the model loads and matches eager
+    on every input eager computes."""
+    model = MedianOfTheMaxima()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = check(
+            model,
+            (torch.tensor(-3, dtype=dtype),),
+            run_with=[((torch.tensor(v, dtype=dtype),), {}) for v in (-3, 0, 7)],
+        )
+    assert any("the special branch fails at run time" in str(warning.message) for warning in caught)
+    (assumption,) = program.report.capture_assumptions
+    assert "the special branch fails at run time" in assumption
+    if dtype.is_floating_point:
+        nan = torch.tensor(float("nan"), dtype=dtype)
+        with pytest.raises(IndexError):
+            model(nan)
+        with pytest.raises(Exception, match=r"fx2onnx_check: .*x\[x == x.max\(\)\].*special branch fails at run time"):
+            program(nan)
