@@ -652,6 +652,25 @@ def test_squeeze_of_a_data_dependent_dim_matches_eager_or_fails_naming_the_line(
     )
 
 
+class SqueezedRows(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.squeeze(0) * 2
+
+
+@pytest.mark.parametrize("example", [1, 2])
+def test_squeeze_of_a_dynamic_dim_matches_eager_or_fails_naming_the_line(check, example: int) -> None:
+    """``x.squeeze(0)`` with a dynamic dim 0: traced size-obliviously (an example of 1 too), torch keeps the dim
+    without a guard, and the ONNX model returned [1, 3] where eager returns [3] at size 1. Other sizes match eager;
+    size 1 fails at run time naming the dim and the line."""
+    model = SqueezedRows()
+    dims = ({0: torch.export.Dim("rows")},)
+    program = check(
+        model, (torch.randn(example, 3),), dynamic_shapes=dims, run_with=[((torch.randn(n, 3),), {}) for n in (2, 5)]
+    )
+    with pytest.raises(Exception, match=r"fx2onnx_check: Ne\(rows, 1\).*x.squeeze\(0\).*eager drops"):
+        program(torch.randn(1, 3))
+
+
 class MedianOfTheMaxima(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.median(x[x == x.max()], dim=0).values

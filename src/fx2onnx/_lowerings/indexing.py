@@ -78,10 +78,10 @@ def embedding_renorm(weight: TFloat, indices: INT64, max_norm: float, norm_type:
 
 # --- shapes ---------------------------------------------------------------------------------------------------
 def _squeezed(ctx: LoweringContext, self: TReal, dims: Sequence[int]) -> TReal:
-    """Eager squeezes only the listed dims of size 1; any other is left as it is. A backed symbolic dim is never 1
-    (torch.export specializes or guards it), but torch decides a data-dependent one (``nonzero(x).squeeze(0)``'s
-    count) as not 1 without a guard, keeping it where eager drops it at size 1: a run-time check refuses that size.
-    torchlib's Squeeze of a dim of size 4 fails the checker."""
+    """Eager squeezes only the listed dims of size 1; any other is left as it is. torch decides a symbolic dim whose
+    range holds 1 (``nonzero(x).squeeze(0)``'s count, a dynamic dim traced size-obliviously) as not 1 without a
+    guard, keeping it where eager drops it at size 1: a run-time check refuses that size (no graph of one rank gives
+    eager's other). torchlib's Squeeze of a dim of size 4 fails the checker."""
     rank = len(self.shape)
     axes = sorted({d % rank for d in dims}) if rank else []
     for axis in axes:
@@ -92,16 +92,17 @@ def _squeezed(ctx: LoweringContext, self: TReal, dims: Sequence[int]) -> TReal:
 
 
 def _check_not_one(ctx: LoweringContext, self: TReal, axis: int) -> None:
-    """A run-time check that the data-dependent dim `axis` the capture kept is not 1 (it may be 1 by its range)."""
+    """A run-time check that the symbolic dim `axis` the capture kept is not 1, where its range holds 1."""
     size = ctx.node.args[0].meta["val"].shape[axis]
-    if not isinstance(size, torch.SymInt) or not free_unbacked_symbols(size) or statically_known_true(size != 1):
+    if not isinstance(size, torch.SymInt) or statically_known_true(size != 1):
         return
+    kind = "data-dependent" if free_unbacked_symbols(size) else "dynamic"
     expression = f"Ne({size.node.expr}, 1)"
     size_value = op.Squeeze(op.Shape(self, start=axis, end=axis + 1))
     zero = check_node(op.Not(op.Equal(size_value, op.Constant(value_int=1))), ctx.fresh_name(CHECK_PREFIX))
     zero.producer().metadata_props[RUNTIME_CHECK] = expression
     zero.producer().metadata_props[RUNTIME_CHECK_REASON] = (
-        f"squeeze({axis}) of a data-dependent size: the ONNX graph keeps that dim, eager drops it at size 1"
+        f"squeeze({axis}) of a {kind} size: the ONNX graph keeps that dim, eager drops it at size 1"
     )
 
 
