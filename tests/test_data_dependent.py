@@ -618,3 +618,86 @@ def test_a_retrace_does_not_count_its_decisions_twice(check) -> None:
     )
     (assumption,) = program.report.capture_assumptions
     assert "both branches captured" in assumption
+
+
+class SqueezedNonzero(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(x).squeeze(0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_squeeze_of_a_data_dependent_dim_matches_eager_or_fails_naming_the_line(
+    check, rank: int, dtype: torch.dtype
+) -> None:
+    """``nonzero(x).squeeze(0)``: eager drops the count's dim where it is 1 (a 0-d x of a nonzero value: shape [0],
+    of zero: [0, 0]); torch.export decides it as not 1 without a guard, and the ONNX model gave [1, 0] silently
+    (fuzzer seed 60002930). Counts 0 and 2 match eager in dtype, shape and values; count 1 fails at run time,
+    naming the model's line (no graph of one rank can give eager's other rank)."""
+
+    def values(count: int) -> torch.Tensor:
+        nonzero = torch.tensor([0, 5, 0, -2][: 2 * count], dtype=dtype)
+        if rank == 0:
+            return torch.tensor(3 if count else 0, dtype=dtype)
+        return torch.cat([nonzero, torch.zeros(4 - len(nonzero), dtype=dtype)])
+
+    counts = (0,) if rank == 0 else (0, 2)
+    model = SqueezedNonzero()
+    program = check(model, (values(counts[-1]),), run_with=[((values(n),), {}) for n in counts])
+    assert model(values(1)).dim() == 1 and torch.nonzero(values(1)).shape[0] == 1  # eager squeezes at count 1
+    with pytest.raises(Exception, match=r"fx2onnx_check: Ne\(.*, 1\).*torch.nonzero\(x\).squeeze\(0\).*eager drops"):
+        program(values(1))
+    assert any(
+        note.startswith("checked") and "squeeze(0) of a data-dependent" in note for note in program.report.dynamic_dims
+    )
+
+
+class SqueezedRows(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.squeeze(0) * 2
+
+
+@pytest.mark.parametrize("example", [1, 2])
+def test_squeeze_of_a_dynamic_dim_matches_eager_or_fails_naming_the_line(check, example: int) -> None:
+    """``x.squeeze(0)`` with a dynamic dim 0: traced size-obliviously (an example of 1 too), torch keeps the dim
+    without a guard, and the ONNX model returned [1, 3] where eager returns [3] at size 1. Other sizes match eager;
+    size 1 fails at run time naming the dim and the line."""
+    model = SqueezedRows()
+    dims = ({0: torch.export.Dim("rows")},)
+    program = check(
+        model, (torch.randn(example, 3),), dynamic_shapes=dims, run_with=[((torch.randn(n, 3),), {}) for n in (2, 5)]
+    )
+    with pytest.raises(Exception, match=r"fx2onnx_check: Ne\(rows, 1\).*x.squeeze\(0\).*eager drops"):
+        program(torch.randn(1, 3))
+
+
+class MedianOfTheMaxima(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.median(x[x == x.max()], dim=0).values
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.float32])
+def test_a_special_branch_whose_graph_would_not_load_fails_at_run_time_naming_the_line(
+    check, dtype: torch.dtype
+) -> None:
+    """Fuzzer seed 60002751: the special branch of ``x[x == x.max()]`` of a 0-d x (nothing selected: NaN) meets
+    ``median`` over the empty dim, where eager raises; its graph's Squeeze of that dim made the joined model one
+    ONNX Runtime refused to load. That side now fails at run time naming the line; the model loads and matches eager
+    on every input eager computes."""
+    model = MedianOfTheMaxima()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = check(
+            model,
+            (torch.tensor(-3, dtype=dtype),),
+            run_with=[((torch.tensor(v, dtype=dtype),), {}) for v in (-3, 0, 7)],
+        )
+    assert any("the special branch fails at run time" in str(warning.message) for warning in caught)
+    (assumption,) = program.report.capture_assumptions
+    assert "the special branch fails at run time" in assumption
+    if dtype.is_floating_point:
+        nan = torch.tensor(float("nan"), dtype=dtype)
+        with pytest.raises(IndexError):
+            model(nan)
+        with pytest.raises(Exception, match=r"fx2onnx_check: .*x\[x == x.max\(\)\].*special branch fails at run time"):
+            program(nan)

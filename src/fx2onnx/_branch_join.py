@@ -34,6 +34,7 @@ from fx2onnx._branch_regions import EmittedBranch, join_value_questions
 from fx2onnx._dispatch import Dispatcher
 from fx2onnx._emit import branches, control_flow
 from fx2onnx._emit.graph_builder import GraphEmitter, symbol_names_for
+from fx2onnx._records import CHECK_PREFIX
 from fx2onnx._registry import Registry
 from fx2onnx.errors import CaptureError, SourceFrame
 
@@ -49,6 +50,11 @@ EmitSpecial = Callable[
 # taken for: torchvision's batched NMS returns an empty index tensor for no boxes, which NMS itself returns. A second
 # capture of a detection model (half its export time) would only add an If whose branches agree.
 SPECIAL_BRANCH_SAVES_WORK = ("in _batched_nms_coordinate_trick: if boxes.numel() == 0",)
+
+SPECIAL_BRANCH_FAILS = (
+    "the special branch fails at run time: its graph would not load in ONNX Runtime (an op meets a size it refuses, "
+    "where eager raises too, as a rule)"
+)
 
 
 def emit_special_branch(
@@ -300,11 +306,20 @@ def _join_if_worth_it(
             why = branches.disagreement(model_ir, emitted.model, outputs)
             if why is None and special.out_spec != captured.out_spec:
                 why = "the special branch returns another structure of outputs"
-            if why is None and branches.same_empty_results(captured, special, condition, decision.general):
+            # a special graph ONNX Runtime would refuse to load (median over the dim a size of 0 emptied, where
+            # eager raises too): the If fails at run time on that side, naming the line, the general side computes
+            refused = branches.inference_error(emitted.model) if why is None else None
+            fails = None
+            if refused is not None:
+                joined = f"{SPECIAL_BRANCH_FAILS} ({refused})"
+                fails = f"{CHECK_PREFIX}: {decision.condition} not {decision.general} at {decision.source_line}: "
+                fails += SPECIAL_BRANCH_FAILS
+                warnings.warn(f"size-oblivious decision {decision.text()}: {joined}", stacklevel=5)
+            elif why is None and branches.same_empty_results(captured, special, condition, decision.general):
                 joined = capture_strategies.SAME_EMPTY_RESULTS
-            elif why is None:
+            if why is None and joined != capture_strategies.SAME_EMPTY_RESULTS:
                 try:
-                    branches.join(model_ir, emitted.model, outputs, special_side, sources)
+                    branches.join(model_ir, emitted.model, outputs, special_side, sources, fails=fails)
                 except ValueError as error:
                     why = f"its condition has no ONNX translation here: {error}"
     line = decision.text()
@@ -314,7 +329,9 @@ def _join_if_worth_it(
         warnings.warn(f"size-oblivious decision {line}: {why}\n  {general_only}", stacklevel=5)
         return
     captured.assumptions = [
-        assumption.replace(f"not checked at run time: {capture_strategies.GENERAL_BRANCH}", joined)
+        assumption.replace(f"not checked at run time: {capture_strategies.GENERAL_BRANCH}", joined).replace(
+            capture_strategies.BOTH_BRANCHES, joined
+        )
         if assumption.startswith(f"{decision.condition} taken as")
         else assumption
         for assumption in captured.assumptions

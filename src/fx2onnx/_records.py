@@ -23,6 +23,9 @@ LEGALIZED = f"{METADATA_PREFIX}.legalize"  # on Casts the legalizer inserted: wh
 # On a run-time check node: the assumption it verifies (torch.export's expression); the export renames the check
 # after the user's dims and line (``_emit/runtime_checks.py``).
 RUNTIME_CHECK = f"{METADATA_PREFIX}.runtime_check"
+# On a run-time check a lowering adds where torch.export made no assertion: why the ONNX graph needs it (always
+# checked: no branch of a size-oblivious decision stands for it).
+RUNTIME_CHECK_REASON = f"{METADATA_PREFIX}.runtime_check_reason"
 CHECK_PREFIX = "fx2onnx_check"  # run-time check nodes' names start so
 NAMESPACE = "namespace"  # the nn.Module path, as torch's exporter writes it
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import sympy
 import torch
@@ -49,6 +50,30 @@ def disagreement(general: ir.Model, special: ir.Model, outputs: int) -> str | No
             return (
                 f"output {index} has rank {len(one.shape)} in the general branch, {len(other.shape)} in the special one"
             )
+    return None
+
+
+def inference_error(special: ir.Model) -> str | None:
+    """Why ONNX's shape inference refuses the special graph (a Squeeze of a dim the special branch pinned to 0, as
+    ``median`` of ``x[x == x.max()]`` selecting nothing, where eager raises too), or None. ONNX Runtime infers an
+    If's branches when it loads the model: a join of such a branch would give a model that does not load."""
+    graph = special.graph
+    # weights as typed inputs: inference reads their types and shapes only, so their data is not copied
+    weights = list(graph.initializers.values())
+    for weight in weights:
+        graph.initializers.pop(weight.name)
+        graph.inputs.append(weight)
+    try:
+        proto = ir.serde.serialize_model(special)
+    finally:
+        for weight in weights:
+            graph.inputs.remove(weight)
+            graph.initializers.add(weight)
+    try:
+        # types unchecked: legalize makes them consistent later (a bool or int16 Greater before it is an int one)
+        onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as error:
+        return " ".join(str(error).split())
     return None
 
 
@@ -214,28 +239,9 @@ def _merged_shape(one: ir.Shape | None, other: ir.Shape | None) -> ir.Shape | No
     return ir.Shape([a if a == b else None for a, b in zip(one, other)])
 
 
-def join(
-    general: ir.Model,
-    special: ir.Model,
-    outputs: int,
-    condition: Any,
-    sources: Mapping[sympy.Symbol, tuple[ir.Value, int | None]],
-) -> None:
-    """Make `general` (whose first `outputs` graph outputs are the model's, the rest run-time checks) compute
-    `condition` (the special branch's: ``Eq(u0, 0)`` for ``numel() == 0`` taken as False) and run `special`'s graph
-    where it holds, its own nodes elsewhere (module docstring). `special` is
-    consumed. Raises ValueError, leaving `general` unchanged, when the condition has no ONNX translation."""
-    graph = general.graph
-    condition_nodes, flag = _condition_flag(condition, sources, f"{_SPECIAL_PREFIX}condition_")
-
-    # the main graph: what the condition and the run-time checks read; the rest is the general branch
-    main = _ancestors(graph, [value for value, _ in sources.values()] + list(graph.outputs[outputs:]))
-    general_branch = ir.Graph([], [], nodes=[], name="general_branch")
-    moved = [node for node in graph if node not in main]
-    graph.remove(moved)
-    general_branch.extend(moved)
-
-    # the special branch: its inputs and initializers are the main graph's, its values renamed apart
+def _special_side(graph: ir.Graph, special: ir.Model) -> tuple[list[ir.Node], list[ir.Value]]:
+    """`special`'s nodes and outputs, taken out of it: its inputs and initializers are the main graph's, its values
+    renamed apart."""
     special_graph = special.graph
     for own, outer in zip(special_graph.inputs, graph.inputs):
         own.replace_all_uses_with(outer)
@@ -260,9 +266,68 @@ def join(
     special_nodes = list(special_graph)
     special_graph.outputs.clear()
     special_graph.remove(special_nodes)
-    special_branch = ir.Graph([], [], nodes=special_nodes, name="special_branch")
+    return special_nodes, special_outputs
+
+
+def _failure(flag: ir.Value, results: Sequence[ir.Value], name: str) -> tuple[list[ir.Node], list[ir.Value]]:
+    """A side that fails at run time in a node named `name`, with outputs of `results`' dtypes and ranks: a Gather
+    from one element at index ``flag`` (1 on this side; read from the outer graph, so no optimizer folds it)."""
+    index = ir.node("Cast", [flag], {"to": ir.DataType.INT64})
+    one_element = ir.node("Constant", [], {"value": ir.tensor(np.array([0], dtype=np.int64))})
+    failing = ir.node("Gather", [one_element.outputs[0], index.outputs[0]], {"axis": 0}, name=name)
+    nodes = [index, one_element, failing]
+    _typed(index, ir.DataType.INT64, [])
+    _typed(one_element, ir.DataType.INT64, [1])
+    _typed(failing, ir.DataType.INT64, [])
+    outputs = []
+    for result in results:
+        rank = len(result.shape) if result.shape is not None else 0
+        ones = ir.node("Constant", [], {"value": ir.tensor(np.ones(rank, dtype=np.int64))})
+        cast = ir.node("Cast", [failing.outputs[0]], {"to": result.dtype})
+        shaped = ir.node("Reshape", [cast.outputs[0], ones.outputs[0]])
+        _typed(ones, ir.DataType.INT64, [rank])
+        _typed(cast, result.dtype, [])
+        _typed(shaped, result.dtype, [1] * rank)
+        nodes += [ones, cast, shaped]
+        outputs.append(shaped.outputs[0])
+    return nodes, outputs
+
+
+def _typed(node: ir.Node, dtype: ir.DataType | None, shape: list[int]) -> None:
+    node.outputs[0].dtype = dtype
+    node.outputs[0].shape = ir.Shape(shape)
+
+
+def join(
+    general: ir.Model,
+    special: ir.Model,
+    outputs: int,
+    condition: Any,
+    sources: Mapping[sympy.Symbol, tuple[ir.Value, int | None]],
+    fails: str | None = None,
+) -> None:
+    """Make `general` (whose first `outputs` graph outputs are the model's, the rest run-time checks) compute
+    `condition` (the special branch's: ``Eq(u0, 0)`` for ``numel() == 0`` taken as False) and run `special`'s graph
+    where it holds, its own nodes elsewhere (module docstring). `special` is
+    consumed. Raises ValueError, leaving `general` unchanged, when the condition has no ONNX translation.
+    With `fails` (a node name), the special side is no graph of `special`'s but a failure named so at run time."""
+    graph = general.graph
+    condition_nodes, flag = _condition_flag(condition, sources, f"{_SPECIAL_PREFIX}condition_")
+
+    # the main graph: what the condition and the run-time checks read; the rest is the general branch
+    main = _ancestors(graph, [value for value, _ in sources.values()] + list(graph.outputs[outputs:]))
+    general_branch = ir.Graph([], [], nodes=[], name="general_branch")
+    moved = [node for node in graph if node not in main]
+    graph.remove(moved)
+    general_branch.extend(moved)
 
     results = list(graph.outputs[:outputs])
+    if fails is not None:
+        special_nodes, special_outputs = _failure(flag, results, fails)
+    else:
+        special_nodes, special_outputs = _special_side(graph, special)
+    special_branch = ir.Graph([], [], nodes=special_nodes, name="special_branch")
+
     names = [value.name or f"output_{index}" for index, value in enumerate(results)]
     for index, (value, name) in enumerate(zip(results, names)):
         if value.producer() is not None:  # the If's output takes its name

@@ -44,7 +44,7 @@ from fx2onnx._capture_strategies import (
     assertion_key,
     parsed_expression,
 )
-from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK, STACK_TRACE
+from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK, RUNTIME_CHECK_REASON, STACK_TRACE
 
 
 @dataclasses.dataclass
@@ -509,20 +509,25 @@ def _assertion_checks(
         expression = node.metadata_props.get(RUNTIME_CHECK)
         if expression is None:
             continue
-        line = _recorded_line(captured, expression) or _line_of_trace(node.metadata_props.get(STACK_TRACE, ""))
+        reason = node.metadata_props.get(RUNTIME_CHECK_REASON)
+        line = (None if reason else _recorded_line(captured, expression)) or _line_of_trace(
+            node.metadata_props.get(STACK_TRACE, "")
+        )
         if line == LOWERED_WHOLE:  # a guard of an op's fake kernel, not of the graph: the lowering is right anyway
             found.unchecked.append(f"not checked at run time (not assumed by the ONNX graph: {line}): {expression}")
             continue
         assumption = _named(expression, symbol_names) + (
             f", assumed by the model's code at {_short_line(line)}" if line else ", assumed by the model's code"
         )
-        verdict = _size_one_verdict(captured, expression)
+        if reason:
+            assumption += f" ({reason})"
+        verdict = None if reason else _size_one_verdict(captured, expression)
         if verdict is not None and verdict.joined:  # the If runs the special branch at size 1
             found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH_JOINED}): {assumption}")
             continue
         if verdict is not None and not verdict.same:  # the general branch is wrong at 1: refuse 1 rather than lie
             assumption += f" ({GENERAL_BRANCH_DIFFERS})"
-        elif (_general_branch(expression) or verdict is not None) and not _users_own_check(line):
+        elif (_general_branch(expression) or verdict is not None) and not (reason or _users_own_check(line)):
             same = f"; {GENERAL_BRANCH_SAME}" if verdict is not None else ""
             found.unchecked.append(f"not checked at run time ({GENERAL_BRANCH}{same}): {assumption}")
             continue

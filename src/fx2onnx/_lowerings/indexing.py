@@ -10,9 +10,11 @@ from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
+import torch
 from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, UINT64
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import TTensor, TTensor2
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
 
 from fx2onnx._emit.context import LoweringContext
 from fx2onnx._lowerings.builders import (
@@ -32,6 +34,8 @@ from fx2onnx._lowerings.builders import (
 )
 from fx2onnx._lowerings.kernels import double
 from fx2onnx._lowerings.rules import lowering
+from fx2onnx._lowerings.symbolic import check_node
+from fx2onnx._records import CHECK_PREFIX, RUNTIME_CHECK, RUNTIME_CHECK_REASON
 
 
 # --- dtype helpers -----------------------------------------------------------------------------------------------
@@ -73,18 +77,38 @@ def embedding_renorm(weight: TFloat, indices: INT64, max_norm: float, norm_type:
 
 
 # --- shapes ---------------------------------------------------------------------------------------------------
-def _squeezed(self: TReal, dims: Sequence[int]) -> TReal:
-    """Eager squeezes only the listed dims of size 1; any other (a symbolic one is never 1: torch.export
-    specializes size-1 dims) is left as it is. torchlib's Squeeze of a dim of size 4 fails the checker."""
+def _squeezed(ctx: LoweringContext, self: TReal, dims: Sequence[int]) -> TReal:
+    """Eager squeezes only the listed dims of size 1; any other is left as it is. torch decides a symbolic dim whose
+    range holds 1 (``nonzero(x).squeeze(0)``'s count, a dynamic dim traced size-obliviously) as not 1 without a
+    guard, keeping it where eager drops it at size 1: a run-time check refuses that size (no graph of one rank gives
+    eager's other). torchlib's Squeeze of a dim of size 4 fails the checker."""
     rank = len(self.shape)
     axes = sorted({d % rank for d in dims}) if rank else []
+    for axis in axes:
+        if not isinstance(self.shape[axis], int):
+            _check_not_one(ctx, self, axis)
     axes = [a for a in axes if self.shape[a] == 1]
     return op.Squeeze(self, op.Constant(value_ints=axes)) if axes else op.Identity(self)
 
 
-@lowering("aten::squeeze.dim")
-def squeeze_dim(self: TReal, dim: int) -> TReal:
-    return _squeezed(self, [dim])
+def _check_not_one(ctx: LoweringContext, self: TReal, axis: int) -> None:
+    """A run-time check that the symbolic dim `axis` the capture kept is not 1, where its range holds 1."""
+    size = ctx.node.args[0].meta["val"].shape[axis]
+    if not isinstance(size, torch.SymInt) or statically_known_true(size != 1):
+        return
+    kind = "data-dependent" if free_unbacked_symbols(size) else "dynamic"
+    expression = f"Ne({size.node.expr}, 1)"
+    size_value = op.Squeeze(op.Shape(self, start=axis, end=axis + 1))
+    zero = check_node(op.Not(op.Equal(size_value, op.Constant(value_int=1))), ctx.fresh_name(CHECK_PREFIX))
+    zero.producer().metadata_props[RUNTIME_CHECK] = expression
+    zero.producer().metadata_props[RUNTIME_CHECK_REASON] = (
+        f"squeeze({axis}) of a {kind} size: the ONNX graph keeps that dim, eager drops it at size 1"
+    )
+
+
+@lowering("aten::squeeze.dim", context=True)
+def squeeze_dim(ctx: LoweringContext, self: TReal, dim: int) -> TReal:
+    return _squeezed(ctx, self, [dim])
 
 
 def _shape_value(shape: Sequence[int | INT64]) -> INT64:
@@ -520,17 +544,10 @@ def numpy_t(self: TReal) -> TReal:
     return op.Transpose(self, perm=list(reversed(range(len(self.shape)))))
 
 
-@lowering("aten::squeeze.dims")
-def squeeze_dims(self: TReal, dim: Sequence[int]) -> TReal:
+@lowering("aten::squeeze.dims", context=True)
+def squeeze_dims(ctx: LoweringContext, self: TReal, dim: Sequence[int]) -> TReal:
     """Eager drops only the listed dims that have size 1 (others stay); a 0-d tensor stays as it is."""
-    rank = len(self.shape)
-    axes = sorted({d % rank for d in dim} if rank else set())
-    ones = [a for a in axes if isinstance(self.shape[a], int) and self.shape[a] == 1]
-    if any(not isinstance(self.shape[a], int) for a in axes):
-        raise NotImplementedError("squeeze of a dynamic dim: whether it is 1 is unknown at export")
-    if not ones:
-        return op.Identity(self)
-    return op.Squeeze(self, op.Constant(value_ints=ones))
+    return _squeezed(ctx, self, dim)
 
 
 # Every real dtype eager sorts, bool included (torchlib's aten_sort takes no bool). Types the
